@@ -1,0 +1,282 @@
+"""The Runnable base of every metric, and the judge-backed variant."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from abc import abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from langchain_core.callbacks import (
+    AsyncCallbackManagerForChainRun,
+    CallbackManagerForChainRun,
+)
+from langchain_core.language_models import BaseChatModel
+from langchain_core.prompts import ChatPromptTemplate
+from langchain_core.runnables import RunnableConfig, RunnableSerializable
+from langchain_core.runnables.config import get_executor_for_config, patch_config
+from pydantic import ConfigDict, Field, PrivateAttr, field_validator
+from typing_extensions import override
+
+from langchain_ragmetrics.metrics._judge import (
+    JudgeCall,
+    JudgeOutcome,
+    RetryPolicy,
+    acall_judge,
+    call_judge,
+    default_judge,
+    judge_name,
+)
+from langchain_ragmetrics.schema import MetricInput, MetricResult, RagSample, Usage, coerce_sample
+from langchain_ragmetrics.text import check_language
+
+__all__ = ["BaseRagMetric", "JudgeError", "JudgedMetric", "Plan", "Verdict"]
+
+
+class JudgeError(RuntimeError):
+    """Raised instead of a NaN result when a metric is built with ``raise_on_error=True``."""
+
+
+@dataclass
+class Verdict:
+    """What a scorer returns: the score, a one-line reason and structured details."""
+
+    score: float | None
+    reason: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Plan:
+    """Judge calls a metric needs for one sample, plus what the scorer needs afterwards."""
+
+    calls: list[JudgeCall]
+    state: Any = None
+
+
+class BaseRagMetric(RunnableSerializable[MetricInput, MetricResult]):
+    """A metric as a Runnable: ``RagSample | dict -> MetricResult``.
+
+    Invalid input (a missing field the metric needs) raises ``ValueError``; anything that goes
+    wrong while scoring becomes a result with ``score=NaN`` and ``error`` set, unless the
+    metric was built with ``raise_on_error=True``.
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
+
+    key: ClassVar[str] = "metric"
+    """The metric's result key (``MetricResult.metric``)."""
+    requires: ClassVar[tuple[str, ...]] = ()
+    """Sample fields the metric cannot work without."""
+
+    language: str | None = None
+    """Default language of samples that do not set one ("en" when neither does)."""
+    raise_on_error: bool = False
+    """Raise instead of returning a NaN result when scoring fails."""
+
+    @field_validator("language")
+    @classmethod
+    def _check_language(cls, value: str | None) -> str | None:
+        return None if value is None else check_language(value, field="language")
+
+    @property
+    def metric_name(self) -> str:
+        """The result key, e.g. ``context_recall``."""
+        return self.key
+
+    @property
+    @override
+    def InputType(self) -> Any:
+        return RagSample
+
+    @property
+    @override
+    def OutputType(self) -> type[MetricResult]:
+        return MetricResult
+
+    def sample_language(self, sample: RagSample) -> str:
+        """The language a sample is judged in: its own, else the metric's, else English."""
+        return sample.language or self.language or "en"
+
+    def validate_sample(self, value: MetricInput) -> RagSample:
+        """Coerce the input and check the fields this metric needs (ValueError otherwise)."""
+        sample = coerce_sample(value)
+        sample.require(type(self).__name__, *self.requires)
+        return sample
+
+    def _result(self, verdict: Verdict, usage: Usage | None = None) -> MetricResult:
+        return MetricResult(
+            metric=self.key,
+            score=verdict.score,
+            reason=verdict.reason,
+            details=verdict.details,
+            usage=usage or Usage(),
+            judge=self._judge_label(),
+        )
+
+    def _failure(self, error: str, usage: Usage | None = None) -> MetricResult:
+        if self.raise_on_error:
+            raise JudgeError(f"{type(self).__name__}: {error}")
+        return MetricResult(
+            metric=self.key,
+            score=math.nan,
+            reason=None,
+            error=error,
+            usage=usage or Usage(),
+            judge=self._judge_label(),
+        )
+
+    def _judge_label(self) -> str | None:
+        return None
+
+    @abstractmethod
+    def _evaluate(self, sample: RagSample, config: RunnableConfig) -> MetricResult:
+        """Score a validated sample synchronously."""
+
+    async def _aevaluate(self, sample: RagSample, config: RunnableConfig) -> MetricResult:
+        """Score a validated sample; metrics without I/O reuse the sync path."""
+        return self._evaluate(sample, config)
+
+    def _guarded(self, sample: RagSample, config: RunnableConfig) -> MetricResult:
+        start = time.perf_counter()
+        try:
+            result = self._evaluate(sample, config)
+        except JudgeError:
+            raise
+        except Exception as exc:
+            if self.raise_on_error:
+                raise
+            result = self._failure(f"{type(exc).__name__}: {exc}")
+        result.latency_s = time.perf_counter() - start
+        return result
+
+    async def _aguarded(self, sample: RagSample, config: RunnableConfig) -> MetricResult:
+        start = time.perf_counter()
+        try:
+            result = await self._aevaluate(sample, config)
+        except JudgeError:
+            raise
+        except Exception as exc:
+            if self.raise_on_error:
+                raise
+            result = self._failure(f"{type(exc).__name__}: {exc}")
+        result.latency_s = time.perf_counter() - start
+        return result
+
+    def _invoke(
+        self, value: MetricInput, run_manager: CallbackManagerForChainRun, config: RunnableConfig
+    ) -> MetricResult:
+        sample = self.validate_sample(value)
+        return self._guarded(sample, patch_config(config, callbacks=run_manager.get_child()))
+
+    async def _ainvoke(
+        self,
+        value: MetricInput,
+        run_manager: AsyncCallbackManagerForChainRun,
+        config: RunnableConfig,
+    ) -> MetricResult:
+        sample = self.validate_sample(value)
+        return await self._aguarded(sample, patch_config(config, callbacks=run_manager.get_child()))
+
+    @override
+    def invoke(
+        self, input: MetricInput, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> MetricResult:
+        return self._call_with_config(self._invoke, input, config, run_type="chain")
+
+    @override
+    async def ainvoke(
+        self, input: MetricInput, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> MetricResult:
+        return await self._acall_with_config(self._ainvoke, input, config, run_type="chain")
+
+
+class JudgedMetric(BaseRagMetric):
+    """A metric built as *prompt -> chat model with structured output -> scorer*.
+
+    Subclasses say which judge calls a sample needs (:meth:`plan`) and turn the parsed answers
+    into a score with a pure function (:meth:`score`).
+    """
+
+    llm: BaseChatModel | None = None
+    """The judge; default ``ChatOpenAI(model="gpt-4o-mini", temperature=0)``, built on first use."""
+    prompt: ChatPromptTemplate = Field(default=None, validate_default=True)
+    """The judge prompt (variables ``payload`` and ``language``); each metric has its default."""
+    retry: RetryPolicy = Field(default_factory=RetryPolicy)
+    """Retries for transient errors and unparseable answers."""
+    max_parallel_calls: int = Field(default=8, ge=1)
+    """Upper bound on concurrent judge calls inside one sample (``per_context`` modes)."""
+
+    _default_llm: BaseChatModel | None = PrivateAttr(default=None)
+
+    @field_validator("prompt", mode="before")
+    @classmethod
+    def _default_prompt(cls, value: Any) -> Any:
+        return cls.default_prompt() if value is None else value
+
+    @classmethod
+    @abstractmethod
+    def default_prompt(cls) -> ChatPromptTemplate:
+        """The built-in prompt of this metric."""
+
+    @property
+    def judge(self) -> BaseChatModel:
+        """The chat model used as judge (the default one is built lazily)."""
+        if self.llm is not None:
+            return self.llm
+        if self._default_llm is None:
+            self._default_llm = default_judge()
+        return self._default_llm
+
+    @override
+    def _judge_label(self) -> str | None:
+        return judge_name(self.llm if self.llm is not None else self._default_llm)
+
+    @abstractmethod
+    def plan(self, sample: RagSample) -> Plan | Verdict:
+        """The judge calls needed for a sample, or a final verdict when none is needed."""
+
+    @abstractmethod
+    def score(self, plan: Plan, answers: Sequence[Any]) -> Verdict:
+        """Turn the parsed judge answers (one per call, in order) into a verdict."""
+
+    def _finish(self, plan: Plan, outcomes: Sequence[JudgeOutcome]) -> MetricResult:
+        usage = sum((o.usage for o in outcomes), Usage())
+        errors = [o.error for o in outcomes if o.error is not None]
+        if errors:
+            return self._failure(errors[0], usage)
+        return self._result(self.score(plan, [o.parsed for o in outcomes]), usage)
+
+    @override
+    def _evaluate(self, sample: RagSample, config: RunnableConfig) -> MetricResult:
+        plan = self.plan(sample)
+        if isinstance(plan, Verdict):
+            return self._result(plan)
+        llm = self.judge
+        if len(plan.calls) == 1:
+            outcomes = [call_judge(llm, plan.calls[0], config, self.retry)]
+        else:
+            limited = patch_config(config, max_concurrency=self.max_parallel_calls)
+            with get_executor_for_config(limited) as pool:
+                outcomes = list(
+                    pool.map(lambda c: call_judge(llm, c, config, self.retry), plan.calls)
+                )
+        return self._finish(plan, outcomes)
+
+    @override
+    async def _aevaluate(self, sample: RagSample, config: RunnableConfig) -> MetricResult:
+        plan = self.plan(sample)
+        if isinstance(plan, Verdict):
+            return self._result(plan)
+        llm = self.judge
+        gate = asyncio.Semaphore(self.max_parallel_calls)
+
+        async def one(call: JudgeCall) -> JudgeOutcome:
+            async with gate:
+                return await acall_judge(llm, call, config, self.retry)
+
+        outcomes = await asyncio.gather(*(one(c) for c in plan.calls))
+        return self._finish(plan, outcomes)

@@ -1,0 +1,153 @@
+"""ContextPrecision: are the useful contexts ranked first? (average precision of verdicts)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from langchain_core.prompts import ChatPromptTemplate
+from pydantic import BaseModel, ConfigDict, Field
+from typing_extensions import override
+
+from langchain_ragmetrics.metrics._base import JudgedMetric, Plan, Verdict
+from langchain_ragmetrics.metrics._judge import JudgeCall
+from langchain_ragmetrics.prompts import context_precision as prompts
+from langchain_ragmetrics.prompts._common import to_payload
+from langchain_ragmetrics.schema import RagSample
+from langchain_ragmetrics.scoring import average_precision
+from langchain_ragmetrics.text import language_name
+
+__all__ = [
+    "ContextPrecision",
+    "ContextVerdict",
+    "ContextVerdicts",
+    "SingleContextVerdict",
+    "check_verdict_indices",
+    "score_context_precision",
+]
+
+
+class SingleContextVerdict(BaseModel):
+    """The judge's verdict on one context."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    reason: str = Field(description="Why the passage was or was not useful.")
+    useful: bool = Field(description="True when the passage helped reach the target.")
+
+
+class ContextVerdict(SingleContextVerdict):
+    """A verdict keyed by the context's index."""
+
+    index: int = Field(description="Index of the passage this verdict is about.")
+
+
+class ContextVerdicts(BaseModel):
+    """The judge's answer: one verdict per retrieved context, keyed by index."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    verdicts: list[ContextVerdict] = Field(description="Exactly one verdict per passage index.")
+
+
+def check_verdict_indices(answer: ContextVerdicts, count: int) -> None:
+    """Raise ValueError unless the verdicts cover indices 0..count-1 exactly once."""
+    seen = [v.index for v in answer.verdicts]
+    expected = set(range(count))
+    missing = sorted(expected - set(seen))
+    extra = sorted(set(seen) - expected)
+    duplicated = sorted({i for i in seen if seen.count(i) > 1})
+    if missing or extra or duplicated:
+        msg = (
+            f"expected one verdict for each of {count} contexts; "
+            f"missing {missing}, unexpected {extra}, duplicated {duplicated}"
+        )
+        raise ValueError(msg)
+
+
+def score_context_precision(verdicts: Sequence[SingleContextVerdict], *, mode: str) -> Verdict:
+    """Pure scorer: average precision over the verdicts in rank order (0 when none useful)."""
+    flags = [v.useful for v in verdicts]
+    score = average_precision(flags)
+    details: dict[str, Any] = {
+        "mode": mode,
+        "verdicts": [
+            {"index": i, "useful": v.useful, "reason": v.reason} for i, v in enumerate(verdicts)
+        ],
+    }
+    useful = [i for i, f in enumerate(flags) if f]
+    if not useful:
+        reason = f"None of the {len(flags)} contexts is useful for the {mode}."
+    else:
+        reason = (
+            f"{len(useful)} of {len(flags)} contexts are useful for the {mode}; "
+            f"useful ranks: {', '.join(str(i + 1) for i in useful)}."
+        )
+    return Verdict(score, reason, details)
+
+
+class ContextPrecision(JudgedMetric):
+    """Whether the contexts useful for the reference (or the answer) are ranked at the top.
+
+    All contexts are judged in one call by default; ``per_context=True`` sends one call per
+    context, concurrently. Without a reference the verdicts are judged against the answer.
+    """
+
+    key: ClassVar[str] = "context_precision"
+    output_schema: ClassVar[type[BaseModel]] = ContextVerdicts
+    single_output_schema: ClassVar[type[BaseModel]] = SingleContextVerdict
+
+    per_context: bool = False
+    """One judge call per context (RAGAS style) instead of one per sample."""
+    single_prompt: ChatPromptTemplate = Field(default_factory=prompts.build_single)
+    """The prompt used when ``per_context=True`` (variables ``payload``, ``language``)."""
+
+    @classmethod
+    @override
+    def default_prompt(cls) -> ChatPromptTemplate:
+        return prompts.build()
+
+    @override
+    def validate_sample(self, value: Any) -> RagSample:
+        sample = super().validate_sample(value)
+        if sample.reference is None and sample.answer is None:
+            msg = f"{type(self).__name__} needs `reference` (or `answer` when there is none)"
+            raise ValueError(msg)
+        return sample
+
+    @override
+    def plan(self, sample: RagSample) -> Plan | Verdict:
+        if sample.reference is not None:
+            mode, kind, target = "reference", "reference answer", sample.reference
+        else:
+            mode, kind, target = "answer", "answer", sample.answer or ""
+        if not sample.contexts:
+            return Verdict(0.0, "No contexts were retrieved.", {"mode": mode, "verdicts": []})
+        language = language_name(self.sample_language(sample))
+        base = {"question": sample.question or "", "target_kind": kind, "target": target}
+        count = len(sample.contexts)
+        if self.per_context:
+            calls = [
+                JudgeCall(
+                    self.single_prompt,
+                    self.single_output_schema,
+                    {"payload": to_payload({**base, "passage": text}), "language": language},
+                )
+                for text in sample.contexts
+            ]
+            return Plan(calls, mode)
+        passages = [{"index": i, "text": text} for i, text in enumerate(sample.contexts)]
+        call = JudgeCall(
+            self.prompt,
+            self.output_schema,
+            {"payload": to_payload({**base, "passages": passages}), "language": language},
+            check=lambda answer: check_verdict_indices(answer, count),
+        )
+        return Plan([call], mode)
+
+    @override
+    def score(self, plan: Plan, answers: Sequence[Any]) -> Verdict:
+        if self.per_context:
+            return score_context_precision(answers, mode=plan.state)
+        ordered = sorted(answers[0].verdicts, key=lambda v: v.index)
+        return score_context_precision(ordered, mode=plan.state)

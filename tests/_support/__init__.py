@@ -1,0 +1,1 @@
+"""Loopback test servers and fixtures shared by the test suite."""

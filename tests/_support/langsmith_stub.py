@@ -1,0 +1,728 @@
+"""A loopback stand-in for the LangSmith API, good enough for the real ``langsmith.Client``.
+
+It records every request and understands what the SDK sends while tracing and
+logging feedback:
+
+* ``GET /info`` advertises multipart batch ingestion (and, when the
+  ``zstandard`` package is importable, zstd run compression), so the client
+  takes its production code path.
+* ``POST /runs/multipart`` bodies (``multipart/form-data``, optionally
+  ``Content-Encoding: zstd``/``gzip``) are split into parts named
+  ``post.<run_id>[.<field>]``, ``patch.<run_id>[.<field>]``,
+  ``attachment.<run_id>.<name>`` and ``feedback.<feedback_id>``.
+* ``POST /runs/batch``, ``POST /runs`` and ``PATCH /runs/<id>`` carry runs as JSON.
+* ``POST /feedback`` carries feedback as JSON (used when no ``trace_id`` is given).
+* Projects: ``GET/POST /sessions``, ``GET/PATCH/DELETE /sessions/<id>``, with a
+  stable id derived from the project name.
+
+Nothing is ever sent beyond 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import datetime as dt
+import gzip
+import json
+import re
+import threading
+import time
+import uuid
+import zlib
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from urllib.parse import parse_qs, urlsplit
+
+from tests._support.openai_server import LoopbackHandler, LoopbackServer
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Mapping
+
+__all__ = [
+    "LangSmithStub",
+    "MultipartPart",
+    "StubRequest",
+    "decode_body",
+    "parse_multipart",
+    "project_id_for",
+]
+
+_T = TypeVar("_T")
+
+_NAMESPACE = uuid.UUID("6c0b8f5e-4f1e-4c43-9a55-0d5f3b7a1e10")
+TENANT_ID = uuid.uuid5(_NAMESPACE, "tenant")
+_SERVER_VERSION = "0.10.0"  # feedback batching needs >= 0.8.10
+_RUN_FIELDS = ("inputs", "outputs", "events", "extra", "error", "serialized")
+_UUID_RE = r"[0-9a-fA-F-]{32,36}"
+
+
+def project_id_for(name: str) -> str:
+    """Stable project id the stub assigns to a project ``name``."""
+    return str(uuid.uuid5(_NAMESPACE, f"project:{name}"))
+
+
+def _now() -> str:
+    """Current UTC time in ISO format."""
+    return dt.datetime.now(dt.timezone.utc).isoformat()
+
+
+# --------------------------------------------------------------------------- #
+# Body decoding
+# --------------------------------------------------------------------------- #
+
+
+def _zstd_decompress(data: bytes) -> bytes:
+    """Decompress one or more concatenated zstd frames."""
+    import zstandard
+
+    decompressor = zstandard.ZstdDecompressor()
+    out: list[bytes] = []
+    while data:
+        frame = decompressor.decompressobj()
+        out.append(frame.decompress(data))
+        data = frame.unused_data
+    return b"".join(out)
+
+
+def _zstd_available() -> bool:
+    """Whether zstd bodies can be decoded here."""
+    try:
+        import zstandard  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def decode_body(raw: bytes, content_encoding: str | None) -> bytes:
+    """Undo ``Content-Encoding`` (zstd, gzip, deflate or identity)."""
+    for encoding in reversed(
+        [e.strip().lower() for e in (content_encoding or "").split(",") if e.strip()]
+    ):
+        if encoding == "zstd":
+            raw = _zstd_decompress(raw)
+        elif encoding in ("gzip", "x-gzip"):
+            raw = gzip.decompress(raw)
+        elif encoding == "deflate":
+            raw = zlib.decompress(raw)
+        elif encoding != "identity":
+            msg = f"unsupported Content-Encoding {encoding!r}"
+            raise ValueError(msg)
+    return raw
+
+
+@dataclass
+class MultipartPart:
+    """One part of a ``multipart/form-data`` body."""
+
+    name: str
+    data: bytes
+    content_type: str | None = None
+    filename: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def text(self) -> str:
+        """The part body decoded as UTF-8."""
+        return self.data.decode("utf-8", errors="replace")
+
+    def json(self) -> Any:
+        """The part body parsed as JSON."""
+        return json.loads(self.data)
+
+
+def _header_param(value: str, param: str) -> str | None:
+    """Extract a (possibly quoted) parameter from a header value."""
+    match = re.search(rf'(?:^|;)\s*{param}="([^"]*)"', value) or re.search(
+        rf"(?:^|;)\s*{param}=([^;\s]+)", value
+    )
+    return match.group(1) if match else None
+
+
+def parse_multipart(body: bytes, content_type: str) -> list[MultipartPart]:
+    """Split a ``multipart/form-data`` body into its parts."""
+    boundary = _header_param(content_type, "boundary")
+    if not boundary:
+        msg = f"no boundary in content type {content_type!r}"
+        raise ValueError(msg)
+    delimiter = b"--" + boundary.encode()
+    parts: list[MultipartPart] = []
+    for chunk in body.split(delimiter)[1:]:
+        if chunk.startswith(b"--"):
+            break
+        section = chunk.removeprefix(b"\r\n").removesuffix(b"\r\n")
+        head, _, data = section.partition(b"\r\n\r\n")
+        headers: dict[str, str] = {}
+        for line in head.decode("utf-8", errors="replace").split("\r\n"):
+            key, sep, value = line.partition(":")
+            if sep:
+                headers[key.strip().lower()] = value.strip()
+        disposition = headers.get("content-disposition", "")
+        parts.append(
+            MultipartPart(
+                name=_header_param(disposition, "name") or "",
+                data=data,
+                content_type=headers.get("content-type"),
+                filename=_header_param(disposition, "filename"),
+                headers=headers,
+            ),
+        )
+    return parts
+
+
+# --------------------------------------------------------------------------- #
+# Records
+# --------------------------------------------------------------------------- #
+
+
+@dataclass
+class StubRequest:
+    """One request the stub received (headers lower-cased, body decompressed)."""
+
+    method: str
+    path: str
+    query: dict[str, list[str]]
+    headers: dict[str, str]
+    raw: bytes
+    body: Any = None
+    parts: list[MultipartPart] = field(default_factory=list)
+    status: int = 0
+    received_at: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class _FailRule:
+    """Scripted failure for requests whose ``METHOD /path`` starts with a prefix."""
+
+    prefix: str
+    status: int
+    remaining: int | None
+
+
+class _Route(Exception):  # noqa: N818 - a control-flow signal, not an error
+    """Raised by handlers to answer with a specific status and payload."""
+
+    def __init__(self, status: int, payload: object) -> None:
+        """Remember the answer to send."""
+        super().__init__(status)
+        self.status = status
+        self.payload = payload
+
+
+class _StubHandler(LoopbackHandler):
+    """Hands every request to the owning ``LangSmithStub``."""
+
+    def handle_request(self, method: str) -> None:
+        """Record, route and answer one request."""
+        owner = self.server.owner
+        if not isinstance(owner, LangSmithStub):  # pragma: no cover - wiring guard
+            raise TypeError(owner)
+        raw = self.read_body()
+        status, payload = owner.handle(method, self.path, dict(self.headers.items()), raw)
+        self.send_json(status, payload)
+
+
+class LangSmithStub(LoopbackServer):
+    """Loopback LangSmith API stub; pass ``stub.url`` as ``api_url`` to ``langsmith.Client``.
+
+    Attributes:
+        latency: Seconds to wait before answering each request.
+    """
+
+    handler_class: ClassVar[type[LoopbackHandler]] = _StubHandler
+
+    def __init__(self, *, zstd: bool | None = None, version: str = _SERVER_VERSION) -> None:
+        """Create an unstarted stub.
+
+        Args:
+            zstd: Advertise zstd run compression; defaults to "if zstandard is importable".
+            version: Server version reported by ``/info``.
+        """
+        super().__init__()
+        self.zstd = _zstd_available() if zstd is None else zstd
+        self.version = version
+        self.latency = 0.0
+        self._lock = threading.Lock()
+        self._requests: list[StubRequest] = []
+        self._runs: dict[str, dict[str, Any]] = {}
+        self._run_ops: list[tuple[str, dict[str, Any]]] = []
+        self._feedback: dict[str, dict[str, Any]] = {}
+        self._feedback_log: list[tuple[str, dict[str, Any]]] = []
+        self._projects: dict[str, dict[str, Any]] = {}
+        self._fail_rules: list[_FailRule] = []
+
+    # ------------------------------------------------------------- accessors
+
+    @property
+    def requests(self) -> list[StubRequest]:
+        """Snapshot of every request received, in order."""
+        with self._lock:
+            return list(self._requests)
+
+    def requests_to(self, method: str, path_prefix: str = "") -> list[StubRequest]:
+        """Requests with the given method whose path starts with ``path_prefix``."""
+        return [
+            r
+            for r in self.requests
+            if r.method == method.upper() and r.path.startswith(path_prefix)
+        ]
+
+    def feedback(
+        self, key: str | None = None, run_id: str | uuid.UUID | None = None
+    ) -> list[dict[str, Any]]:
+        """Feedback payloads from every transport, in arrival order, optionally filtered."""
+        return [
+            payload
+            for _, payload in self.feedback_records()
+            if (key is None or payload.get("key") == key)
+            and (run_id is None or payload.get("run_id") == str(run_id))
+        ]
+
+    def feedback_records(self) -> list[tuple[str, dict[str, Any]]]:
+        """``(transport, payload)`` pairs; transport is ``"multipart"`` or ``"POST /feedback"``."""
+        with self._lock:
+            return copy.deepcopy(self._feedback_log)
+
+    def runs(self, name: str | None = None) -> list[dict[str, Any]]:
+        """Run payloads (posts and patches merged by id), in first-seen order."""
+        with self._lock:
+            runs = copy.deepcopy(list(self._runs.values()))
+        return [r for r in runs if name is None or r.get("name") == name]
+
+    def run(self, run_id: str | uuid.UUID) -> dict[str, Any] | None:
+        """One merged run payload, or None if the stub has not seen it."""
+        with self._lock:
+            found = self._runs.get(str(run_id))
+            return copy.deepcopy(found) if found is not None else None
+
+    def run_ops(self) -> list[tuple[str, dict[str, Any]]]:
+        """Raw ``("post" | "patch", payload)`` run operations, in arrival order."""
+        with self._lock:
+            return copy.deepcopy(self._run_ops)
+
+    def projects(self) -> list[dict[str, Any]]:
+        """Projects known to the stub."""
+        with self._lock:
+            return copy.deepcopy(list(self._projects.values()))
+
+    def reset(self) -> None:
+        """Forget requests, runs, feedback, projects and failure rules."""
+        with self._lock:
+            self._requests.clear()
+            self._runs.clear()
+            self._run_ops.clear()
+            self._feedback.clear()
+            self._feedback_log.clear()
+            self._projects.clear()
+            self._fail_rules.clear()
+
+    def fail(self, prefix: str, status: int = 500, times: int | None = 1) -> None:
+        """Answer ``status`` to requests matching ``"METHOD /path"`` prefix (None = forever).
+
+        Example: ``stub.fail("POST /feedback", 503, times=2)``.
+        """
+        with self._lock:
+            self._fail_rules.append(_FailRule(prefix, status, times))
+
+    def wait_for(
+        self, predicate: Callable[[], _T], timeout: float = 10.0, interval: float = 0.02
+    ) -> _T:
+        """Poll ``predicate`` until it returns something truthy, and return that.
+
+        Raises:
+            TimeoutError: If it is still falsy after ``timeout`` seconds.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            value = predicate()
+            if value:
+                return value
+            if time.monotonic() >= deadline:
+                msg = f"LangSmithStub.wait_for: condition still false after {timeout}s"
+                raise TimeoutError(msg)
+            time.sleep(interval)
+
+    def wait_for_feedback(
+        self, count: int = 1, timeout: float = 10.0, key: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Wait until at least ``count`` feedback payloads (with ``key``) arrived."""
+
+        def enough() -> list[dict[str, Any]]:
+            found = self.feedback(key=key)
+            return found if len(found) >= count else []
+
+        return self.wait_for(enough, timeout)
+
+    def wait_for_runs(
+        self, count: int = 1, timeout: float = 10.0, name: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Wait until at least ``count`` runs (named ``name``) arrived."""
+
+        def enough() -> list[dict[str, Any]]:
+            found = self.runs(name=name)
+            return found if len(found) >= count else []
+
+        return self.wait_for(enough, timeout)
+
+    def info(self) -> dict[str, Any]:
+        """The ``GET /info`` payload."""
+        return {
+            "version": self.version,
+            "license_expiration_time": None,
+            "batch_ingest_config": {
+                "use_multipart_endpoint": True,
+                "scale_up_qsize_trigger": 1000,
+                "scale_up_nthreads_limit": 16,
+                "scale_down_nempty_trigger": 4,
+                "size_limit": 100,
+                "size_limit_bytes": 20_971_520,
+            },
+            "instance_flags": {
+                "zstd_compression_enabled": self.zstd,
+                "dataset_examples_multipart_enabled": True,
+            },
+            "tenant_handle": "stub",
+        }
+
+    # --------------------------------------------------------------- serving
+
+    def handle(
+        self, method: str, target: str, headers: Mapping[str, str], raw: bytes
+    ) -> tuple[int, object]:
+        """Record and answer one request; returns ``(status, json_payload)``."""
+        split = urlsplit(target)
+        path = split.path.rstrip("/") or "/"
+        lowered = {k.lower(): v for k, v in headers.items()}
+        record = StubRequest(method, path, parse_qs(split.query), lowered, raw)
+        with self._lock:
+            self._requests.append(record)
+        self.pause(self.latency)
+        try:
+            record.raw = decode_body(raw, lowered.get("content-encoding"))
+            content_type = lowered.get("content-type", "")
+            if content_type.startswith("multipart/"):
+                record.parts = parse_multipart(record.raw, content_type)
+                record.body = record.parts
+            elif record.raw:
+                with contextlib.suppress(ValueError):
+                    record.body = json.loads(record.raw)
+            status, payload = self._failure(method, path) or self._route(record)
+        except _Route as answer:
+            status, payload = answer.status, answer.payload
+        except Exception as exc:
+            status, payload = 500, {"detail": f"LangSmithStub error: {type(exc).__name__}: {exc}"}
+        record.status = status
+        return status, payload
+
+    def _failure(self, method: str, path: str) -> tuple[int, object] | None:
+        """Apply a matching scripted failure rule, if any."""
+        target = f"{method} {path}"
+        with self._lock:
+            for rule in self._fail_rules:
+                if target.startswith(rule.prefix) and (
+                    rule.remaining is None or rule.remaining > 0
+                ):
+                    if rule.remaining is not None:
+                        rule.remaining -= 1
+                    return rule.status, {"detail": f"LangSmithStub scripted failure {rule.status}"}
+        return None
+
+    def _route(self, req: StubRequest) -> tuple[int, object]:
+        """Dispatch on method and path."""
+        method, path = req.method, req.path
+        table: list[tuple[str, str, Callable[[StubRequest, re.Match[str]], tuple[int, object]]]] = [
+            ("GET", r"/(?:api/v1/)?info", lambda _r, _m: (200, self.info())),
+            ("GET", r"/settings", lambda _r, _m: (200, self._settings())),
+            ("POST", r"/runs/multipart", self._post_multipart),
+            ("POST", r"/runs/batch", self._post_batch),
+            ("POST", r"/runs/query", self._query_runs),
+            ("POST", r"/runs", self._post_run),
+            ("PATCH", rf"/runs/(?P<id>{_UUID_RE})", self._patch_run),
+            ("GET", rf"/runs/(?P<id>{_UUID_RE})", self._get_run),
+            ("POST", r"/feedback", self._post_feedback),
+            ("GET", r"/feedback", self._list_feedback),
+            ("GET", rf"/feedback/(?P<id>{_UUID_RE})", self._get_feedback),
+            ("PATCH", rf"/feedback/(?P<id>{_UUID_RE})", self._patch_feedback),
+            ("DELETE", rf"/feedback/(?P<id>{_UUID_RE})", self._delete_feedback),
+            ("GET", r"/sessions", self._list_projects),
+            ("POST", r"/sessions", self._create_project),
+            ("GET", rf"/sessions/(?P<id>{_UUID_RE})", self._get_project),
+            ("PATCH", rf"/sessions/(?P<id>{_UUID_RE})", self._patch_project),
+            ("DELETE", rf"/sessions/(?P<id>{_UUID_RE})", self._delete_project),
+        ]
+        for verb, pattern, handler in table:
+            match = re.fullmatch(pattern, path)
+            if verb == method and match:
+                return handler(req, match)
+        return 404, {"detail": f"LangSmithStub: no route for {method} {path}"}
+
+    # ------------------------------------------------------------------ runs
+
+    def _store_run(self, operation: str, payload: dict[str, Any]) -> None:
+        """Record a run post/patch and merge it into the run table (lock held)."""
+        run_id = str(payload.get("id"))
+        self._run_ops.append((operation, copy.deepcopy(payload)))
+        merged = self._runs.setdefault(run_id, {"id": run_id})
+        merged.update({k: v for k, v in payload.items() if v is not None or k not in merged})
+        project = merged.get("session_name")
+        if project and "session_id" not in merged:
+            merged["session_id"] = self._ensure_project(str(project))["id"]
+
+    def _post_multipart(self, req: StubRequest, _m: re.Match[str]) -> tuple[int, object]:
+        """Ingest runs, attachments and feedback from a multipart body."""
+        runs: dict[tuple[str, str], dict[str, Any]] = {}
+        feedback: list[dict[str, Any]] = []
+        for part in req.parts:
+            kind, _, rest = part.name.partition(".")
+            if kind in ("post", "patch"):
+                run_id, _, sub = rest.partition(".")
+                entry = runs.setdefault((kind, run_id), {"id": run_id})
+                if sub:
+                    entry[sub] = part.json()
+                else:
+                    entry.update(part.json())
+            elif kind == "attachment":
+                run_id, _, name = rest.partition(".")
+                entry = runs.setdefault(("post", run_id), {"id": run_id})
+                entry.setdefault("attachments", {})[name] = {
+                    "content_type": part.content_type,
+                    "size": len(part.data),
+                }
+            elif kind == "feedback":
+                feedback.append(part.json())
+        with self._lock:
+            for (kind, _), payload in runs.items():
+                self._store_run(kind, payload)
+            for payload in feedback:
+                self._store_feedback("multipart", payload)
+        return 202, {}
+
+    def _post_batch(self, req: StubRequest, _m: re.Match[str]) -> tuple[int, object]:
+        """Ingest ``{"post": [...], "patch": [...]}`` run batches."""
+        body = req.body if isinstance(req.body, dict) else {}
+        with self._lock:
+            for kind in ("post", "patch"):
+                for payload in body.get(kind) or []:
+                    self._store_run(kind, payload)
+        return 202, {}
+
+    def _post_run(self, req: StubRequest, _m: re.Match[str]) -> tuple[int, object]:
+        """Ingest a single run creation."""
+        if not isinstance(req.body, dict):
+            raise _Route(422, {"detail": "run body must be a JSON object"})
+        with self._lock:
+            self._store_run("post", req.body)
+        return 202, {}
+
+    def _patch_run(self, req: StubRequest, match: re.Match[str]) -> tuple[int, object]:
+        """Ingest a single run update."""
+        body = dict(req.body) if isinstance(req.body, dict) else {}
+        body["id"] = match["id"]
+        with self._lock:
+            self._store_run("patch", body)
+        return 202, {}
+
+    def _run_view(self, run: dict[str, Any]) -> dict[str, Any]:
+        """A stored run with the fields ``langsmith.schemas.Run`` requires (lock held)."""
+        view = copy.deepcopy(run)
+        view.setdefault("name", "unnamed")
+        view.setdefault("run_type", "chain")
+        view.setdefault("start_time", _now())
+        view.setdefault("trace_id", view["id"])
+        view.setdefault("inputs", {})
+        view["child_run_ids"] = [
+            rid for rid, r in self._runs.items() if r.get("parent_run_id") == view["id"]
+        ]
+        return view
+
+    def _get_run(self, _req: StubRequest, match: re.Match[str]) -> tuple[int, object]:
+        """Read one run."""
+        with self._lock:
+            run = self._runs.get(match["id"])
+            if run is None:
+                return 404, {"detail": f"run {match['id']} not found"}
+            return 200, self._run_view(run)
+
+    def _query_runs(self, req: StubRequest, _m: re.Match[str]) -> tuple[int, object]:
+        """Minimal ``/runs/query``: filter on id, trace, session, parent_run, is_root, run_type."""
+        body = req.body if isinstance(req.body, dict) else {}
+        ids = {str(i) for i in body.get("id") or []}
+        sessions = {str(s) for s in body.get("session") or []}
+        with self._lock:
+            views = [self._run_view(r) for r in self._runs.values()]
+        selected = [
+            v
+            for v in views
+            if (not ids or v["id"] in ids)
+            and (not sessions or str(v.get("session_id")) in sessions)
+            and (body.get("trace") is None or str(v.get("trace_id")) == str(body["trace"]))
+            and (
+                body.get("parent_run") is None
+                or str(v.get("parent_run_id")) == str(body["parent_run"])
+            )
+            and (
+                body.get("is_root") is None
+                or (v.get("parent_run_id") is None) == bool(body["is_root"])
+            )
+            and (body.get("run_type") is None or v.get("run_type") == body["run_type"])
+        ]
+        return 200, {"runs": selected, "cursors": {"next": None}}
+
+    # -------------------------------------------------------------- feedback
+
+    def _store_feedback(self, transport: str, payload: dict[str, Any]) -> dict[str, Any]:
+        """Record one feedback payload and return the stored copy (lock held)."""
+        payload = copy.deepcopy(payload)
+        payload.setdefault("id", str(uuid.uuid4()))
+        self._feedback[str(payload["id"])] = payload
+        self._feedback_log.append((transport, copy.deepcopy(payload)))
+        return payload
+
+    def _post_feedback(self, req: StubRequest, _m: re.Match[str]) -> tuple[int, object]:
+        """Create feedback from a JSON body."""
+        if not isinstance(req.body, dict) or "key" not in req.body:
+            raise _Route(422, {"detail": "feedback body must be a JSON object with a key"})
+        with self._lock:
+            return 200, self._feedback_view(self._store_feedback("POST /feedback", req.body))
+
+    @staticmethod
+    def _feedback_view(payload: dict[str, Any]) -> dict[str, Any]:
+        """Feedback with the fields ``langsmith.schemas.Feedback`` requires."""
+        view = copy.deepcopy(payload)
+        view.setdefault("id", str(uuid.uuid4()))
+        view.setdefault("key", "unnamed")
+        view.setdefault("created_at", _now())
+        view.setdefault("modified_at", view["created_at"])
+        view.setdefault("run_id", None)
+        view.setdefault("trace_id", None)
+        return view
+
+    def _list_feedback(self, req: StubRequest, _m: re.Match[str]) -> tuple[int, object]:
+        """List feedback filtered by ``run``, ``key`` and ``source`` with offset/limit paging."""
+        runs, keys, sources = (set(req.query.get(name, [])) for name in ("run", "key", "source"))
+        offset = int(req.query.get("offset", ["0"])[0])
+        limit = int(req.query.get("limit", ["100"])[0])
+        with self._lock:
+            items = [
+                self._feedback_view(f)
+                for f in self._feedback.values()
+                if (not runs or str(f.get("run_id")) in runs)
+                and (not keys or f.get("key") in keys)
+                and (not sources or (f.get("feedback_source") or {}).get("type") in sources)
+            ]
+        return 200, items[offset : offset + limit]
+
+    def _get_feedback(self, _req: StubRequest, match: re.Match[str]) -> tuple[int, object]:
+        """Read one feedback."""
+        with self._lock:
+            found = self._feedback.get(match["id"])
+            if found is None:
+                return 404, {"detail": f"feedback {match['id']} not found"}
+            return 200, self._feedback_view(found)
+
+    def _patch_feedback(self, req: StubRequest, match: re.Match[str]) -> tuple[int, object]:
+        """Update one feedback in place."""
+        with self._lock:
+            found = self._feedback.get(match["id"])
+            if found is None:
+                return 404, {"detail": f"feedback {match['id']} not found"}
+            found.update(req.body if isinstance(req.body, dict) else {})
+            return 200, self._feedback_view(found)
+
+    def _delete_feedback(self, _req: StubRequest, match: re.Match[str]) -> tuple[int, object]:
+        """Delete one feedback (the arrival log keeps it)."""
+        with self._lock:
+            self._feedback.pop(match["id"], None)
+        return 200, {}
+
+    # -------------------------------------------------------------- projects
+
+    def _ensure_project(self, name: str, **fields: Any) -> dict[str, Any]:
+        """Return the project called ``name``, creating it if needed (lock held)."""
+        project = self._projects.get(name)
+        if project is None:
+            project = {
+                "id": project_id_for(name),
+                "name": name,
+                "tenant_id": str(TENANT_ID),
+                "start_time": _now(),
+                "end_time": None,
+                "description": None,
+                "extra": None,
+                "reference_dataset_id": None,
+            }
+            self._projects[name] = project
+        project.update({k: v for k, v in fields.items() if v is not None})
+        return project
+
+    def _project_view(self, project: dict[str, Any]) -> dict[str, Any]:
+        """A project with a live run count (lock held)."""
+        view = copy.deepcopy(project)
+        view["run_count"] = sum(
+            1 for r in self._runs.values() if r.get("session_id") == project["id"]
+        )
+        return view
+
+    def _project_by_id(self, project_id: str) -> dict[str, Any] | None:
+        """Find a project by id (lock held)."""
+        return next((p for p in self._projects.values() if p["id"] == project_id), None)
+
+    def _list_projects(self, req: StubRequest, _m: re.Match[str]) -> tuple[int, object]:
+        """List projects; a ``name`` filter always yields that (auto-created) project."""
+        names = req.query.get("name", [])
+        with self._lock:
+            if names:
+                found: Iterable[dict[str, Any]] = [self._ensure_project(n) for n in names]
+            else:
+                if not self._projects:
+                    self._ensure_project("default")
+                found = list(self._projects.values())
+            return 200, [self._project_view(p) for p in found]
+
+    def _create_project(self, req: StubRequest, _m: re.Match[str]) -> tuple[int, object]:
+        """Create (or return the existing) project named in the body."""
+        body = req.body if isinstance(req.body, dict) else {}
+        name = body.get("name")
+        if not name:
+            raise _Route(422, {"detail": "project name is required"})
+        fields = {
+            k: body.get(k) for k in ("description", "extra", "reference_dataset_id", "end_time")
+        }
+        with self._lock:
+            return 200, self._project_view(self._ensure_project(str(name), **fields))
+
+    def _get_project(self, _req: StubRequest, match: re.Match[str]) -> tuple[int, object]:
+        """Read one project by id."""
+        with self._lock:
+            project = self._project_by_id(match["id"])
+            if project is None:
+                return 404, {"detail": f"project {match['id']} not found"}
+            return 200, self._project_view(project)
+
+    def _patch_project(self, req: StubRequest, match: re.Match[str]) -> tuple[int, object]:
+        """Update one project by id."""
+        with self._lock:
+            project = self._project_by_id(match["id"])
+            if project is None:
+                return 404, {"detail": f"project {match['id']} not found"}
+            project.update(
+                {k: v for k, v in (req.body or {}).items() if k not in ("id", "tenant_id")}
+            )
+            return 200, self._project_view(project)
+
+    def _delete_project(self, _req: StubRequest, match: re.Match[str]) -> tuple[int, object]:
+        """Delete one project by id."""
+        with self._lock:
+            project = self._project_by_id(match["id"])
+            if project is not None:
+                del self._projects[project["name"]]
+        return 202, {}
+
+    def _settings(self) -> dict[str, Any]:
+        """The ``GET /settings`` payload (tenant info)."""
+        return {
+            "id": str(TENANT_ID),
+            "display_name": "LangSmithStub",
+            "created_at": _now(),
+            "tenant_handle": "stub",
+        }

@@ -1,0 +1,102 @@
+import math
+
+import pytest
+from langchain_core.documents import Document
+from pydantic import ValidationError
+
+from langchain_ragmetrics import MetricResult, RagSample, Usage
+from langchain_ragmetrics.schema import coerce_sample
+
+
+def test_accepts_strings_and_documents() -> None:
+    sample = RagSample(
+        question="q",
+        contexts=[Document(page_content="a", id="d1"), "b", Document("c", metadata={"doc_id": 7})],
+    )
+    assert sample.contexts == ["a", "b", "c"]
+    assert sample.context_ids == ["d1", None, "7"]
+
+
+def test_single_string_context_becomes_a_list() -> None:
+    assert RagSample(contexts="only one").contexts == ["only one"]
+
+
+def test_ragas_v01_columns() -> None:
+    sample = coerce_sample({"question": "q", "contexts": ["c"], "answer": "a", "ground_truth": "g"})
+    assert (sample.question, sample.contexts, sample.answer, sample.reference) == (
+        "q",
+        ["c"],
+        "a",
+        "g",
+    )
+
+
+def test_ragas_v01_ground_truths_list_is_joined() -> None:
+    sample = coerce_sample({"question": "q", "ground_truths": ["one.", "two."]})
+    assert sample.reference == "one.\ntwo."
+
+
+def test_ragas_v02_columns() -> None:
+    sample = coerce_sample(
+        {
+            "user_input": "q",
+            "retrieved_contexts": ["c1", "c2"],
+            "response": "a",
+            "reference": "r",
+            "reference_contexts": ["c1"],
+            "retrieved_context_ids": ["1", "2"],
+            "reference_context_ids": [1],
+        }
+    )
+    assert sample.question == "q"
+    assert sample.contexts == ["c1", "c2"]
+    assert sample.answer == "a"
+    assert sample.reference == "r"
+    assert sample.reference_contexts == ["c1"]
+    assert sample.context_ids == ["1", "2"]
+    assert sample.reference_context_ids == ["1"]
+
+
+def test_unknown_keys_are_kept_in_metadata() -> None:
+    sample = coerce_sample({"question": "q", "trace": "t-1", "metadata": {"user": "u"}})
+    assert sample.metadata == {"user": "u", "trace": "t-1"}
+
+
+def test_bad_context_type_names_the_field() -> None:
+    with pytest.raises(ValidationError, match=r"contexts\[1\]"):
+        RagSample(contexts=["ok", 3])  # type: ignore[list-item]
+
+
+def test_bad_language_names_the_field() -> None:
+    with pytest.raises(ValidationError, match="`language`"):
+        RagSample(language="klingon")
+
+
+def test_require_names_metric_and_field() -> None:
+    sample = coerce_sample({"question": "q", "refrence": "typo"})
+    with pytest.raises(ValueError, match=r"ContextRecall needs `reference`.*refrence"):
+        sample.require("ContextRecall", "reference")
+
+
+def test_coerce_rejects_other_types() -> None:
+    with pytest.raises(TypeError, match="RagSample or a dict"):
+        coerce_sample(["not", "a", "sample"])  # type: ignore[arg-type]
+
+
+def test_metric_result_to_langsmith() -> None:
+    ok = MetricResult(metric="context_recall", score=0.5, reason="2 of 4")
+    assert ok.to_langsmith() == {"key": "context_recall", "score": 0.5, "comment": "2 of 4"}
+    bad = MetricResult(metric="context_recall", score=math.nan, error="boom")
+    assert bad.failed
+    assert bad.to_langsmith() == {"key": "context_recall", "score": None, "comment": "error: boom"}
+    skipped = MetricResult(metric="context_recall", score=None)
+    assert skipped.skipped
+    assert not skipped.failed
+
+
+def test_usage_adds_up() -> None:
+    total = Usage(input_tokens=1, output_tokens=2, judge_calls=1) + Usage(
+        input_tokens=3, output_tokens=4, judge_calls=2
+    )
+    assert (total.input_tokens, total.output_tokens, total.judge_calls) == (4, 6, 3)
+    assert total.total_tokens == 10

@@ -1,0 +1,52 @@
+import pytest
+
+from langchain_ragmetrics.text import (
+    check_language,
+    clear_segmenter_cache,
+    language_name,
+    normalize_for_match,
+    segment,
+)
+
+
+def test_segment_english() -> None:
+    text = "Dr. Smith went to Washington. He arrived at 3 p.m. on Monday! Did he stay?"
+    assert segment(text, "en") == [
+        "Dr. Smith went to Washington.",
+        "He arrived at 3 p.m. on Monday!",
+        "Did he stay?",
+    ]
+
+
+def test_segment_japanese() -> None:
+    text = "岸田文雄氏は日本の首相です。東京は日本の首都です。本当ですか？"
+    assert segment(text, "ja") == [
+        "岸田文雄氏は日本の首相です。",
+        "東京は日本の首都です。",
+        "本当ですか？",
+    ]
+
+
+def test_segment_blank() -> None:
+    assert segment("", "en") == []
+    assert segment("   \n ", "ja") == []
+
+
+def test_language_checks() -> None:
+    assert check_language("JA") == "ja"
+    assert check_language("en-US") == "en"
+    assert language_name("ja") == "Japanese"
+    with pytest.raises(ValueError, match="`language`: unsupported language 'xx'"):
+        check_language("xx")
+
+
+def test_segmenter_cache_is_resettable() -> None:
+    segment("One. Two.", "en")
+    clear_segmenter_cache()
+    assert segment("One. Two.", "en") == ["One.", "Two."]
+
+
+def test_normalize_for_match() -> None:
+    assert normalize_for_match("  Shah-Jahan ") == normalize_for_match("shah jahan")
+    assert normalize_for_match("ＡＢＣ１２３") == "abc123"
+    assert normalize_for_match("ムンバイ、インド") == "ムンバイインド"
