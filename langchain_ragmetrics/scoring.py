@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import math
-from fractions import Fraction
 from collections.abc import Iterable, Sequence
+from fractions import Fraction
 
 from langchain_ragmetrics.text import normalize_for_match
 

@@ -316,7 +316,7 @@ def _pick_tool(body: Mapping[str, Any]) -> dict[str, Any] | None:
 
 @dataclass
 class JudgeRequest:
-    """One chat-completion request as the script sees it."""
+    """One chat-completion request as the script sees it (header names lower-cased)."""
 
     body: dict[str, Any]
     path: str = "/v1/chat/completions"

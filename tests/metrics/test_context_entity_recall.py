@@ -19,8 +19,8 @@ REFERENCE = (
     "the tomb of his favorite wife, Mumtaz Mahal."
 )
 HIGH = (
-    "The Taj Mahal is a symbol of love and architectural marvel located in Agra, India. It was built "
-    "by the Mughal emperor Shah Jahan in memory of his beloved wife, Mumtaz Mahal."
+    "The Taj Mahal is a symbol of love and architectural marvel located in Agra, India. It was "
+    "built by the Mughal emperor Shah Jahan in memory of his beloved wife, Mumtaz Mahal."
 )
 LOW = "The Taj Mahal is an iconic monument in India. It is a UNESCO World Heritage Site."
 GE = ["Taj Mahal", "Yamuna", "Agra", "1631", "Shah Jahan", "Mumtaz Mahal"]
