@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_JUDGE_MODEL",
     "JudgeCall",
+    "JudgeConfigError",
     "JudgeOutcome",
     "RetryPolicy",
     "acall_judge",
@@ -35,6 +36,10 @@ _TRANSIENT_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
 _TRANSIENT_NAMES = ("Timeout", "APIConnectionError", "ConnectError", "RemoteProtocolError")
 
 
+class JudgeConfigError(RuntimeError):
+    """The judge could not be built (e.g. no API key for the default judge)."""
+
+
 def default_judge() -> BaseChatModel:
     """Build the default judge, importing langchain-openai only now (keeps import light).
 
@@ -42,7 +47,15 @@ def default_judge() -> BaseChatModel:
     """
     from langchain_openai import ChatOpenAI
 
-    return ChatOpenAI(model=DEFAULT_JUDGE_MODEL, temperature=0)
+    try:
+        return ChatOpenAI(model=DEFAULT_JUDGE_MODEL, temperature=0)
+    except Exception as exc:
+        msg = (
+            f"could not build the default judge ChatOpenAI(model={DEFAULT_JUDGE_MODEL!r}): {exc}. "
+            "Set OPENAI_API_KEY, or OPENAI_BASE_URL (with any OPENAI_API_KEY) to use a local "
+            "OpenAI-compatible server, or pass llm=<any chat model> to the metric."
+        )
+        raise JudgeConfigError(msg) from exc
 
 
 def judge_name(llm: Any) -> str | None:
@@ -157,7 +170,12 @@ class _Attempts:
         problem: Any = output.get("parsing_error") if isinstance(output, Mapping) else None
         self.usage = self.usage + (_usage_of(raw) if raw is not None else Usage(judge_calls=1))
         if problem is None and parsed is None:
-            problem = "the judge returned no structured answer"
+            invalid = getattr(raw, "invalid_tool_calls", None)
+            problem = (
+                f"malformed tool call: {invalid[0].get('error') or invalid[0].get('args')}"
+                if invalid
+                else "the judge returned no structured answer"
+            )
         if problem is None and self.call.check is not None:
             try:
                 self.call.check(parsed)

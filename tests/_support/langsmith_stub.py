@@ -53,7 +53,6 @@ _T = TypeVar("_T")
 _NAMESPACE = uuid.UUID("6c0b8f5e-4f1e-4c43-9a55-0d5f3b7a1e10")
 TENANT_ID = uuid.uuid5(_NAMESPACE, "tenant")
 _SERVER_VERSION = "0.10.0"  # feedback batching needs >= 0.8.10
-_RUN_FIELDS = ("inputs", "outputs", "events", "extra", "error", "serialized")
 _UUID_RE = r"[0-9a-fA-F-]{32,36}"
 
 

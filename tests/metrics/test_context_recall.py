@@ -152,7 +152,7 @@ def test_garbage_is_retried_then_nan_with_error(
     result = ContextRecall(llm=make_judge(), retry=FAST).invoke(EINSTEIN)
     assert math.isnan(result.score or 0.0)
     assert result.error is not None
-    assert result.error.startswith("invalid judge output")
+    assert result.error.startswith("invalid judge output: malformed tool call")
     assert result.usage.judge_calls == 2  # one try plus one parse retry
     assert judge_server.count() == 2
 
@@ -261,3 +261,25 @@ def test_custom_prompt_is_used(judge_server: JudgeServer, make_judge: Callable[.
     assert metric.invoke(EINSTEIN).score == 0.5
     assert judge_server.requests[0].system == "Custom rubric in English."
     assert ContextRecall.output_schema is RecallStatements
+
+
+def test_japanese_seed_sato(judge_server: JudgeServer, make_judge: Callable[..., Any]) -> None:
+    """Seed 002: 「佐藤は研究開発部のメンバーです」 is one statement, supported -> 1/1."""
+    judge_server.script = lambda req: {
+        "statements": [
+            {
+                "statement": "佐藤は研究開発部の所属である",
+                "reason": "コンテキストに研究開発部のエンジニアとある",
+                "attributed": True,
+            }
+        ]
+    }
+    result = ContextRecall(llm=make_judge(), language="ja").invoke(
+        {
+            "question": "佐藤の所属部署は?",
+            "contexts": ["佐藤は研究開発部のエンジニアで、最近新製品の開発を担当しています"],
+            "ground_truth": "佐藤は研究開発部のメンバーです",
+        }
+    )
+    assert result.score == 1.0
+    assert result.details["statements"][0]["statement"] == "佐藤は研究開発部の所属である"
