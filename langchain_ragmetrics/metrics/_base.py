@@ -6,7 +6,7 @@ import asyncio
 import math
 import time
 from abc import abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -18,7 +18,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.runnables import RunnableConfig, RunnableSerializable
 from langchain_core.runnables.config import get_executor_for_config, patch_config
-from pydantic import ConfigDict, Field, PrivateAttr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 from typing_extensions import override
 
 from langchain_ragmetrics.metrics._judge import (
@@ -30,8 +30,9 @@ from langchain_ragmetrics.metrics._judge import (
     default_judge,
     judge_name,
 )
+from langchain_ragmetrics.prompts._common import to_payload
 from langchain_ragmetrics.schema import MetricInput, MetricResult, RagSample, Usage, coerce_sample
-from langchain_ragmetrics.text import check_language
+from langchain_ragmetrics.text import check_language, language_name
 
 __all__ = ["BaseRagMetric", "JudgeError", "JudgedMetric", "Plan", "Verdict"]
 
@@ -201,6 +202,9 @@ class JudgedMetric(BaseRagMetric):
     into a score with a pure function (:meth:`score`).
     """
 
+    output_schema: ClassVar[type[BaseModel]]
+    """The structured answer the judge fills (subclass to customise)."""
+
     llm: BaseChatModel | None = None
     """The judge; default ``ChatOpenAI(model="gpt-4o-mini", temperature=0)``, built on first use."""
     prompt: ChatPromptTemplate = Field(default=None, validate_default=True)
@@ -234,6 +238,23 @@ class JudgedMetric(BaseRagMetric):
     @override
     def _judge_label(self) -> str | None:
         return judge_name(self.llm if self.llm is not None else self._default_llm)
+
+    def ask(
+        self,
+        sample: RagSample,
+        data: dict[str, Any],
+        *,
+        prompt: ChatPromptTemplate | None = None,
+        schema: type[BaseModel] | None = None,
+        check: Callable[[Any], None] | None = None,
+    ) -> JudgeCall:
+        """A judge call sending ``data`` as the JSON payload, in the sample's language."""
+        return JudgeCall(
+            prompt or self.prompt,
+            schema or self.output_schema,
+            {"payload": to_payload(data), "language": language_name(self.sample_language(sample))},
+            check,
+        )
 
     @abstractmethod
     def plan(self, sample: RagSample) -> Plan | Verdict:

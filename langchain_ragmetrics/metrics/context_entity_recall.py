@@ -10,12 +10,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from typing_extensions import override
 
 from langchain_ragmetrics.metrics._base import JudgedMetric, Plan, Verdict
-from langchain_ragmetrics.metrics._judge import JudgeCall
 from langchain_ragmetrics.prompts import context_entity_recall as prompts
-from langchain_ragmetrics.prompts._common import to_payload
 from langchain_ragmetrics.schema import RagSample
 from langchain_ragmetrics.scoring import entity_overlap
-from langchain_ragmetrics.text import language_name
 
 __all__ = ["ContextEntityRecall", "EntityList", "EntityLists", "score_entity_recall"]
 
@@ -84,20 +81,11 @@ class ContextEntityRecall(JudgedMetric):
         reference = (sample.reference or "").strip()
         if not reference:
             return score_entity_recall([], [])
-        language = language_name(self.sample_language(sample))
         if self.single_call:
-            payload = {"reference": reference, "passages": sample.contexts}
-            variables = {"payload": to_payload(payload), "language": language}
-            return Plan([JudgeCall(self.prompt, self.output_schema, variables)])
-        calls = [
-            JudgeCall(
-                self.single_prompt,
-                self.single_output_schema,
-                {"payload": to_payload({"text": text}), "language": language},
-            )
-            for text in [reference, "\n\n".join(sample.contexts)]
-            if text
-        ]
+            return Plan([self.ask(sample, {"reference": reference, "passages": sample.contexts})])
+        prompt, schema = self.single_prompt, self.single_output_schema
+        texts = [reference, "\n\n".join(sample.contexts)]
+        calls = [self.ask(sample, {"text": t}, prompt=prompt, schema=schema) for t in texts if t]
         return Plan(calls)
 
     @override

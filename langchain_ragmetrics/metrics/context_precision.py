@@ -10,12 +10,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from typing_extensions import override
 
 from langchain_ragmetrics.metrics._base import JudgedMetric, Plan, Verdict
-from langchain_ragmetrics.metrics._judge import JudgeCall
 from langchain_ragmetrics.prompts import context_precision as prompts
-from langchain_ragmetrics.prompts._common import to_payload
 from langchain_ragmetrics.schema import RagSample
 from langchain_ragmetrics.scoring import average_precision
-from langchain_ragmetrics.text import language_name
 
 __all__ = [
     "ContextPrecision",
@@ -123,24 +120,19 @@ class ContextPrecision(JudgedMetric):
             mode, kind, target = "answer", "answer", sample.answer or ""
         if not sample.contexts:
             return Verdict(0.0, "No contexts were retrieved.", {"mode": mode, "verdicts": []})
-        language = language_name(self.sample_language(sample))
         base = {"question": sample.question or "", "target_kind": kind, "target": target}
-        count = len(sample.contexts)
         if self.per_context:
+            prompt, schema = self.single_prompt, self.single_output_schema
             calls = [
-                JudgeCall(
-                    self.single_prompt,
-                    self.single_output_schema,
-                    {"payload": to_payload({**base, "passage": text}), "language": language},
-                )
-                for text in sample.contexts
+                self.ask(sample, {**base, "passage": c}, prompt=prompt, schema=schema)
+                for c in sample.contexts
             ]
             return Plan(calls, mode)
+        count = len(sample.contexts)
         passages = [{"index": i, "text": text} for i, text in enumerate(sample.contexts)]
-        call = JudgeCall(
-            self.prompt,
-            self.output_schema,
-            {"payload": to_payload({**base, "passages": passages}), "language": language},
+        call = self.ask(
+            sample,
+            {**base, "passages": passages},
             check=lambda answer: check_verdict_indices(answer, count),
         )
         return Plan([call], mode)

@@ -10,12 +10,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from typing_extensions import override
 
 from langchain_ragmetrics.metrics._base import JudgedMetric, Plan, Verdict
-from langchain_ragmetrics.metrics._judge import JudgeCall
 from langchain_ragmetrics.prompts import context_recall as prompts
-from langchain_ragmetrics.prompts._common import to_payload
 from langchain_ragmetrics.schema import RagSample
 from langchain_ragmetrics.scoring import recall_fraction
-from langchain_ragmetrics.text import language_name
 
 __all__ = ["ContextRecall", "RecallStatements", "StatementVerdict", "score_context_recall"]
 
@@ -73,15 +70,9 @@ class ContextRecall(JudgedMetric):
             return Verdict(float("nan"), "The reference is empty: there is nothing to recall.")
         if not sample.contexts:
             return Verdict(0.0, "No contexts were retrieved, so no statement is supported.")
-        payload = {"question": sample.question or "", "passages": sample.contexts}
-        payload["reference"] = reference
-        language = language_name(self.sample_language(sample))
-        call = JudgeCall(
-            self.prompt,
-            self.output_schema,
-            {"payload": to_payload(payload), "language": language},
-        )
-        return Plan([call])
+        data = {"question": sample.question or "", "passages": sample.contexts}
+        data["reference"] = reference
+        return Plan([self.ask(sample, data)])
 
     @override
     def score(self, plan: Plan, answers: Sequence[Any]) -> Verdict:

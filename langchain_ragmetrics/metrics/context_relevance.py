@@ -11,12 +11,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from typing_extensions import override
 
 from langchain_ragmetrics.metrics._base import JudgedMetric, Plan, Verdict
-from langchain_ragmetrics.metrics._judge import JudgeCall
 from langchain_ragmetrics.prompts import context_relevance as prompts
-from langchain_ragmetrics.prompts._common import to_payload
 from langchain_ragmetrics.schema import RagSample
 from langchain_ragmetrics.scoring import relevance_ratio
-from langchain_ragmetrics.text import language_name, segment
+from langchain_ragmetrics.text import segment
 
 __all__ = [
     "ContextRelevance",
@@ -101,20 +99,12 @@ class ContextRelevance(JudgedMetric):
         sentences = split_contexts(sample.contexts, self.sample_language(sample))
         if not sentences:
             return score_context_relevance([], [], "No context sentences were retrieved.")
-        payload = {
+        data = {
             "question": sample.question or "",
             "sentences": [{"index": s.index, "text": s.text} for s in sentences],
         }
         count = len(sentences)
-        call = JudgeCall(
-            self.prompt,
-            self.output_schema,
-            {
-                "payload": to_payload(payload),
-                "language": language_name(self.sample_language(sample)),
-            },
-            check=lambda answer: check_sentence_indices(answer, count),
-        )
+        call = self.ask(sample, data, check=lambda answer: check_sentence_indices(answer, count))
         return Plan([call], sentences)
 
     @override
