@@ -7,13 +7,17 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import math
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
+from langchain_core.runnables.config import merge_configs
 
 from langchain_ragmetrics.metrics._base import BaseRagMetric, JudgedMetric
 from langchain_ragmetrics.schema import MetricResult, RagSample, Usage
@@ -23,11 +27,15 @@ __all__ = ["EngineStats", "Job", "RateLimiter", "ScoringEngine", "expected_judge
 
 @dataclass(frozen=True)
 class Job:
-    """One metric on one sample; ``tag`` is the caller's own handle (row index, trace id ...)."""
+    """One metric on one sample; ``tag`` is the caller's own handle (row index, trace id ...).
+
+    ``config`` is merged over the engine's config for this job only (e.g. run metadata).
+    """
 
     sample: RagSample
     metric: BaseRagMetric
     tag: Any = None
+    config: RunnableConfig | None = None
 
 
 @dataclass
@@ -100,6 +108,11 @@ class ScoringEngine:
 
     A job never raises out of :meth:`ascore` (unless ``raise_exceptions``): invalid input,
     a timeout or a bug become a result with ``score=NaN`` and ``error`` set.
+
+    With an ``executor``, each metric runs through its sync ``invoke`` on that executor
+    instead of ``ainvoke`` on the loop: the online worker needs this because async model
+    clients are often shared process-wide (langchain-openai caches one ``httpx.AsyncClient``
+    per base URL) and must not be used from a second event loop.
     """
 
     def __init__(
@@ -110,6 +123,7 @@ class ScoringEngine:
         rate_limit_per_minute: float | None = None,
         raise_exceptions: bool = False,
         config: RunnableConfig | None = None,
+        executor: Executor | None = None,
     ) -> None:
         if max_concurrency < 1:
             msg = "`max_concurrency` must be at least 1"
@@ -118,6 +132,7 @@ class ScoringEngine:
         self.timeout = timeout
         self.raise_exceptions = raise_exceptions
         self.config: RunnableConfig = config or {}
+        self.executor = executor
         self.limiter = RateLimiter(rate_limit_per_minute) if rate_limit_per_minute else None
         self.stats = EngineStats()
         self._gates: dict[int, asyncio.Semaphore] = {}
@@ -132,6 +147,14 @@ class ScoringEngine:
     def _error_result(self, job: Job, error: str) -> MetricResult:
         return MetricResult(metric=job.metric.metric_name, score=math.nan, error=error)
 
+    def _call(self, job: Job) -> Awaitable[MetricResult]:
+        config = self.config if job.config is None else merge_configs(self.config, job.config)
+        if self.executor is None:
+            return job.metric.ainvoke(job.sample, config)
+        # Carry the loop's context into the thread, as asyncio.to_thread does.
+        run = partial(contextvars.copy_context().run, job.metric.invoke, job.sample, config)
+        return asyncio.get_running_loop().run_in_executor(self.executor, run)
+
     async def ascore(self, job: Job) -> MetricResult:
         """Score one job under the concurrency limit; never raises unless asked to."""
         async with self._gate():
@@ -140,7 +163,7 @@ class ScoringEngine:
             self.stats.started += 1
             start = time.perf_counter()
             try:
-                call = job.metric.ainvoke(job.sample, self.config)
+                call = self._call(job)
                 if self.timeout is not None:
                     result = await asyncio.wait_for(call, self.timeout)
                 else:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import re
+import threading
 import unicodedata
 from typing import Any
 
@@ -61,6 +62,9 @@ def language_name(code: str) -> str:
     return SUPPORTED_LANGUAGES[check_language(code)]
 
 
+_SEGMENT_LOCK = threading.Lock()
+
+
 @functools.lru_cache(maxsize=32)
 def _segmenter(code: str) -> Any:
     import pysbd
@@ -77,7 +81,9 @@ def segment(text: str, language: str = "en") -> list[str]:
     """Split text into sentences with pysbd rules for the language; blanks are dropped."""
     if not text or not text.strip():
         return []
-    sentences = _segmenter(check_language(language)).segment(text)
+    segmenter = _segmenter(check_language(language))
+    with _SEGMENT_LOCK:  # a pysbd Segmenter keeps per-call state: not thread-safe
+        sentences = segmenter.segment(text)
     return [s.strip() for s in sentences if s and s.strip()]
 
 

@@ -50,3 +50,20 @@ def test_normalize_for_match() -> None:
     assert normalize_for_match("  Shah-Jahan ") == normalize_for_match("shah jahan")
     assert normalize_for_match("ＡＢＣ１２３") == "abc123"
     assert normalize_for_match("ムンバイ、インド") == "ムンバイインド"
+
+
+def test_segment_is_thread_safe() -> None:
+    import threading
+
+    texts = [f"The code word of item{i:03d} is word{i}. Another one {i}." for i in range(200)]
+    bad: list[str] = []
+
+    def run(chunk: list[str]) -> None:
+        bad.extend(t for t in chunk if len(segment(t, "en")) != 2)
+
+    threads = [threading.Thread(target=run, args=(texts[i::8],)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert bad == []

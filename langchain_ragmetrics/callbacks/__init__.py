@@ -1,0 +1,25 @@
+"""Online evaluation: a callback handler that scores live retrievals, and result sinks."""
+
+from langchain_ragmetrics.callbacks._records import OnlineResult
+from langchain_ragmetrics.callbacks._stats import HandlerStats
+from langchain_ragmetrics.callbacks.handler import RagMetricsCallbackHandler
+from langchain_ragmetrics.callbacks.langsmith_feedback import LangSmithFeedbackSink
+from langchain_ragmetrics.callbacks.sinks import (
+    BaseSink,
+    CallableSink,
+    InMemorySink,
+    JsonlSink,
+    LoggingSink,
+)
+
+__all__ = [
+    "BaseSink",
+    "CallableSink",
+    "HandlerStats",
+    "InMemorySink",
+    "JsonlSink",
+    "LangSmithFeedbackSink",
+    "LoggingSink",
+    "OnlineResult",
+    "RagMetricsCallbackHandler",
+]

@@ -1,0 +1,263 @@
+"""What the worker does with one captured retrieval: sample, score, count, deliver.
+
+Runs on the worker's event loop. Metrics go through the shared ``ScoringEngine`` (bounded
+concurrency, timeout, rate limit, error capture); sinks run on the sink thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import inspect
+import math
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from datetime import datetime, timezone
+from functools import partial
+from operator import methodcaller
+from typing import Any, Literal
+
+from langchain_core.runnables import RunnableConfig
+
+from langchain_ragmetrics.callbacks._mapping import (
+    REFERENCE_FIELDS,
+    default_answer,
+    default_question,
+    provided_references,
+    references_in,
+)
+from langchain_ragmetrics.callbacks._records import Capture, OnlineResult
+from langchain_ragmetrics.callbacks._stats import Counters, FailureLog
+from langchain_ragmetrics.callbacks._threads import DaemonThreadPool
+from langchain_ragmetrics.callbacks.sinks import BaseSink
+from langchain_ragmetrics.engine import Job, ScoringEngine
+from langchain_ragmetrics.metrics._base import BaseRagMetric
+from langchain_ragmetrics.schema import MetricResult, RagSample
+
+__all__ = [
+    "AnswerFrom",
+    "QuestionFrom",
+    "ReferenceProvider",
+    "ScoringPipeline",
+]
+
+QuestionFrom = Literal["query", "input"] | Callable[[Any], str | None]
+"""Where a retrieval's question comes from: the retriever query, the root input, or a hook."""
+AnswerFrom = Callable[[Any], str | None]
+"""Turns the root run's output into the answer text."""
+ReferenceProvider = Callable[
+    [str | None, Mapping[str, Any]],
+    str | Mapping[str, Any] | Awaitable[str | Mapping[str, Any] | None] | None,
+]
+"""``(question, run_metadata) -> reference | {reference fields} | None`` (sync or async)."""
+
+
+class ScoringPipeline:
+    """Turns a :class:`Capture` into metric results and hands them to the sinks."""
+
+    def __init__(
+        self,
+        *,
+        metrics: Sequence[BaseRagMetric],
+        sinks: Sequence[BaseSink],
+        engine: ScoringEngine,
+        question_from: QuestionFrom,
+        answer_from: AnswerFrom | None,
+        reference_provider: ReferenceProvider | None,
+        counters: Counters,
+        failures: FailureLog,
+        sink_pool: DaemonThreadPool,
+    ) -> None:
+        self.metrics = list(metrics)
+        self.sinks = list(sinks)
+        self.engine = engine
+        self.question_from = question_from
+        self.answer_from = answer_from or default_answer
+        self.reference_provider = reference_provider
+        self.sink_pool = sink_pool
+        self._counters = counters
+        self._failures = failures
+        self._closed = False
+
+    # ---------------------------------------------------------------- building samples
+
+    def question(self, capture: Capture) -> str:
+        """The question a retrieval is judged against."""
+        mode = self.question_from
+        if isinstance(mode, str):
+            found = capture.query if mode == "query" else default_question(capture.root_inputs)
+        else:
+            found = mode(capture.root_inputs)
+        if found is None:
+            return capture.query
+        if not isinstance(found, str):
+            msg = f"question_from must return a str or None, got {type(found).__name__}"
+            raise TypeError(msg)
+        return found
+
+    def answer(self, capture: Capture) -> str | None:
+        """The answer of the trace (None for a retriever invoked on its own)."""
+        if capture.root_outputs is None:
+            return None
+        found = self.answer_from(capture.root_outputs)
+        if found is not None and not isinstance(found, str):
+            msg = f"answer_from must return a str or None, got {type(found).__name__}"
+            raise TypeError(msg)
+        return found
+
+    async def references(self, question: str, capture: Capture) -> dict[str, Any]:
+        """Reference fields from run metadata, completed by the ``reference_provider``."""
+        metadata = {**capture.root_metadata, **capture.metadata}
+        found = references_in(metadata)
+        provider = self.reference_provider
+        if provider is None or all(k in found for k in REFERENCE_FIELDS):
+            return found
+        if inspect.iscoroutinefunction(provider):
+            value = await provider(question, metadata)
+        elif self.engine.executor is not None:
+            call = partial(contextvars.copy_context().run, provider, question, metadata)
+            value = await asyncio.get_running_loop().run_in_executor(self.engine.executor, call)
+        else:
+            value = provider(question, metadata)
+        if inspect.isawaitable(value):
+            value = await value
+        return {**provided_references(value), **found}
+
+    async def sample(self, capture: Capture) -> RagSample:
+        """The sample the metrics judge."""
+        question = self.question(capture)
+        return RagSample.model_validate(
+            {
+                "question": question,
+                "contexts": list(capture.documents),
+                "answer": self.answer(capture),
+                **await self.references(question, capture),
+            }
+        )
+
+    # ---------------------------------------------------------------------- scoring
+
+    @staticmethod
+    def job_config(capture: Capture, metric: BaseRagMetric) -> RunnableConfig:
+        """Run name, tags and metadata of the judge runs (visible with ``trace_judge``)."""
+        return {
+            "run_name": f"ragmetrics:{metric.metric_name}",
+            "tags": ["ragmetrics"],
+            "metadata": {
+                "ragmetrics_trace_id": str(capture.trace_id or capture.root_run_id),
+                "ragmetrics_run_id": str(capture.run_id),
+            },
+        }
+
+    async def score(
+        self, metric: BaseRagMetric, sample: RagSample, capture: Capture
+    ) -> MetricResult:
+        """One metric on the sample; a missing field makes a skipped result, not a failure."""
+        try:
+            metric.validate_sample(sample)
+        except ValueError as exc:
+            return MetricResult(metric=metric.metric_name, score=None, reason=f"skipped: {exc}")
+        job = Job(sample, metric, tag=capture.run_id, config=self.job_config(capture, metric))
+        return await self.engine.ascore(job)
+
+    async def process(self, capture: Capture) -> None:
+        """Score one retrieval with every metric and deliver the results."""
+        try:
+            sample = await self.sample(capture)
+        except Exception as exc:
+            kind = f"mapping:{type(exc).__name__}"
+            self._failures.report(kind, f"cannot build the sample of a retrieval: {exc!r}", exc)
+            error = f"{type(exc).__name__}: {exc}"
+            sample = RagSample(question=capture.query)
+            results = [
+                MetricResult(metric=m.metric_name, score=math.nan, error=error)
+                for m in self.metrics
+            ]
+        else:
+            results = list(
+                await asyncio.gather(*(self.score(m, sample, capture) for m in self.metrics))
+            )
+        self._count(results)
+        now = datetime.now(timezone.utc)
+        items = [
+            OnlineResult(
+                trace_id=capture.trace_id,
+                root_run_id=capture.root_run_id,
+                run_id=capture.run_id,
+                parent_run_id=capture.parent_run_id,
+                retriever=capture.retriever,
+                tags=list(capture.tags),
+                query=capture.query,
+                sample=sample,
+                result=result,
+                timestamp=now,
+            )
+            for result in results
+        ]
+        if self.sinks:
+            await asyncio.wrap_future(self.sink_pool.submit(partial(self.deliver, items)))
+
+    def _count(self, results: Sequence[MetricResult]) -> None:
+        scored = failed = skipped = 0
+        for result in results:
+            self._counters.add_usage(result.usage)
+            if result.failed or (result.score is not None and math.isnan(result.score)):
+                failed += 1
+                kind = (result.error or "unknown").split(":", 1)[0]
+                self._failures.report(
+                    f"metric:{result.metric}:{kind}", f"{result.metric} failed: {result.error}"
+                )
+            elif result.score is None:
+                skipped += 1
+            else:
+                scored += 1
+        self._counters.add(scored=scored, failed=failed, skipped=skipped)
+
+    # ------------------------------------------------------------------------ sinks
+
+    def _each_sink(self, action: str, call: Callable[[BaseSink], None]) -> bool:
+        ok = True
+        for sink in self.sinks:
+            try:
+                call(sink)
+            except Exception as exc:
+                ok = False
+                self._counters.add(sink_errors=1)
+                self._failures.report(
+                    f"sink:{sink.name}:{action}:{type(exc).__name__}",
+                    f"sink {sink.name} failed to {action}: {exc!r}",
+                    exc,
+                )
+        return ok
+
+    def deliver(self, items: Sequence[OnlineResult]) -> None:
+        """Hand results to every sink (sink thread); a failing sink never stops the others."""
+        for item in items:
+            self._each_sink("emit", methodcaller("emit", item))
+
+    def flush_sinks(self, timeout: float | None) -> bool:
+        """Flush every sink on the sink thread; False if that did not finish in time."""
+        if not self.sinks or not self.sink_pool.started:
+            return True
+        future = self.sink_pool.submit(
+            partial(self._each_sink, "flush", methodcaller("flush", timeout))
+        )
+        try:
+            return future.result(timeout)
+        except Exception:
+            return False
+
+    def close(self, timeout: float | None) -> bool:
+        """Close every sink and stop the sink thread (idempotent)."""
+        if self._closed:
+            return True
+        self._closed = True
+        if not self.sink_pool.started:
+            return True
+        future = self.sink_pool.submit(
+            partial(self._each_sink, "close", methodcaller("close", timeout))
+        )
+        try:
+            closed = future.result(timeout)
+        except Exception:
+            closed = False
+        return self.sink_pool.stop(timeout) and closed

@@ -1,0 +1,147 @@
+"""Counters of the online handler, their public snapshot, and log-once failure reporting."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, fields
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from langchain_ragmetrics.schema import Usage
+
+__all__ = ["Counters", "FailureLog", "HandlerStats", "logger"]
+
+logger = logging.getLogger("langchain_ragmetrics")
+"""The package logger; the handler reports failures here (once per kind)."""
+
+
+class HandlerStats(BaseModel):
+    """A snapshot of what the online handler has seen and done.
+
+    Retrieval counts: ``seen >= sampled = dropped + processed + queued + abandoned``.
+    Result counts (one per metric per processed retrieval): ``scored + failed + skipped``.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    traces: int = 0
+    """Root runs that finished (successfully or not)."""
+    errored: int = 0
+    """Root runs that raised (or were cancelled): their retrievals are not scored."""
+    seen: int = 0
+    """Retrievals captured in traces that finished without error."""
+    sampled: int = 0
+    """Retrievals selected by sampling."""
+    dropped: int = 0
+    """Sampled retrievals refused because the queue was full or the handler was closed."""
+    queued: int = 0
+    """Retrievals waiting or being scored right now."""
+    processed: int = 0
+    """Retrievals whose metrics all finished and were handed to the sinks."""
+    scored: int = 0
+    """Metric results with a score."""
+    failed: int = 0
+    """Metric results that failed (score NaN: judge error, timeout, bad output ...)."""
+    skipped: int = 0
+    """Metric results that could not be assessed (score None: e.g. no reference)."""
+    sink_errors: int = 0
+    """Sink calls that raised (other sinks still ran)."""
+    handler_errors: int = 0
+    """Internal errors swallowed in callback methods (the user's call went on)."""
+    evicted: int = 0
+    """Unfinished traces forgotten because ``max_open_traces`` was reached."""
+    open_traces: int = 0
+    """Traces in progress whose state the handler holds right now."""
+    pending_at_deadline: int = 0
+    """Retrievals still queued when the last ``flush``/``close`` hit its timeout (0 if none)."""
+    abandoned: int = 0
+    """Retrievals that ``close`` discarded unscored after its timeout."""
+    usage: Usage = Field(default_factory=Usage)
+    """Judge tokens and calls spent on processed retrievals."""
+
+
+@dataclass
+class _Totals:
+    traces: int = 0
+    errored: int = 0
+    seen: int = 0
+    sampled: int = 0
+    dropped: int = 0
+    processed: int = 0
+    scored: int = 0
+    failed: int = 0
+    skipped: int = 0
+    sink_errors: int = 0
+    handler_errors: int = 0
+    evicted: int = 0
+    pending_at_deadline: int = 0
+    abandoned: int = 0
+
+
+class Counters:
+    """Thread-safe running totals shared by the handler's parts."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._totals = _Totals()
+        self._usage = Usage()
+
+    def add(self, **increments: int) -> None:
+        """Add to named counters (unknown names raise AttributeError)."""
+        with self._lock:
+            for name, value in increments.items():
+                setattr(self._totals, name, getattr(self._totals, name) + value)
+
+    def set(self, name: str, value: int) -> None:
+        """Set one counter (used for the ``pending_at_deadline`` gauge)."""
+        with self._lock:
+            getattr(self._totals, name)
+            setattr(self._totals, name, value)
+
+    def add_usage(self, usage: Usage) -> None:
+        """Accumulate judge usage."""
+        with self._lock:
+            self._usage = self._usage + usage
+
+    def snapshot(self, *, queued: int, open_traces: int) -> HandlerStats:
+        """Freeze the totals together with the live gauges."""
+        with self._lock:
+            values = {f.name: getattr(self._totals, f.name) for f in fields(self._totals)}
+            usage = self._usage
+        return HandlerStats(**values, queued=queued, open_traces=open_traces, usage=usage)
+
+    def reset(self) -> None:
+        """Zero every counter."""
+        with self._lock:
+            self._totals = _Totals()
+            self._usage = Usage()
+
+
+class FailureLog:
+    """Logs the first failure of each kind with its traceback; later ones only at DEBUG.
+
+    A production handler must not flood logs when a judge is down, yet the first
+    occurrence of every distinct problem must be visible.
+    """
+
+    def __init__(self, log: logging.Logger = logger) -> None:
+        self._log = log
+        self._lock = threading.Lock()
+        self._seen: set[str] = set()
+
+    def report(self, kind: str, message: str, exc: BaseException | None = None) -> None:
+        """Log ``message`` at WARNING the first time ``kind`` happens, at DEBUG afterwards."""
+        with self._lock:
+            first = kind not in self._seen
+            self._seen.add(kind)
+        level = logging.WARNING if first else logging.DEBUG
+        if not self._log.isEnabledFor(level):
+            return
+        suffix = " (further failures of this kind are logged at DEBUG)" if first else ""
+        self._log.log(level, "%s%s", message, suffix, exc_info=exc if first else None)
+
+    def reset(self) -> None:
+        """Forget which kinds were logged, so each is logged again once."""
+        with self._lock:
+            self._seen.clear()

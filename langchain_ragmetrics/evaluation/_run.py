@@ -1,0 +1,360 @@
+"""``evaluate`` / ``aevaluate``: score a dataset with metrics through the scoring engine."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from langchain_ragmetrics._dataset import (
+    DatasetLike,
+    LoadedDataset,
+    MissingFieldError,
+    read_dataset,
+)
+from langchain_ragmetrics._progress import Progress
+from langchain_ragmetrics.callbacks._threads import DaemonThreadPool
+from langchain_ragmetrics.engine import Job, ScoringEngine
+from langchain_ragmetrics.evaluation._loop import run_cancellable
+from langchain_ragmetrics.evaluation._registry import metric_from_name
+from langchain_ragmetrics.evaluation._result import EvaluationResult, EvaluationRow, column_names
+from langchain_ragmetrics.metrics import BaseRagMetric, JudgedMetric
+from langchain_ragmetrics.schema import _ALIASES, MetricResult
+from langchain_ragmetrics.text import check_language
+
+if TYPE_CHECKING:
+    from langchain_core.language_models import BaseChatModel
+    from langchain_core.runnables import RunnableConfig
+
+__all__ = ["JudgeSetupError", "ResultCallback", "aevaluate", "evaluate", "prepare_metrics"]
+
+ResultCallback = Callable[[int, str, MetricResult], None]
+"""Called as each job finishes with (row position, metric column, result)."""
+
+_LOCAL_SERVER_HINT = (
+    "point OPENAI_BASE_URL at an OpenAI-compatible server such as "
+    "Ollama (http://localhost:11434/v1) or vLLM (http://localhost:8000/v1)"
+)
+
+
+class JudgeSetupError(RuntimeError):
+    """An LLM-judged metric has no judge and the default one cannot be built (no API key)."""
+
+
+def prepare_metrics(
+    metrics: Sequence[BaseRagMetric | str],
+    *,
+    llm: BaseChatModel | None = None,
+    language: str | None = None,
+) -> list[BaseRagMetric]:
+    """Copies of the metrics with ``llm`` / ``language`` filled in where they have none.
+
+    Names (``"context_recall"``) are built from the registry. The caller's metric objects are
+    never modified.
+    """
+    if isinstance(metrics, (str, BaseRagMetric)):
+        metrics = [metrics]
+    if not metrics:
+        msg = "pass at least one metric, e.g. metrics=[ContextRecall(), ContextPrecision()]"
+        raise ValueError(msg)
+    lang = check_language(language) if language is not None else None
+    out = []
+    for item in metrics:
+        metric = metric_from_name(item) if isinstance(item, str) else item
+        if not isinstance(metric, BaseRagMetric):
+            msg = f"metrics must be metric objects or names, got {type(metric).__name__}"
+            raise TypeError(msg)
+        update: dict[str, Any] = {}
+        if llm is not None and isinstance(metric, JudgedMetric) and metric.llm is None:
+            update["llm"] = llm
+        if lang is not None and metric.language is None:
+            update["language"] = lang
+        out.append(metric.model_copy(update=update))
+    return out
+
+
+def _accepted_names(message: str) -> str:
+    """The column names accepted for the field an error message names (RAGAS aliases)."""
+    match = re.search(r"`(\w+)`", message)
+    if match is None:
+        return ""
+    field = match.group(1)
+    names = [field, *(alias for alias, target in _ALIASES.items() if target == field)]
+    if len(names) == 1:
+        return ""
+    quoted = [f"`{n}`" for n in names]
+    return f" (accepted column names: {', '.join(quoted[:-1])} or {quoted[-1]})"
+
+
+def check_fields(
+    data: LoadedDataset, columns: Sequence[str], metrics: Sequence[BaseRagMetric]
+) -> None:
+    """Raise MissingFieldError when a metric cannot score a single row of the dataset.
+
+    A field missing from only some rows is not an error here: those jobs fail one by one
+    (NaN with the row and field in the error) and the rest of the run goes on.
+    """
+    lines = []
+    for name, metric in zip(columns, metrics, strict=True):
+        first: ValueError | None = None
+        for sample in data.samples:
+            try:
+                metric.validate_sample(sample)
+                break
+            except ValueError as exc:
+                first = first or exc
+        else:
+            lines.append(f"  - {name}: {first}{_accepted_names(str(first))}")
+    if lines:
+        rows = len(data.samples)
+        head = f"{data.source}: none of the {rows} rows has what these metrics need:"
+        raise MissingFieldError("\n".join([head, *lines]))
+
+
+def _resolve_judges(metrics: Sequence[BaseRagMetric]) -> None:
+    for metric in metrics:
+        if not isinstance(metric, JudgedMetric) or metric.llm is not None:
+            continue
+        try:
+            metric.judge  # noqa: B018 - builds the default judge now, not in every job
+        except Exception as exc:
+            msg = (
+                f"{metric.metric_name} needs an LLM judge and the default one (ChatOpenAI "
+                f"gpt-4o-mini) cannot be built: {exc}\nPass llm=..., set OPENAI_API_KEY, or "
+                f"{_LOCAL_SERVER_HINT} (any non-empty OPENAI_API_KEY works there)."
+            )
+            raise JudgeSetupError(msg) from exc
+
+
+class _Run:
+    """One evaluation in progress: the jobs, the results so far and the progress bar."""
+
+    def __init__(
+        self,
+        data: LoadedDataset,
+        metrics: list[BaseRagMetric],
+        engine: ScoringEngine,
+        *,
+        show_progress: bool,
+        on_result: ResultCallback | None,
+    ) -> None:
+        self.data = data
+        self.metrics = metrics
+        self.columns = column_names([m.metric_name for m in metrics])
+        self.engine = engine
+        self.pool = engine.executor if isinstance(engine.executor, DaemonThreadPool) else None
+        self.show_progress = show_progress
+        self.on_result = on_result
+        self.results: dict[tuple[int, int], MetricResult] = {}
+        self.stop_requested = False
+        self.elapsed = 0.0
+        self._task: asyncio.Task[Any] | None = None
+        self._progress: Progress | None = None
+
+    def jobs(self) -> list[Job]:
+        """Sample-major job list, so an interrupted run leaves whole rows behind it."""
+        return [
+            Job(sample, metric, (row, col))
+            for row, sample in enumerate(self.data.samples)
+            for col, metric in enumerate(self.metrics)
+        ]
+
+    def stop(self) -> None:
+        """Cancel the unfinished jobs (what Ctrl-C does)."""
+        self.stop_requested = True
+        if self._task is not None:
+            self._task.cancel()
+
+    def _record(self, job: Job, result: MetricResult) -> None:
+        row, col = job.tag
+        self.results[(row, col)] = result
+        if self._progress is not None:
+            self._progress.update(self.columns[col], result)
+        if self.on_result is not None:
+            try:
+                self.on_result(row, self.columns[col], result)
+            except KeyboardInterrupt:
+                self.stop()
+
+    async def execute(self) -> None:
+        """Score every job; keeps the results of finished jobs if cancelled."""
+        self._task = asyncio.current_task()
+        jobs = self.jobs()
+        self._progress = Progress(len(jobs), self.columns, enabled=self.show_progress)
+        start = time.perf_counter()
+        if self.pool is not None:
+            self.pool.start()
+        try:
+            await self.engine.arun(jobs, on_result=self._record)
+        finally:
+            self.elapsed = time.perf_counter() - start
+            self._progress.close()
+            if self.pool is not None:
+                # Calls still running after an interrupt finish on their daemon threads.
+                self.pool.shutdown(wait=False, cancel_futures=True)
+
+    def result(self, *, interrupted: bool) -> EvaluationResult:
+        """Assemble the EvaluationResult; unfinished jobs are marked as not run."""
+        rows = [
+            EvaluationRow(
+                position=i,
+                location=self.data.describe(i),
+                sample=sample,
+                results={name: self.results.get((i, col)) for col, name in enumerate(self.columns)},
+            )
+            for i, sample in enumerate(self.data.samples)
+        ]
+        return EvaluationResult(
+            metrics=self.columns,
+            rows=rows,
+            source=self.data.source,
+            elapsed_s=self.elapsed,
+            interrupted=interrupted,
+        )
+
+
+def _prepare(
+    dataset: DatasetLike,
+    metrics: Sequence[BaseRagMetric | str],
+    *,
+    llm: BaseChatModel | None,
+    language: str | None,
+    max_concurrency: int,
+    timeout: float | None,
+    rate_limit_per_minute: float | None,
+    show_progress: bool,
+    raise_exceptions: bool,
+    config: RunnableConfig | None,
+    on_result: ResultCallback | None,
+    threaded: bool,
+) -> _Run:
+    prepared = prepare_metrics(metrics, llm=llm, language=language)
+    engine = ScoringEngine(
+        max_concurrency=max_concurrency,
+        timeout=timeout,
+        rate_limit_per_minute=rate_limit_per_minute,
+        raise_exceptions=raise_exceptions,
+        config=config,
+        executor=(
+            DaemonThreadPool(name="ragmetrics-evaluate", size=max_concurrency) if threaded else None
+        ),
+    )
+    data = read_dataset(dataset)
+    run = _Run(data, prepared, engine, show_progress=show_progress, on_result=on_result)
+    check_fields(data, run.columns, prepared)
+    _resolve_judges(prepared)
+    return run
+
+
+def evaluate(
+    dataset: DatasetLike,
+    metrics: Sequence[BaseRagMetric | str],
+    *,
+    llm: BaseChatModel | None = None,
+    language: str | None = None,
+    max_concurrency: int = 16,
+    timeout: float | None = None,
+    rate_limit_per_minute: float | None = None,
+    show_progress: bool = True,
+    raise_exceptions: bool = False,
+    config: RunnableConfig | None = None,
+    on_result: ResultCallback | None = None,
+) -> EvaluationResult:
+    """Score every sample of a dataset with every metric.
+
+    All (sample x metric) jobs go through one :class:`~langchain_ragmetrics.engine.ScoringEngine`
+    under a single concurrency limit. The engine runs on a long-lived background event loop
+    and calls each metric's sync ``invoke`` on ``max_concurrency`` daemon threads, so it works
+    the same from a script and from inside a running event loop (Jupyter, no nest_asyncio),
+    and never touches async HTTP clients bound to another loop (langchain-openai shares one
+    per base URL). A failed job becomes a NaN score with its error and the run goes on;
+    Ctrl-C stops the run and returns what was scored so far (``result.interrupted`` is True,
+    unfinished jobs are "not run").
+
+    Args:
+        dataset: RagSamples or dicts (RAGAS column names accepted), a dict of columns, a path
+            to a ``.jsonl`` / ``.json`` / ``.csv`` file, or a pandas DataFrame.
+        metrics: Metric objects, or names such as ``"context_recall"``.
+        llm: Judge for the LLM-judged metrics that have none (metrics are copied, not changed).
+        language: Default language for metrics and samples that do not set one (``"ja"``).
+        max_concurrency: Jobs scored at the same time.
+        timeout: Seconds before one job is abandoned (it becomes NaN); None for no limit.
+        rate_limit_per_minute: Upper bound on judge calls per minute; None for no limit.
+        show_progress: Show a progress bar (only on a terminal or in a notebook).
+        raise_exceptions: Raise the first job error instead of recording it as NaN.
+        config: RunnableConfig for the metric runs (callbacks, tags, metadata).
+        on_result: Called with (row position, metric column, result) as each job finishes; a
+            KeyboardInterrupt raised there stops the run like Ctrl-C.
+
+    Returns:
+        The :class:`EvaluationResult`.
+
+    Raises:
+        FileNotFoundError: The dataset path does not exist.
+        DatasetError: Rows cannot be read (every bad row is listed with file, row and field).
+        MissingFieldError: A metric needs a field that no row has.
+        UnknownMetricError: A metric name is not known.
+        JudgeSetupError: An LLM-judged metric has no judge and no OpenAI key is configured.
+    """
+    run = _prepare(
+        dataset,
+        metrics,
+        llm=llm,
+        language=language,
+        max_concurrency=max_concurrency,
+        timeout=timeout,
+        rate_limit_per_minute=rate_limit_per_minute,
+        show_progress=show_progress,
+        raise_exceptions=raise_exceptions,
+        config=config,
+        on_result=on_result,
+        threaded=True,
+    )
+    completed = run_cancellable(run.execute)
+    return run.result(interrupted=not completed)
+
+
+async def aevaluate(
+    dataset: DatasetLike,
+    metrics: Sequence[BaseRagMetric | str],
+    *,
+    llm: BaseChatModel | None = None,
+    language: str | None = None,
+    max_concurrency: int = 16,
+    timeout: float | None = None,
+    rate_limit_per_minute: float | None = None,
+    show_progress: bool = True,
+    raise_exceptions: bool = False,
+    config: RunnableConfig | None = None,
+    on_result: ResultCallback | None = None,
+) -> EvaluationResult:
+    """Async twin of :func:`evaluate` (same arguments): ``ainvoke`` on the caller's event loop.
+
+    Cancelling the awaiting task cancels the unfinished jobs and propagates as usual; a
+    KeyboardInterrupt raised by ``on_result`` returns the partial result instead.
+    """
+    run = _prepare(
+        dataset,
+        metrics,
+        llm=llm,
+        language=language,
+        max_concurrency=max_concurrency,
+        timeout=timeout,
+        rate_limit_per_minute=rate_limit_per_minute,
+        show_progress=show_progress,
+        raise_exceptions=raise_exceptions,
+        config=config,
+        on_result=on_result,
+        threaded=False,
+    )
+    inner = asyncio.ensure_future(run.execute())
+    try:
+        await inner
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        cancelling = getattr(current, "cancelling", None)
+        if not run.stop_requested or (callable(cancelling) and cancelling()):
+            raise
+    return run.result(interrupted=run.stop_requested)

@@ -1,0 +1,1 @@
+"""Adapters to other tools; import the one you need (``integrations.langsmith``)."""

@@ -1,0 +1,89 @@
+"""Smoke test of the benchmarks: every script runs end to end on a tiny size.
+
+The figures themselves are not tested (machines are noisy; the full benchmark is not part of
+CI): ``--tiny`` shrinks every workload and ``--no-ragas`` skips the RAGAS side, so nothing is
+installed. What is checked is that each script produces its result file with sane contents.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+BENCH = REPO / "bench"
+
+
+def run_bench(script: str, out: Path, *extra: str) -> dict[str, Any]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "LANGSMITH_"))}
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / script), "--tiny", "--no-ragas", "--out", str(out), *extra],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+        env=env,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "| " in proc.stdout  # printed a table
+    name = script.removeprefix("bench_").removesuffix(".py")
+    result: dict[str, Any] = json.loads((out / f"{name}.json").read_text(encoding="utf-8"))
+    assert result["table"] in proc.stdout
+    return result
+
+
+def test_shipped_dataset_is_what_the_generator_makes(tmp_path: Path) -> None:
+    fresh = tmp_path / "dataset.json"
+    subprocess.run(
+        [sys.executable, str(BENCH / "make_dataset.py"), "--out", str(fresh)],
+        check=True,
+        capture_output=True,
+    )
+    assert fresh.read_bytes() == (BENCH / "data" / "dataset.json").read_bytes()
+    records = json.loads(fresh.read_text(encoding="utf-8"))
+    assert len(records) == 50
+    assert {r["language"] for r in records} == {"en", "ja"}
+    assert all(len(r["retrieved_contexts"]) == 5 for r in records)
+
+
+def test_economy_counts_one_call_per_metric(tmp_path: Path) -> None:
+    ours = run_bench("bench_economy.py", tmp_path)["sides"]["ours"]
+    assert ours["per_sample"]["total"]["calls"] == 4
+    assert ours["errors"] == 0
+    assert ours["unknown_prompts"] == {}  # the judge recognised every prompt
+    assert all(s["failed"] == 0 for s in ours["scores"].values())
+
+
+def test_throughput_runs_every_job(tmp_path: Path) -> None:
+    sides = run_bench("bench_throughput.py", tmp_path)["sides"]
+    assert sides["ours"]["calls_per_run"] == 8 * 4
+    assert all(s["failed"] == 0 for s in sides["ours"]["scores"].values())
+    assert sides["floor"]["calls_per_run"] == sides["ours"]["calls_per_run"]
+
+
+def test_online_measures_every_config(tmp_path: Path) -> None:
+    result = run_bench("bench_online.py", tmp_path)
+    runs = result["latency"]["runs"]
+    assert set(runs) == {"none", "handler", "capture", "tracer"}
+    stats = runs["handler"][0]["handler_stats_at_loop_end"]
+    assert stats["sampled"] == 10 + 30  # warm-up + timed invocations, all sampled
+    assert runs["capture"][0]["handler_stats_at_loop_end"]["sampled"] == 0
+    assert result["latency"]["langsmith_runs"] > 0  # the tracer really sent its runs
+    memory = result["memory"]
+    assert memory["delivered"] == memory["handler_stats"]["scored"] > 0
+
+
+@pytest.mark.parametrize("script", ["bench_import.py", "bench_cpu.py"])
+def test_local_benchmarks_run(script: str, tmp_path: Path) -> None:
+    result = run_bench(script, tmp_path)
+    if script == "bench_import.py":
+        assert result["sides"]["ours"]["bare"]["peak_rss_mib"] > 0
+    else:
+        assert all(case["us_per_sample"] > 0 for case in result["cases"].values())

@@ -1,0 +1,123 @@
+"""Interpreter exit flushes live handlers (bounded); dropped handlers are not kept alive."""
+
+import gc
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from pathlib import Path
+
+from langchain_openai import ChatOpenAI
+
+from langchain_ragmetrics import RagMetricsCallbackHandler
+from langchain_ragmetrics.callbacks import _exit
+from tests._support.openai_server import JudgeServer
+from tests._support.rag import online_handler, question, rag_app
+
+JudgeFactory = Callable[..., ChatOpenAI]
+REPO = Path(__file__).resolve().parents[2]
+
+APP = """
+import sys
+import threading
+from langchain_openai import ChatOpenAI
+from langchain_ragmetrics import ContextRelevance, JsonlSink, RetryPolicy
+from tests._support.openai_server import JudgeServer, reply_hold
+from tests._support.rag import build_chain, corpus, make_retriever, online_handler, question
+from tests._support.rag import rag_router
+
+hold = sys.argv[2] == "hold"
+never = threading.Event()
+overrides = {{"RelevantSentences": lambda req: reply_hold(never, {{}})}} if hold else {{}}
+server = JudgeServer(rag_router(**overrides)).start()
+llm = ChatOpenAI(model="judge-model", base_url=server.base_url, api_key="test", max_retries=0)
+# A judge request in flight at exit is bounded by the judge's own timeout.
+judge = ChatOpenAI(
+    model="judge-model", base_url=server.base_url, api_key="test", timeout=1, max_retries=0
+)
+metrics = [ContextRelevance(llm=judge, retry=RetryPolicy(max_retries=0))]
+chain = build_chain(llm, make_retriever(corpus(10)))
+handler = online_handler(
+    llm, metrics=metrics, sinks=[JsonlSink(sys.argv[1])], exit_timeout={exit_timeout}
+)
+for i in range(3):
+    print(chain.invoke(question(i), config={{"callbacks": [handler]}}), flush=True)
+# No flush and no close: the exit hook has to deliver (or give up within exit_timeout).
+"""
+
+
+def run_app(tmp_path: Path, mode: str, exit_timeout: float) -> subprocess.CompletedProcess[str]:
+    script = tmp_path / "app.py"
+    script.write_text(textwrap.dedent(APP.format(exit_timeout=exit_timeout)), encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "scores.jsonl"), mode],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,  # a hang guard, not a timing assertion
+        check=False,
+    )
+
+
+def test_results_are_delivered_at_interpreter_exit(tmp_path: Path) -> None:
+    done = run_app(tmp_path, "normal", exit_timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [f"Answer about item00{i}." for i in range(3)]
+    lines = [json.loads(x) for x in (tmp_path / "scores.jsonl").read_text().splitlines()]
+    assert sorted(x["question"] for x in lines) == [question(i) for i in range(3)]
+    assert {x["score"] for x in lines} == {0.5}
+
+
+def test_the_exit_flush_is_bounded_and_reports_what_was_left(tmp_path: Path) -> None:
+    done = run_app(tmp_path, "hold", exit_timeout=0.5)
+    assert done.returncode == 0, done.stderr
+    assert "3 retrievals were still pending at interpreter exit" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "scores.jsonl").exists()
+
+
+def test_exit_registration_follows_the_worker_lifetime(
+    judge_server: JudgeServer, make_judge: JudgeFactory
+) -> None:
+    app = rag_app(judge_server, make_judge)
+    handler = online_handler(app.llm)
+    assert not _exit.registered(handler)  # nothing started yet
+    app.chain.invoke(question(1), config={"callbacks": [handler]})
+    assert _exit.registered(handler)
+    _exit.flush_all()  # what the exit hook runs
+    assert handler.stats.processed == 1
+    assert handler.close(10)
+    assert not _exit.registered(handler)
+
+    opted_out = online_handler(app.llm, exit_timeout=None)
+    app.chain.invoke(question(2), config={"callbacks": [opted_out]})
+    assert not _exit.registered(opted_out)
+    assert opted_out.close(10)
+
+
+def test_a_dropped_handler_is_collected_and_its_threads_finish(
+    judge_server: JudgeServer, make_judge: JudgeFactory
+) -> None:
+    app = rag_app(judge_server, make_judge)
+    handler: RagMetricsCallbackHandler | None = online_handler(app.llm)
+    assert handler is not None
+    app.chain.invoke(question(1), config={"callbacks": [handler]})
+    prefix = f"{handler.name}-"
+    sink = handler.sinks[0]
+    ref = weakref.ref(handler)
+    del handler
+    gc.collect()
+    assert ref() is None  # neither the worker nor the exit hook keeps it alive
+    deadline = time.monotonic() + 10
+    while any(t.name.startswith(prefix) for t in threading.enumerate()):
+        assert time.monotonic() < deadline, "background threads did not exit"
+        time.sleep(0.01)
+    # The queued work was finished before the threads exited.
+    assert len(sink.results) == 1  # type: ignore[attr-defined]

@@ -1,0 +1,269 @@
+"""The background side: judge faults, slow judges, overflow, flush and close, failing sinks."""
+
+import asyncio
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from langchain_openai import ChatOpenAI
+
+from langchain_ragmetrics import (
+    CallableSink,
+    ContextRelevance,
+    InMemorySink,
+    OnlineResult,
+    RagMetricsCallbackHandler,
+)
+from langchain_ragmetrics.metrics import RetryPolicy
+from tests._support.openai_server import (
+    JudgeServer,
+    reply_error,
+    reply_garbage,
+    reply_hold,
+)
+from tests._support.rag import RagApp, online_handler, question, rag_app, rag_router
+
+JudgeFactory = Callable[..., ChatOpenAI]
+ONE_RETRY = RetryPolicy(max_retries=1, parse_retries=1, initial_backoff=0.01, max_backoff=0.02)
+VERDICT = {"relevant_sentence_indices": [0], "reason": "held"}
+
+
+@pytest.fixture
+def release() -> Iterator[threading.Event]:
+    """An event holding judge answers; always released at the end of the test."""
+    event = threading.Event()
+    yield event
+    event.set()
+
+
+def wait_until(predicate: Callable[[], bool], what: str) -> None:
+    """Poll for a condition the test cannot await directly (never a timing assertion)."""
+    deadline = time.monotonic() + 10
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"still waiting for: {what}")
+        time.sleep(0.005)
+
+
+def results(handler: RagMetricsCallbackHandler) -> list[OnlineResult]:
+    sink = handler.sinks[0]
+    assert isinstance(sink, InMemorySink)
+    return sink.results
+
+
+def held_app(server: JudgeServer, make_judge: JudgeFactory, release: threading.Event) -> RagApp:
+    app = rag_app(server, make_judge)
+    server.script = rag_router(RelevantSentences=lambda req: reply_hold(release, VERDICT))
+    return app
+
+
+def threads_of(handler: RagMetricsCallbackHandler) -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith(f"{handler.name}-")]
+
+
+FAULTS: dict[str, Any] = {
+    "429": lambda req: reply_error(429),
+    "500": lambda req: reply_error(500),
+    "garbage": lambda req: reply_garbage(),
+    "timeout": "hold",
+}
+
+
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_judge_faults_never_reach_the_users_call(
+    fault: str,
+    judge_server: JudgeServer,
+    make_judge: JudgeFactory,
+    release: threading.Event,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    app = rag_app(judge_server, make_judge)
+    script = FAULTS[fault]
+    if script == "hold":
+        script = lambda req: reply_hold(release, VERDICT)  # noqa: E731
+    judge_server.script = rag_router(RelevantSentences=script)
+    judge = make_judge(timeout=0.2)  # the judge's own client timeout
+    metrics = [ContextRelevance(llm=judge, retry=ONE_RETRY)]
+    with online_handler(app.llm, metrics=metrics) as handler:
+        with caplog.at_level(logging.WARNING, logger="langchain_ragmetrics"):
+            answers = [
+                app.chain.invoke(question(i), config={"callbacks": [handler]}) for i in range(3)
+            ]
+            assert handler.flush(30)
+        stats = handler.stats
+        items = results(handler)
+    assert answers == [f"Answer about item00{i}." for i in range(3)]
+    assert (stats.failed, stats.scored, stats.processed) == (3, 0, 3)
+    assert all(math.isnan(r.score or 0.0) and r.result.error for r in items)
+    assert judge_server.count("RelevantSentences") >= 6  # each result was retried once
+    failures = [r for r in caplog.records if "context_relevance failed" in r.getMessage()]
+    assert len(failures) == 1  # logged once per kind
+
+
+def test_a_slow_judge_does_not_hold_the_users_call(
+    judge_server: JudgeServer, make_judge: JudgeFactory, release: threading.Event
+) -> None:
+    app = held_app(judge_server, make_judge, release)
+    with online_handler(app.llm) as handler:
+        answer = app.chain.invoke(question(1), config={"callbacks": [handler]})
+        # The call returned while the judge is still held: the work is queued, not done.
+        assert answer == "Answer about item001."
+        assert handler.stats.queued == 1
+        assert handler.stats.processed == 0
+        wait_until(lambda: judge_server.count("RelevantSentences") == 1, "the judge request")
+        assert handler.stats.processed == 0
+        release.set()
+        assert handler.flush(10)
+        assert handler.stats.scored == 1
+
+
+async def test_a_slow_judge_does_not_hold_async_calls(
+    judge_server: JudgeServer, make_judge: JudgeFactory, release: threading.Event
+) -> None:
+    app = held_app(judge_server, make_judge, release)
+    with online_handler(app.llm, max_concurrency=2) as handler:
+        config: Any = {"callbacks": [handler]}
+        first = await app.chain.ainvoke(question(1), config)
+        more = await asyncio.gather(*(app.chain.ainvoke(question(i), config) for i in (2, 3)))
+        assert [first, *more] == [f"Answer about item00{i}." for i in (1, 2, 3)]
+        assert handler.stats.processed == 0
+        release.set()
+        assert await handler.aflush(10)
+        assert handler.stats.scored == 3
+
+
+def test_full_queue_drops_the_newest_and_counts_it(
+    judge_server: JudgeServer, make_judge: JudgeFactory, release: threading.Event
+) -> None:
+    app = held_app(judge_server, make_judge, release)
+    with online_handler(app.llm, max_queue_size=3, max_concurrency=1) as handler:
+        for i in range(10):
+            app.chain.invoke(question(i), config={"callbacks": [handler]})
+        stats = handler.stats
+        assert (stats.seen, stats.sampled, stats.queued, stats.dropped) == (10, 10, 3, 7)
+        release.set()
+        assert handler.flush(10)
+        stats = handler.stats
+        items = results(handler)
+    assert (stats.processed, stats.scored, stats.dropped, stats.queued) == (3, 3, 7, 0)
+    assert sorted(i.question or "" for i in items) == [question(i) for i in range(3)]
+    assert judge_server.count("RelevantSentences") == 3
+
+
+def test_flush_deadline_reports_pending_work(
+    judge_server: JudgeServer, make_judge: JudgeFactory, release: threading.Event
+) -> None:
+    app = held_app(judge_server, make_judge, release)
+    with online_handler(app.llm) as handler:
+        app.chain.invoke(question(1), config={"callbacks": [handler]})
+        assert handler.flush(0.1) is False
+        assert handler.stats.pending_at_deadline == 1
+        assert handler.stats.queued == 1
+        release.set()
+        assert handler.flush(10) is True
+        assert handler.stats.pending_at_deadline == 0
+        assert handler.stats.scored == 1
+
+
+def test_close_reports_and_abandons_work_left_at_the_deadline(
+    judge_server: JudgeServer, make_judge: JudgeFactory, release: threading.Event
+) -> None:
+    app = held_app(judge_server, make_judge, release)
+    handler = online_handler(app.llm, max_concurrency=1)
+    for i in range(2):
+        app.chain.invoke(question(i), config={"callbacks": [handler]})
+    wait_until(lambda: judge_server.count("RelevantSentences") == 1, "the first judge request")
+    assert handler.close(timeout=0.1) is False
+    stats = handler.stats
+    assert (stats.pending_at_deadline, stats.abandoned, stats.queued, stats.processed) == (
+        2,
+        2,
+        0,
+        0,
+    )
+    # Closed: new work is dropped (counted), the call itself is unaffected.
+    assert app.chain.invoke(question(5), config={"callbacks": [handler]})
+    assert handler.stats.dropped == 1
+    release.set()  # the judge thread blocked in its HTTP call can now finish and exit
+    wait_until(lambda: not threads_of(handler), "the background threads to exit")
+    assert results(handler) == []
+
+
+def test_close_flushes_delivers_and_stops(
+    judge_server: JudgeServer, make_judge: JudgeFactory
+) -> None:
+    app = rag_app(judge_server, make_judge)
+    handler = online_handler(app.llm)
+    app.chain.invoke(question(1), config={"callbacks": [handler]})
+    assert threads_of(handler)
+    assert handler.close(10) is True
+    assert handler.close() is True
+    assert handler.stats.scored == 1
+    assert len(results(handler)) == 1
+    assert not threads_of(handler)
+
+
+def test_handler_timeout_fails_a_stuck_job(
+    judge_server: JudgeServer, make_judge: JudgeFactory, release: threading.Event
+) -> None:
+    app = held_app(judge_server, make_judge, release)
+    with online_handler(app.llm, timeout=0.2) as handler:
+        app.chain.invoke(question(1), config={"callbacks": [handler]})
+        assert handler.flush(10)
+        (item,) = results(handler)
+        release.set()
+    assert item.result.error == "timed out after 0.2s"
+    assert handler.stats.failed == 1
+
+
+def test_a_failing_sink_is_counted_and_does_not_stop_the_others(
+    judge_server: JudgeServer, make_judge: JudgeFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    app = rag_app(judge_server, make_judge)
+
+    def broken(_: OnlineResult) -> None:
+        raise ConnectionError("metrics backend down")
+
+    keep = InMemorySink()
+    with online_handler(app.llm, sinks=[CallableSink(broken), keep]) as handler:
+        with caplog.at_level(logging.WARNING, logger="langchain_ragmetrics"):
+            for i in range(3):
+                app.chain.invoke(question(i), config={"callbacks": [handler]})
+            assert handler.flush(10)
+        stats = handler.stats
+    assert len(keep.results) == 3
+    assert (stats.sink_errors, stats.scored) == (3, 3)
+    logged = [r for r in caplog.records if "metrics backend down" in r.getMessage()]
+    assert len(logged) == 1
+
+
+def test_rate_limit_reaches_the_engine() -> None:
+    handler = RagMetricsCallbackHandler(
+        metrics=[ContextRelevance()], sinks=[], rate_limit_per_minute=120
+    )
+    assert handler.engine.limiter is not None
+    assert handler.engine.limiter.rate == 2.0
+    assert handler.close()
+
+
+def test_flush_or_close_from_a_sink_is_refused_not_deadlocked(
+    judge_server: JudgeServer, make_judge: JudgeFactory
+) -> None:
+    app = rag_app(judge_server, make_judge)
+    outcomes: list[bool] = []
+    holder: list[RagMetricsCallbackHandler] = []
+
+    def reentrant(_: OnlineResult) -> None:
+        outcomes.append(holder[0].flush(5))
+        outcomes.append(holder[0].close(5))
+
+    with online_handler(app.llm, sinks=[InMemorySink(), CallableSink(reentrant)]) as handler:
+        holder.append(handler)
+        app.chain.invoke(question(1), config={"callbacks": [handler]})
+        assert handler.flush(10)
+        assert not handler.closed
+    assert outcomes == [False, False]

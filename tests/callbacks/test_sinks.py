@@ -1,0 +1,170 @@
+import json
+import logging
+import math
+import threading
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from langchain_ragmetrics import (
+    CallableSink,
+    InMemorySink,
+    JsonlSink,
+    LoggingSink,
+    MetricResult,
+    OnlineResult,
+    RagSample,
+    Usage,
+)
+
+TRACE = uuid.uuid4()
+RUN = uuid.uuid4()
+
+
+def item(
+    score: float | None = 0.75, *, error: str | None = None, metric: str = "context_relevance"
+) -> OnlineResult:
+    return OnlineResult(
+        trace_id=TRACE,
+        root_run_id=TRACE,
+        run_id=RUN,
+        retriever="docs",
+        tags=["t"],
+        query="q?",
+        sample=RagSample(
+            question="q?", contexts=["c1", "c2"], context_ids=["1", "2"], answer="ans"
+        ),
+        result=MetricResult(
+            metric=metric,
+            score=score,
+            reason=None if score is None and error is None else "because",
+            error=error,
+            details={"relevant_indices": [0]},
+            usage=Usage(input_tokens=10, output_tokens=2, judge_calls=1),
+            judge="judge-model",
+            latency_s=0.1,
+        ),
+        timestamp=datetime(2025, 1, 2, 3, 4, 5, tzinfo=timezone.utc),
+    )
+
+
+def test_in_memory_sink_keeps_and_clears() -> None:
+    sink = InMemorySink()
+    sink.emit(item())
+    sink.emit(item(0.1))
+    assert [r.score for r in sink.results] == [0.75, 0.1]
+    sink.results.clear()  # a copy: the sink is untouched
+    assert len(sink.results) == 2
+    sink.clear()
+    assert sink.results == []
+
+
+def test_in_memory_sink_bound() -> None:
+    sink = InMemorySink(max_results=2)
+    for s in (0.1, 0.2, 0.3):
+        sink.emit(item(s))
+    assert [r.score for r in sink.results] == [0.2, 0.3]
+    with pytest.raises(ValueError, match="max_results"):
+        InMemorySink(max_results=0)
+
+
+def test_callable_sink() -> None:
+    got: list[OnlineResult] = []
+    sink = CallableSink(got.append)
+    sink.emit(item())
+    assert got[0].metric == "context_relevance"
+    assert "append" in sink.name
+    with pytest.raises(TypeError, match="callable"):
+        CallableSink("nope")  # type: ignore[arg-type]
+
+
+def test_logging_sink(caplog: pytest.LogCaptureFixture) -> None:
+    logger = logging.getLogger("test.online")
+    sink = LoggingSink(logger)
+    with caplog.at_level(logging.INFO, logger="test.online"):
+        sink.emit(item())
+        sink.emit(item(math.nan, error="RateLimitError: 429"))
+        sink.emit(item(None))
+    ok, failed, skipped = caplog.records
+    assert ok.levelno == logging.INFO
+    assert "context_relevance=0.750" in ok.getMessage()
+    assert str(TRACE) in ok.getMessage()
+    assert ok.ragmetrics["run_id"] == str(RUN)  # type: ignore[attr-defined]
+    assert failed.levelno == logging.WARNING
+    assert "failed (RateLimitError: 429)" in failed.getMessage()
+    assert "skipped" in skipped.getMessage()
+
+
+def test_jsonl_sink_writes_one_line_per_result(tmp_path: Path) -> None:
+    path = tmp_path / "scores.jsonl"
+    sink = JsonlSink(path)
+    sink.emit(item())
+    # written and flushed line by line: readable before close
+    first = json.loads(path.read_text(encoding="utf-8"))
+    assert first == {
+        "timestamp": "2025-01-02T03:04:05+00:00",
+        "trace_id": str(TRACE),
+        "root_run_id": str(TRACE),
+        "run_id": str(RUN),
+        "retriever": "docs",
+        "tags": ["t"],
+        "question": "q?",
+        "metric": "context_relevance",
+        "score": 0.75,
+        "skipped": False,
+        "reason": "because",
+        "error": None,
+        "details": {"relevant_indices": [0]},
+        "usage": {"input_tokens": 10, "output_tokens": 2, "judge_calls": 1},
+        "judge": "judge-model",
+        "latency_s": 0.1,
+    }
+    sink.emit(item(math.nan, error="boom"))
+    sink.emit(item(None))
+    sink.close()
+    lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    assert [(x["score"], x["error"], x["skipped"]) for x in lines] == [
+        (0.75, None, False),
+        (None, "boom", False),
+        (None, None, True),
+    ]
+    assert "contexts" not in lines[0]
+    assert "answer" not in lines[0]
+
+
+def test_jsonl_sink_appends_and_includes_texts_when_asked(tmp_path: Path) -> None:
+    path = tmp_path / "scores.jsonl"
+    path.write_text('{"previous": true}\n', encoding="utf-8")
+    sink = JsonlSink(path, include_contexts=True, include_answer=True)
+    sink.emit(item())
+    sink.close()
+    previous, line = (json.loads(x) for x in path.read_text(encoding="utf-8").splitlines())
+    assert previous == {"previous": True}
+    assert line["contexts"] == ["c1", "c2"]
+    assert line["context_ids"] == ["1", "2"]
+    assert line["answer"] == "ans"
+
+
+def test_jsonl_sink_is_thread_safe(tmp_path: Path) -> None:
+    path = tmp_path / "scores.jsonl"
+    sink = JsonlSink(path)
+    threads = [
+        threading.Thread(target=lambda: [sink.emit(item()) for _ in range(50)]) for _ in range(4)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    sink.close()
+    lines = path.read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 200
+    assert all(json.loads(line)["score"] == 0.75 for line in lines)
+
+
+def test_jsonl_sink_validates_the_path(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="does not exist"):
+        JsonlSink(tmp_path / "missing" / "scores.jsonl")
+    with pytest.raises(ValueError, match="is a directory"):
+        JsonlSink(tmp_path)
