@@ -181,10 +181,11 @@ def no_key_message(judged: Sequence[str]) -> str:
     )
 
 
-def build_judge(model: str, base_url: str | None) -> BaseChatModel | None:
-    """A ChatOpenAI judge from the options and environment; None when no key is available.
+def build_judge(model: str, base_url: str | None, *, max_retries: int = 0) -> BaseChatModel | None:
+    """A ChatOpenAI from the options and environment; None when no key or base URL is set.
 
     A base URL without a key is taken as a local server (Ollama, vLLM) that needs none.
+    ``max_retries`` is 0 for judges: retrying is the metrics' job (``RetryPolicy``).
     """
     base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
     api_key = os.environ.get("OPENAI_API_KEY") or ("not-needed" if base_url else None)
@@ -192,8 +193,9 @@ def build_judge(model: str, base_url: str | None) -> BaseChatModel | None:
         return None
     from langchain_openai import ChatOpenAI
 
-    # Retries are the metrics' job (RetryPolicy, with backoff): none in the client.
-    return ChatOpenAI(model=model, base_url=base_url, api_key=api_key, temperature=0, max_retries=0)
+    return ChatOpenAI(
+        model=model, base_url=base_url, api_key=api_key, temperature=0, max_retries=max_retries
+    )
 
 
 def _split_metrics(text: str) -> list[str]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass, fields
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -61,43 +60,34 @@ class HandlerStats(BaseModel):
     """Judge tokens and calls spent on processed retrievals."""
 
 
-@dataclass
-class _Totals:
-    traces: int = 0
-    errored: int = 0
-    seen: int = 0
-    sampled: int = 0
-    dropped: int = 0
-    processed: int = 0
-    scored: int = 0
-    failed: int = 0
-    skipped: int = 0
-    sink_errors: int = 0
-    handler_errors: int = 0
-    evicted: int = 0
-    pending_at_deadline: int = 0
-    abandoned: int = 0
+_GAUGES = ("queued", "open_traces")
+_COUNTERS = tuple(
+    name
+    for name, info in HandlerStats.model_fields.items()
+    if info.annotation in (int, "int") and name not in _GAUGES
+)
 
 
 class Counters:
-    """Thread-safe running totals shared by the handler's parts."""
+    """Thread-safe running totals shared by the handler's parts (the fields of HandlerStats)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._totals = _Totals()
+        self._totals = dict.fromkeys(_COUNTERS, 0)
         self._usage = Usage()
 
     def add(self, **increments: int) -> None:
-        """Add to named counters (unknown names raise AttributeError)."""
+        """Add to named counters (unknown names raise KeyError)."""
         with self._lock:
             for name, value in increments.items():
-                setattr(self._totals, name, getattr(self._totals, name) + value)
+                self._totals[name] += value
 
     def set(self, name: str, value: int) -> None:
         """Set one counter (used for the ``pending_at_deadline`` gauge)."""
         with self._lock:
-            getattr(self._totals, name)
-            setattr(self._totals, name, value)
+            if name not in self._totals:
+                raise KeyError(name)
+            self._totals[name] = value
 
     def add_usage(self, usage: Usage) -> None:
         """Accumulate judge usage."""
@@ -107,14 +97,14 @@ class Counters:
     def snapshot(self, *, queued: int, open_traces: int) -> HandlerStats:
         """Freeze the totals together with the live gauges."""
         with self._lock:
-            values = {f.name: getattr(self._totals, f.name) for f in fields(self._totals)}
+            values = dict(self._totals)
             usage = self._usage
         return HandlerStats(**values, queued=queued, open_traces=open_traces, usage=usage)
 
     def reset(self) -> None:
         """Zero every counter."""
         with self._lock:
-            self._totals = _Totals()
+            self._totals = dict.fromkeys(_COUNTERS, 0)
             self._usage = Usage()
 
 

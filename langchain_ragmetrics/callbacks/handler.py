@@ -13,30 +13,26 @@ import contextlib
 import threading
 import weakref
 from collections.abc import Mapping, Sequence
-from contextlib import AbstractContextManager
 from functools import partial
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from langchain_core.callbacks import BaseCallbackHandler
-from langchain_core.runnables import RunnableConfig
 from typing_extensions import Self, override
 
 from langchain_ragmetrics.callbacks import _exit
-from langchain_ragmetrics.callbacks._pipeline import (
-    AnswerFrom,
-    QuestionFrom,
-    ReferenceProvider,
-    ScoringPipeline,
-)
-from langchain_ragmetrics.callbacks._records import Capture
+from langchain_ragmetrics.callbacks._background import Background
+from langchain_ragmetrics.callbacks._pipeline import AnswerFrom, QuestionFrom, ReferenceProvider
 from langchain_ragmetrics.callbacks._sampling import check_rate, is_sampled
+from langchain_ragmetrics.callbacks._setup import (
+    check_metrics,
+    check_positive,
+    check_sinks,
+    langsmith_trace_id,
+)
 from langchain_ragmetrics.callbacks._stats import Counters, FailureLog, HandlerStats, logger
-from langchain_ragmetrics.callbacks._threads import DaemonThreadPool
 from langchain_ragmetrics.callbacks._tracker import FinishedTrace, TraceTracker
-from langchain_ragmetrics.callbacks._worker import BackgroundWorker, deadline_after, remaining
-from langchain_ragmetrics.callbacks.sinks import BaseSink, LoggingSink
-from langchain_ragmetrics.engine import ScoringEngine
+from langchain_ragmetrics.callbacks.sinks import BaseSink
 from langchain_ragmetrics.metrics._base import BaseRagMetric
 
 if TYPE_CHECKING:
@@ -46,99 +42,12 @@ if TYPE_CHECKING:
 
 __all__ = ["RagMetricsCallbackHandler"]
 
-_STOP_GRACE_SECONDS = 2.0
-_IDLE_EXIT_CLOSE_SECONDS = 5.0
 
-
-def _default_metrics() -> list[BaseRagMetric]:
-    from langchain_ragmetrics.metrics import ContextPrecision, ContextRelevance
-
-    return [ContextRelevance(), ContextPrecision()]
-
-
-def _untraced() -> AbstractContextManager[Any]:
-    """Disable LangSmith/LangChain tracing (env or context) for everything on the worker."""
-    from langsmith.run_helpers import tracing_context
-
-    return tracing_context(enabled=False)
-
-
-def _langsmith_trace_id(parent_run_id: UUID) -> UUID | None:
-    """The trace id of ``parent_run_id`` when it is the current LangSmith run (a context read).
-
-    Lets feedback carry the real trace id when the handler is attached to a chain called
-    inside a ``@traceable`` function or a traced parent runnable.
-    """
-    from langsmith.run_helpers import get_current_run_tree
-
-    run = get_current_run_tree()
-    if run is None or run.id != parent_run_id:
-        return None
-    return UUID(str(run.trace_id))
-
-
-def _judge_callbacks(trace_judge: str | BaseCallbackHandler | None) -> list[BaseCallbackHandler]:
-    if trace_judge is None:
-        return []
-    if isinstance(trace_judge, BaseCallbackHandler):
-        return [trace_judge]
-    if isinstance(trace_judge, str) and trace_judge:
-        from langchain_core.tracers import LangChainTracer
-
-        return [LangChainTracer(project_name=trace_judge)]
-    msg = "`trace_judge` must be a LangSmith project name or a callback handler (a tracer)"
-    raise TypeError(msg)
-
-
-def _on_worker_start(
-    pools: Sequence[DaemonThreadPool], handler: weakref.ref[RagMetricsCallbackHandler]
-) -> None:
-    """Start the judge and sink threads and the exit hook with the worker.
-
-    Holds the handler weakly: the worker must not keep a dropped handler alive.
-    """
-    for pool in pools:
-        pool.start()
+def _register_exit(handler: weakref.ref[RagMetricsCallbackHandler]) -> None:
+    """Flush ``handler`` at interpreter exit; holds it weakly so it can still be collected."""
     target = handler()
     if target is not None and target.exit_timeout is not None:
         _exit.register(target)
-
-
-def _shutdown_pools(
-    judges: DaemonThreadPool, pipeline: ScoringPipeline, timeout: float | None
-) -> bool:
-    """Stop the judge threads (queued calls cancelled), then close the sinks."""
-    stopped = judges.stop(timeout, cancel_pending=True)
-    return pipeline.close(timeout) and stopped
-
-
-def _check_metrics(metrics: Sequence[BaseRagMetric]) -> list[BaseRagMetric]:
-    out = list(metrics)
-    if not out:
-        msg = "`metrics` must name at least one metric"
-        raise ValueError(msg)
-    keys: set[str] = set()
-    for i, metric in enumerate(out):
-        if not isinstance(metric, BaseRagMetric):
-            msg = f"`metrics[{i}]` must be a metric (BaseRagMetric), got {type(metric).__name__}"
-            raise TypeError(msg)
-        if metric.metric_name in keys:
-            msg = f"`metrics[{i}]`: two metrics share the key {metric.metric_name!r}"
-            raise ValueError(msg)
-        keys.add(metric.metric_name)
-    return out
-
-
-def _check_sinks(sinks: Sequence[BaseSink]) -> list[BaseSink]:
-    out = list(sinks)
-    for i, sink in enumerate(out):
-        if not isinstance(sink, BaseSink):
-            msg = (
-                f"`sinks[{i}]` must be a sink (BaseSink), got {type(sink).__name__}; "
-                "wrap a function in CallableSink(fn)"
-            )
-            raise TypeError(msg)
-    return out
 
 
 class RagMetricsCallbackHandler(BaseCallbackHandler):
@@ -208,65 +117,46 @@ class RagMetricsCallbackHandler(BaseCallbackHandler):
         if question_from not in ("query", "input") and not callable(question_from):
             msg = "`question_from` must be 'query', 'input' or a callable"
             raise ValueError(msg)
-        if answer_from is not None and not callable(answer_from):
-            msg = "`answer_from` must be a callable"
-            raise TypeError(msg)
-        if reference_provider is not None and not callable(reference_provider):
-            msg = "`reference_provider` must be a callable"
-            raise TypeError(msg)
+        for option, hook in (
+            ("answer_from", answer_from),
+            ("reference_provider", reference_provider),
+        ):
+            if hook is not None and not callable(hook):
+                msg = f"`{option}` must be a callable"
+                raise TypeError(msg)
         if max_concurrency < 1:
             msg = "`max_concurrency` must be at least 1"
             raise ValueError(msg)
-        if timeout is not None and timeout <= 0:
-            msg = "`timeout` must be positive (or None)"
-            raise ValueError(msg)
-        if exit_timeout is not None and exit_timeout < 0:
-            msg = "`exit_timeout` must be >= 0 (or None)"
-            raise ValueError(msg)
-        self.metrics = _check_metrics(_default_metrics() if metrics is None else metrics)
-        self.sinks = _check_sinks([LoggingSink()] if sinks is None else sinks)
+        check_positive("timeout", timeout)
+        check_positive("exit_timeout", exit_timeout, allow_zero=True)
+        self.metrics = check_metrics(metrics)
+        self.sinks = check_sinks(sinks)
         self.sample_rate = check_rate(sample_rate)
         self.exit_timeout = exit_timeout
         self.name = name
         self._counters = Counters()
         self._failures = FailureLog()
         self._tracker = TraceTracker(
-            max_open_traces=max_open_traces, find_trace_id=_langsmith_trace_id
+            max_open_traces=max_open_traces, find_trace_id=langsmith_trace_id
         )
-        judge_config: RunnableConfig = {"callbacks": _judge_callbacks(trace_judge)}
-        judges = DaemonThreadPool(name=f"{name}-judge", size=max_concurrency)
-        sinks_pool = DaemonThreadPool(name=f"{name}-sinks")
-        self.engine = ScoringEngine(
-            max_concurrency=max_concurrency,
-            timeout=timeout,
-            rate_limit_per_minute=rate_limit_per_minute,
-            config=judge_config,
-            executor=judges,
-        )
-        self._pipeline = ScoringPipeline(
+        self._background = Background(
             metrics=self.metrics,
             sinks=self.sinks,
-            engine=self.engine,
             question_from=question_from,
             answer_from=answer_from,
             reference_provider=reference_provider,
-            counters=self._counters,
-            failures=self._failures,
-            sink_pool=sinks_pool,
-        )
-        self._worker: BackgroundWorker[Capture] = BackgroundWorker(
-            self._pipeline.process,
             max_queue_size=max_queue_size,
-            max_active=max_concurrency,
-            name=f"{name}-worker",
+            max_concurrency=max_concurrency,
+            rate_limit_per_minute=rate_limit_per_minute,
+            timeout=timeout,
+            trace_judge=trace_judge,
+            name=name,
             counters=self._counters,
             failures=self._failures,
-            thread_context=_untraced if trace_judge is None else None,
-            on_start=partial(_on_worker_start, (judges, sinks_pool), weakref.ref(self)),
-            on_idle_exit=partial(_shutdown_pools, judges, self._pipeline, _IDLE_EXIT_CLOSE_SECONDS),
+            on_start=partial(_register_exit, weakref.ref(self)),
         )
-        self._judges = judges
-        self._finalizer = weakref.finalize(self, self._worker.stop_when_idle)
+        self.engine = self._background.engine
+        self._finalizer = weakref.finalize(self, self._background.stop_when_idle)
         self._close_lock = threading.Lock()
         self._closed = False
 
@@ -276,7 +166,7 @@ class RagMetricsCallbackHandler(BaseCallbackHandler):
     def stats(self) -> HandlerStats:
         """A snapshot of the counters (see :class:`HandlerStats`)."""
         return self._counters.snapshot(
-            queued=self._worker.queued, open_traces=self._tracker.open_traces
+            queued=self._background.queued, open_traces=self._tracker.open_traces
         )
 
     @property
@@ -299,11 +189,7 @@ class RagMetricsCallbackHandler(BaseCallbackHandler):
             True when everything was done in time; otherwise False, and
             ``stats.pending_at_deadline`` says how many retrievals were still pending.
         """
-        if self._on_own_thread("flush"):
-            return False
-        deadline = deadline_after(timeout)
-        done = self._worker.flush(timeout)
-        return self._pipeline.flush_sinks(remaining(deadline)) and done
+        return self._background.flush(timeout)
 
     async def aflush(self, timeout: float | None = None) -> bool:
         """:meth:`flush` without blocking the event loop."""
@@ -318,21 +204,16 @@ class RagMetricsCallbackHandler(BaseCallbackHandler):
         Returns:
             True when everything finished and shut down in time.
         """
-        if self._on_own_thread("close"):
+        if self._background.owns_current_thread("close"):
             return False
         with self._close_lock:
             if self._closed:
                 return True
             self._closed = True
-        deadline = deadline_after(timeout)
-        self._worker.close_intake()
-        flushed = self.flush(timeout)
-        left = remaining(deadline)
-        stopped = self._worker.stop(None if left is None else max(left, _STOP_GRACE_SECONDS))
-        sinks_closed = _shutdown_pools(self._judges, self._pipeline, remaining(deadline))
+        done = self._background.close(timeout)
         _exit.unregister(self)
         self._finalizer.detach()
-        return flushed and stopped and sinks_closed
+        return done
 
     async def aclose(self, timeout: float | None = None) -> bool:
         """:meth:`close` without blocking the event loop."""
@@ -514,19 +395,6 @@ class RagMetricsCallbackHandler(BaseCallbackHandler):
 
     # ------------------------------------------------------------------ internals
 
-    def _on_own_thread(self, action: str) -> bool:
-        """True (and logged) when called from a sink, a provider or a judge: it would deadlock."""
-        current = threading.current_thread()
-        own = [self._worker.thread, *self._judges.threads, *self._pipeline.sink_pool.threads]
-        if not any(current is thread for thread in own):
-            return False
-        self._failures.report(
-            f"{action}-from-worker",
-            f"{action}() called from the handler's own background thread (a sink, a "
-            "reference provider or a judge); ignored to avoid a deadlock",
-        )
-        return True
-
     def _internal_error(self, event: str, exc: Exception) -> None:
         self._counters.add(handler_errors=1)
         self._failures.report(
@@ -589,4 +457,4 @@ class RagMetricsCallbackHandler(BaseCallbackHandler):
         self._counters.add(traces=1, seen=count, sampled=count if sampled else 0)
         if sampled:
             for capture in captures:
-                self._worker.submit(capture)
+                self._background.submit(capture)

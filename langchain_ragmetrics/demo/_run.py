@@ -180,8 +180,10 @@ def run_demo(
     corpus = load_corpus()
     judge = None if offline else build_judge(model, base_url)
     why = "--offline" if offline else "no OPENAI_API_KEY or OPENAI_BASE_URL is set"
-    answerer: Runnable[Any, Any] = judge if judge is not None else extractive_answerer()
-    chain = build_chain(corpus, answerer)
+    answerer: Runnable[Any, Any] | None = None
+    if judge is not None:
+        answerer = build_judge(model, base_url, max_retries=2)  # the same model, client retries
+    chain = build_chain(corpus, answerer if answerer is not None else extractive_answerer())
     sink = InMemorySink()
     handler = RagMetricsCallbackHandler(
         metrics=demo_metrics(judge), sinks=[sink], max_concurrency=8, exit_timeout=None

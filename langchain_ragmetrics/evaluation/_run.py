@@ -15,7 +15,7 @@ from langchain_ragmetrics._dataset import (
     read_dataset,
 )
 from langchain_ragmetrics._progress import Progress
-from langchain_ragmetrics.callbacks._threads import DaemonThreadPool
+from langchain_ragmetrics._threads import DaemonThreadPool
 from langchain_ragmetrics.engine import Job, ScoringEngine
 from langchain_ragmetrics.evaluation._loop import run_cancellable
 from langchain_ragmetrics.evaluation._registry import metric_from_name

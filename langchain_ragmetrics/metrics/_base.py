@@ -98,6 +98,12 @@ class BaseRagMetric(RunnableSerializable[MetricInput, MetricResult]):
     def OutputType(self) -> type[MetricResult]:
         return MetricResult
 
+    def as_langsmith_evaluator(self, **options: Any) -> Any:
+        """This metric as a LangSmith ``RunEvaluator`` (see ``integrations.langsmith``)."""
+        from langchain_ragmetrics.integrations.langsmith import metric_to_langsmith_evaluator
+
+        return metric_to_langsmith_evaluator(self, **options)
+
     def sample_language(self, sample: RagSample) -> str:
         """The language a sample is judged in: its own, else the metric's, else English."""
         return sample.language or self.language or "en"

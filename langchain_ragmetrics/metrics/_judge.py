@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_JUDGE_MODEL",
+    "DEFAULT_JUDGE_TIMEOUT",
     "JudgeCall",
     "JudgeConfigError",
     "JudgeOutcome",
@@ -32,6 +33,7 @@ __all__ = [
 ]
 
 DEFAULT_JUDGE_MODEL = "gpt-4o-mini"
+DEFAULT_JUDGE_TIMEOUT = 60.0
 _TRANSIENT_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
 _TRANSIENT_NAMES = ("Timeout", "APIConnectionError", "ConnectError", "RemoteProtocolError")
 
@@ -48,7 +50,8 @@ def default_judge() -> BaseChatModel:
     from langchain_openai import ChatOpenAI
 
     try:
-        return ChatOpenAI(model=DEFAULT_JUDGE_MODEL, temperature=0)
+        # A bounded timeout: a hung judge must not hold a worker (or interpreter exit) forever.
+        return ChatOpenAI(model=DEFAULT_JUDGE_MODEL, temperature=0, timeout=DEFAULT_JUDGE_TIMEOUT)
     except Exception as exc:
         msg = (
             f"could not build the default judge ChatOpenAI(model={DEFAULT_JUDGE_MODEL!r}): {exc}. "

@@ -71,7 +71,7 @@ def test_throughput_runs_every_job(tmp_path: Path) -> None:
 def test_online_measures_every_config(tmp_path: Path) -> None:
     result = run_bench("bench_online.py", tmp_path)
     runs = result["latency"]["runs"]
-    assert set(runs) == {"none", "handler", "capture", "tracer"}
+    assert set(runs) == {"none", "handler", "tracer", "noop", "capture"}
     stats = runs["handler"][0]["handler_stats_at_loop_end"]
     assert stats["sampled"] == 10 + 30  # warm-up + timed invocations, all sampled
     assert runs["capture"][0]["handler_stats_at_loop_end"]["sampled"] == 0

@@ -14,6 +14,7 @@ from langchain_openai import ChatOpenAI
 from langchain_ragmetrics import (
     CallableSink,
     ContextRelevance,
+    HandlerStats,
     InMemorySink,
     OnlineResult,
     RagMetricsCallbackHandler,
@@ -267,3 +268,19 @@ def test_flush_or_close_from_a_sink_is_refused_not_deadlocked(
         assert handler.flush(10)
         assert not handler.closed
     assert outcomes == [False, False]
+
+
+def test_reset_stats_zeroes_counters_and_logs_again(
+    judge_server: JudgeServer, make_judge: JudgeFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    app = rag_app(judge_server, make_judge)
+    judge_server.script = rag_router(RelevantSentences=lambda req: reply_error(400))
+    with online_handler(app.llm) as handler:
+        with caplog.at_level(logging.WARNING, logger="langchain_ragmetrics"):
+            for _ in range(2):
+                app.chain.invoke(question(1), config={"callbacks": [handler]})
+                assert handler.flush(10)
+                handler.reset_stats()
+        assert handler.stats == HandlerStats()  # every counter back to zero
+    failures = [r for r in caplog.records if "context_relevance failed" in r.getMessage()]
+    assert len(failures) == 2  # once per kind, again after the reset

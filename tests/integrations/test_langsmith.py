@@ -104,7 +104,7 @@ def test_langsmith_evaluate_uploads_feedback_from_retriever_child_runs(
         metric_to_langsmith_evaluator(ContextRecall(llm=judge)),
         metric_to_langsmith_evaluator(ContextPrecision(llm=judge)),
         as_langsmith_evaluator(IDBasedContextRecall()),
-        as_langsmith_evaluator(IDBasedContextPrecision(), key="id_precision"),
+        IDBasedContextPrecision().as_langsmith_evaluator(key="id_precision"),
     ]
     outputs = {"reference": EINSTEIN_REFERENCE, "reference_context_ids": ["einstein"]}
     results = langsmith.evaluate(

@@ -87,6 +87,7 @@ def test_default_judge_reads_openai_env(
     assert result.judge == "gpt-4o-mini"
     assert judge_server.requests[0].model == "gpt-4o-mini"
     assert judge_server.requests[0].body.get("temperature") == 0
+    assert metric.judge.request_timeout == 60.0  # type: ignore[attr-defined]
 
 
 def test_default_judge_without_key_explains_how_to_fix() -> None:

@@ -1,0 +1,101 @@
+"""Option checks and defaults of the online handler, and the context it judges in."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from typing import Any
+from uuid import UUID
+
+from langchain_core.callbacks import BaseCallbackHandler
+
+from langchain_ragmetrics.callbacks.sinks import BaseSink, LoggingSink
+from langchain_ragmetrics.metrics._base import BaseRagMetric
+
+__all__ = [
+    "check_metrics",
+    "check_positive",
+    "check_sinks",
+    "judge_callbacks",
+    "langsmith_trace_id",
+    "untraced",
+]
+
+
+def check_metrics(metrics: Sequence[BaseRagMetric] | None) -> list[BaseRagMetric]:
+    """The metrics (default ``ContextRelevance`` and ``ContextPrecision``), checked."""
+    if metrics is None:
+        from langchain_ragmetrics.metrics import ContextPrecision, ContextRelevance
+
+        return [ContextRelevance(), ContextPrecision()]
+    out = list(metrics)
+    if not out:
+        msg = "`metrics` must name at least one metric"
+        raise ValueError(msg)
+    keys: set[str] = set()
+    for i, metric in enumerate(out):
+        if not isinstance(metric, BaseRagMetric):
+            msg = f"`metrics[{i}]` must be a metric (BaseRagMetric), got {type(metric).__name__}"
+            raise TypeError(msg)
+        if metric.metric_name in keys:
+            msg = f"`metrics[{i}]`: two metrics share the key {metric.metric_name!r}"
+            raise ValueError(msg)
+        keys.add(metric.metric_name)
+    return out
+
+
+def check_sinks(sinks: Sequence[BaseSink] | None) -> list[BaseSink]:
+    """The sinks (default a ``LoggingSink``), checked."""
+    out: list[BaseSink] = [LoggingSink()] if sinks is None else list(sinks)
+    for i, sink in enumerate(out):
+        if not isinstance(sink, BaseSink):
+            msg = (
+                f"`sinks[{i}]` must be a sink (BaseSink), got {type(sink).__name__}; "
+                "wrap a function in CallableSink(fn)"
+            )
+            raise TypeError(msg)
+    return out
+
+
+def check_positive(name: str, value: float | None, *, allow_zero: bool = False) -> None:
+    """Raise a ValueError naming the option unless ``value`` is None or positive."""
+    if value is None or value > 0 or (allow_zero and value == 0):
+        return
+    bound = ">= 0" if allow_zero else "positive"
+    msg = f"`{name}` must be {bound} (or None), got {value!r}"
+    raise ValueError(msg)
+
+
+def judge_callbacks(trace_judge: str | BaseCallbackHandler | None) -> list[BaseCallbackHandler]:
+    """Callbacks of the judge runs: none, or a tracer to a separate project."""
+    if trace_judge is None:
+        return []
+    if isinstance(trace_judge, BaseCallbackHandler):
+        return [trace_judge]
+    if isinstance(trace_judge, str) and trace_judge:
+        from langchain_core.tracers import LangChainTracer
+
+        return [LangChainTracer(project_name=trace_judge)]
+    msg = "`trace_judge` must be a LangSmith project name or a callback handler (a tracer)"
+    raise TypeError(msg)
+
+
+def untraced() -> AbstractContextManager[Any]:
+    """Disable LangSmith/LangChain tracing (env or context) for everything on the worker."""
+    from langsmith.run_helpers import tracing_context
+
+    return tracing_context(enabled=False)
+
+
+def langsmith_trace_id(parent_run_id: UUID) -> UUID | None:
+    """The trace id of ``parent_run_id`` when it is the current LangSmith run (a context read).
+
+    Lets feedback carry the real trace id when the handler is attached to a chain called
+    inside a ``@traceable`` function or a traced parent runnable.
+    """
+    from langsmith.run_helpers import get_current_run_tree
+
+    run = get_current_run_tree()
+    if run is None or run.id != parent_run_id:
+        return None
+    return UUID(str(run.trace_id))
