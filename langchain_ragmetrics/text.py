@@ -9,6 +9,7 @@ import unicodedata
 from typing import Any
 
 __all__ = [
+    "SEGMENT_CACHE_SIZE",
     "SUPPORTED_LANGUAGES",
     "check_language",
     "clear_segmenter_cache",
@@ -63,6 +64,8 @@ def language_name(code: str) -> str:
 
 
 _SEGMENT_LOCK = threading.Lock()
+SEGMENT_CACHE_SIZE = 4096
+"""How many segmented texts are kept (least recently used are dropped)."""
 
 
 @functools.lru_cache(maxsize=32)
@@ -73,18 +76,29 @@ def _segmenter(code: str) -> Any:
 
 
 def clear_segmenter_cache() -> None:
-    """Drop the cached pysbd segmenters (they are rebuilt on demand)."""
+    """Drop the cached pysbd segmenters and segmentations (both are rebuilt on demand)."""
     _segmenter.cache_clear()
+    _segmented.cache_clear()
+
+
+@functools.lru_cache(maxsize=SEGMENT_CACHE_SIZE)
+def _segmented(code: str, text: str) -> tuple[str, ...]:
+    """Sentences of one text, memoised (pysbd costs milliseconds a chunk; chunks recur)."""
+    segmenter = _segmenter(code)
+    with _SEGMENT_LOCK:  # a pysbd Segmenter keeps per-call state: not thread-safe
+        sentences = segmenter.segment(text)
+    return tuple(s.strip() for s in sentences if s and s.strip())
 
 
 def segment(text: str, language: str = "en") -> list[str]:
-    """Split text into sentences with pysbd rules for the language; blanks are dropped."""
+    """Split text into sentences with pysbd rules for the language; blanks are dropped.
+
+    Results are cached per (language, text), up to ``SEGMENT_CACHE_SIZE`` texts;
+    :func:`clear_segmenter_cache` empties the cache.
+    """
     if not text or not text.strip():
         return []
-    segmenter = _segmenter(check_language(language))
-    with _SEGMENT_LOCK:  # a pysbd Segmenter keeps per-call state: not thread-safe
-        sentences = segmenter.segment(text)
-    return [s.strip() for s in sentences if s and s.strip()]
+    return list(_segmented(check_language(language), text))
 
 
 def normalize_for_match(text: str) -> str:

@@ -67,3 +67,19 @@ def test_segment_is_thread_safe() -> None:
     for t in threads:
         t.join()
     assert bad == []
+
+
+def test_segmentation_is_cached_and_resettable() -> None:
+    from langchain_ragmetrics.text import _segmented
+
+    clear_segmenter_cache()
+    text = "A first sentence here. A second one follows."
+    first = segment(text, "en")
+    first.append("mutating the returned list must not leak into the cache")
+    assert segment(text, "en") == ["A first sentence here.", "A second one follows."]
+    info = _segmented.cache_info()
+    assert (info.hits, info.misses) == (1, 1)
+    segment(text, "ja")  # the language is part of the key
+    assert _segmented.cache_info().misses == 2
+    clear_segmenter_cache()
+    assert _segmented.cache_info().currsize == 0

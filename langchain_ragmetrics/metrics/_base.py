@@ -24,6 +24,7 @@ from typing_extensions import override
 from langchain_ragmetrics.metrics._judge import (
     JudgeCall,
     JudgeOutcome,
+    JudgeRunner,
     RetryPolicy,
     acall_judge,
     call_judge,
@@ -221,6 +222,9 @@ class JudgedMetric(BaseRagMetric):
     """Upper bound on concurrent judge calls inside one sample (``per_context`` modes)."""
 
     _default_llm: BaseChatModel | None = PrivateAttr(default=None)
+    _runners: dict[tuple[int, int, type[BaseModel]], JudgeRunner] = PrivateAttr(
+        default_factory=dict
+    )
 
     @field_validator("prompt", mode="before")
     @classmethod
@@ -270,6 +274,15 @@ class JudgedMetric(BaseRagMetric):
     def score(self, plan: Plan, answers: Sequence[Any]) -> Verdict:
         """Turn the parsed judge answers (one per call, in order) into a verdict."""
 
+    def runner(self, call: JudgeCall) -> JudgeRunner:
+        """The prompt-and-model pipe for a call, built once per (judge, prompt, schema)."""
+        llm = self.judge
+        key = (id(llm), id(call.prompt), call.schema)
+        runner = self._runners.get(key)
+        if runner is None or runner.llm is not llm or runner.prompt is not call.prompt:
+            runner = self._runners[key] = JudgeRunner.build(llm, call.prompt, call.schema)
+        return runner
+
     def _finish(self, plan: Plan, outcomes: Sequence[JudgeOutcome]) -> MetricResult:
         usage = sum((o.usage for o in outcomes), Usage())
         errors = [o.error for o in outcomes if o.error is not None]
@@ -282,14 +295,16 @@ class JudgedMetric(BaseRagMetric):
         plan = self.plan(sample)
         if isinstance(plan, Verdict):
             return self._result(plan)
-        llm = self.judge
         if len(plan.calls) == 1:
-            outcomes = [call_judge(llm, plan.calls[0], config, self.retry)]
+            call = plan.calls[0]
+            outcomes = [call_judge(self.runner(call), call, config, self.retry)]
         else:
             limited = patch_config(config, max_concurrency=self.max_parallel_calls)
             with get_executor_for_config(limited) as pool:
                 outcomes = list(
-                    pool.map(lambda c: call_judge(llm, c, config, self.retry), plan.calls)
+                    pool.map(
+                        lambda c: call_judge(self.runner(c), c, config, self.retry), plan.calls
+                    )
                 )
         return self._finish(plan, outcomes)
 
@@ -298,12 +313,11 @@ class JudgedMetric(BaseRagMetric):
         plan = self.plan(sample)
         if isinstance(plan, Verdict):
             return self._result(plan)
-        llm = self.judge
         gate = asyncio.Semaphore(self.max_parallel_calls)
 
         async def one(call: JudgeCall) -> JudgeOutcome:
             async with gate:
-                return await acall_judge(llm, call, config, self.retry)
+                return await acall_judge(self.runner(call), call, config, self.retry)
 
         outcomes = await asyncio.gather(*(one(c) for c in plan.calls))
         return self._finish(plan, outcomes)

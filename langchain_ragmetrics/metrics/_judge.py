@@ -24,6 +24,7 @@ __all__ = [
     "JudgeCall",
     "JudgeConfigError",
     "JudgeOutcome",
+    "JudgeRunner",
     "RetryPolicy",
     "acall_judge",
     "call_judge",
@@ -130,12 +131,60 @@ class JudgeOutcome:
     """Tokens and requests spent, retries included."""
 
 
-def _structured(llm: BaseChatModel, schema: type[BaseModel]) -> Runnable[Any, Any]:
-    """Bind the schema by tool calling with the raw message kept (errors come back as data)."""
-    try:
-        return llm.with_structured_output(schema, method="function_calling", include_raw=True)
-    except (TypeError, NotImplementedError, ValueError):
-        return llm.with_structured_output(schema, include_raw=True)
+@dataclass(frozen=True)
+class JudgeRunner:
+    """A prompt and a chat model bound to one output schema, built once and reused.
+
+    With tool calling (``bind_tools``) the model's message is parsed here, outside the
+    Runnable: ``with_structured_output(include_raw=True)`` would wrap every call in a
+    ``RunnableParallel``, which starts a thread pool per call. Models without ``bind_tools``
+    fall back to ``with_structured_output``.
+    """
+
+    llm: BaseChatModel
+    """The judge the model binding was built from."""
+    prompt: ChatPromptTemplate
+    """The prompt, formatted directly (no Runnable step: one less run per call)."""
+    model: Runnable[Any, Any]
+    """The judge bound to the schema."""
+    schema: type[BaseModel]
+    """The output schema."""
+    parse_here: bool
+    """True when ``model`` returns the raw message and parsing happens in :meth:`parse`."""
+
+    @classmethod
+    def build(
+        cls, llm: BaseChatModel, prompt: ChatPromptTemplate, schema: type[BaseModel]
+    ) -> JudgeRunner:
+        """Bind ``schema`` to ``llm`` by tool calling, forcing that tool."""
+        try:
+            # No ``ls_structured_output_format``: LangChain would rebuild the JSON schema from
+            # it on every call, only to annotate traces.
+            bound: Runnable[Any, Any] = llm.bind_tools([schema], tool_choice=schema.__name__)
+            return cls(llm, prompt, bound, schema, parse_here=True)
+        except (NotImplementedError, TypeError, ValueError):
+            try:
+                bound = llm.with_structured_output(
+                    schema, method="function_calling", include_raw=True
+                )
+            except (TypeError, NotImplementedError, ValueError):
+                bound = llm.with_structured_output(schema, include_raw=True)
+            return cls(llm, prompt, bound, schema, parse_here=False)
+
+    def parse(self, output: Any) -> Any:
+        """Normalise the model's output to ``{raw, parsed, parsing_error}``."""
+        if not self.parse_here:
+            return output
+        from langchain_core.exceptions import OutputParserException
+        from langchain_core.output_parsers.openai_tools import PydanticToolsParser
+        from langchain_core.outputs import ChatGeneration
+
+        parser = PydanticToolsParser(tools=[self.schema], first_tool_only=True)
+        try:
+            parsed = parser.parse_result([ChatGeneration(message=output)])
+        except (OutputParserException, ValueError) as exc:
+            return {"raw": output, "parsed": None, "parsing_error": exc}
+        return {"raw": output, "parsed": parsed, "parsing_error": None}
 
 
 def _usage_of(raw: Any) -> Usage:
@@ -193,14 +242,14 @@ class _Attempts:
 
 
 def call_judge(
-    llm: BaseChatModel, call: JudgeCall, config: RunnableConfig | None, policy: RetryPolicy
+    runner: JudgeRunner, call: JudgeCall, config: RunnableConfig | None, policy: RetryPolicy
 ) -> JudgeOutcome:
     """Run one judge call synchronously with bounded retries; never raises for judge faults."""
-    chain = call.prompt | _structured(llm, call.schema)
     state = _Attempts(call, policy)
     while True:
         try:
-            output = chain.invoke(dict(call.variables), config)
+            messages = runner.prompt.format_messages(**call.variables)
+            output = runner.parse(runner.model.invoke(messages, config))
         except Exception as exc:
             step = state.on_exception(exc)
             if isinstance(step, JudgeOutcome):
@@ -213,14 +262,14 @@ def call_judge(
 
 
 async def acall_judge(
-    llm: BaseChatModel, call: JudgeCall, config: RunnableConfig | None, policy: RetryPolicy
+    runner: JudgeRunner, call: JudgeCall, config: RunnableConfig | None, policy: RetryPolicy
 ) -> JudgeOutcome:
     """Async twin of :func:`call_judge`."""
-    chain = call.prompt | _structured(llm, call.schema)
     state = _Attempts(call, policy)
     while True:
         try:
-            output = await chain.ainvoke(dict(call.variables), config)
+            messages = runner.prompt.format_messages(**call.variables)
+            output = runner.parse(await runner.model.ainvoke(messages, config))
         except Exception as exc:
             step = state.on_exception(exc)
             if isinstance(step, JudgeOutcome):
