@@ -1,0 +1,225 @@
+"""Benchmark 3 - online overhead: what our callback handler adds to a live chain's latency.
+
+An LCEL RAG chain with an instant answering model (see ``_online_driver.py``) is invoked 2,000
+times (after a warm-up) in a fresh process per run, with:
+
+* no callback;
+* our ``RagMetricsCallbackHandler(metrics=[ContextRelevance(), ContextPrecision()],
+  sinks=[InMemorySink()], sample_rate=1.0)`` whose judge answers after 200 ms;
+* LangChain's ``LangChainTracer`` with a real ``langsmith.Client`` sending to the loopback
+  LangSmith stub;
+* (diagnostic) our handler with ``sample_rate=0.0``: its callbacks record and correlate every
+  run but nothing is scored, which separates the callback path from the background scoring.
+
+Runs are interleaved (none, handler, tracer, ..., none, ...) ``--repeats`` times; we report the
+median over runs of each run's median and p99 latency. Added latency = config - no callback,
+measured two ways: against the no-callback runs, and paired (each timed call with callbacks
+alternates with one without, in the same process; the difference of their medians cancels the
+machine's drift).
+
+Memory: one process whose handler (ContextPrecision, a 0 ms judge, a counting sink) scores
+10,000 traces in batches of 500, flushing after each batch; RSS after a 1,000-trace warm-up vs
+after the last batch (queue drained, ``gc.collect()``).
+
+Targets (issue 5): our added median <= 0.2 ms and not above the tracer's; the judge's 200 ms
+never shows in the user's latency; RSS growth <= 10 MB after 10,000 scored traces.
+
+Usage: ``python bench/bench_online.py [--tiny] [--repeats N] [--out DIR]``
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from _common import base_parser, median, percentile, publish, run_driver, table
+from _judge import BenchJudge
+
+from tests._support.langsmith_stub import LangSmithStub
+from tests._support.openai_server import JudgeServer
+
+CONFIGS = ("none", "handler", "tracer", "noop", "capture")
+INVOCATIONS = 2_000
+TRACES = 10_000
+REPEATS = 3
+WARMUP = 100
+JUDGE_LATENCY = 0.200
+ADDED_TARGET_MS = 0.2
+GROWTH_TARGET_MIB = 10.0
+
+
+def _summary(latencies: list[float], baseline: list[float]) -> dict[str, float]:
+    slow = JUDGE_LATENCY
+    return {
+        "median_ms": median(latencies) * 1000,
+        "p99_ms": percentile(latencies, 99) * 1000,
+        "max_ms": max(latencies) * 1000,
+        "calls_over_judge_latency": sum(1 for t in latencies if t >= slow),
+        "paired_added_median_ms": (median(latencies) - median(baseline)) * 1000,
+        "paired_added_p99_ms": (percentile(latencies, 99) - percentile(baseline, 99)) * 1000,
+    }
+
+
+def measure_latency(*, invocations: int, repeats: int, warmup: int) -> dict[str, Any]:
+    """Interleaved runs of every config; per-run summaries and their medians."""
+    runs: dict[str, list[dict[str, Any]]] = {c: [] for c in CONFIGS}
+    with JudgeServer(BenchJudge(), latency=JUDGE_LATENCY) as judge, LangSmithStub() as stub:
+        for _ in range(repeats):
+            for config in CONFIGS:
+                report = run_driver(
+                    sys.executable,
+                    "_online_driver.py",
+                    "latency",
+                    "--config",
+                    config,
+                    "--judge-url",
+                    judge.base_url,
+                    "--langsmith-url",
+                    stub.url,
+                    "--invocations",
+                    str(invocations),
+                    "--warmup",
+                    str(warmup),
+                )
+                run = _summary(report.pop("latencies_s"), report.pop("paired_baseline_s"))
+                run.update(report)
+                runs[config].append(run)
+        judge_calls = judge.count()
+        traced_runs = len(stub.runs())
+    out: dict[str, Any] = {"runs": runs, "judge_calls": judge_calls, "langsmith_runs": traced_runs}
+    for config, items in runs.items():
+        out[config] = {
+            key: median([r[key] for r in items]) for key in items[0] if key.endswith("ms")
+        }
+        out[config]["calls_over_judge_latency"] = sum(r["calls_over_judge_latency"] for r in items)
+    return out
+
+
+def measure_memory(*, traces: int) -> dict[str, Any]:
+    """RSS growth over ``traces`` scored traces."""
+    with JudgeServer(BenchJudge()) as judge:
+        return run_driver(
+            sys.executable,
+            "_online_driver.py",
+            "memory",
+            "--judge-url",
+            judge.base_url,
+            "--traces",
+            str(traces),
+            timeout=3600,
+        )
+
+
+NAMES = {
+    "none": "no callback",
+    "handler": "our handler (2 metrics, 200 ms judge)",
+    "tracer": "LangChainTracer -> LangSmith stub",
+    "noop": "(diagnostic) a do-nothing handler",
+    "capture": "(diagnostic) our handler, sample_rate 0",
+}
+
+
+def _verdict(ok: bool) -> str:
+    return "met" if ok else "MISSED"
+
+
+def render(latency: dict[str, Any], memory: dict[str, Any], invocations: int) -> str:
+    """Markdown tables and the verdict on the targets."""
+    base = latency["none"]
+    runs = len(latency["runs"]["handler"])
+    total = runs * invocations
+    rows = []
+    for config in CONFIGS:
+        c = latency[config]
+        rows.append(
+            [
+                NAMES[config],
+                c["median_ms"],
+                c["median_ms"] - base["median_ms"],
+                c["paired_added_median_ms"],
+                c["p99_ms"],
+                c["p99_ms"] - base["p99_ms"],
+                f"{c['calls_over_judge_latency']} of {total}",
+            ]
+        )
+    headers = [
+        "config",
+        "median ms",
+        "added median ms (vs no-callback runs)",
+        "added median ms (paired, same process)",
+        "p99 ms",
+        "added p99 ms",
+        f"calls >= {JUDGE_LATENCY * 1000:.0f} ms",
+    ]
+    handler, tracer = latency["handler"], latency["tracer"]
+    separate = handler["median_ms"] - base["median_ms"]
+    tracer_separate = tracer["median_ms"] - base["median_ms"]
+    paired, tracer_paired = handler["paired_added_median_ms"], tracer["paired_added_median_ms"]
+    verdicts = [
+        f"Added median <= {ADDED_TARGET_MS} ms: paired {paired:.3f} ms "
+        f"({_verdict(paired <= ADDED_TARGET_MS)}), separate runs {separate:.3f} ms "
+        f"({_verdict(separate <= ADDED_TARGET_MS)}).",
+        f"Not above the tracer's: paired {paired:.3f} vs {tracer_paired:.3f} ms "
+        f"({_verdict(paired <= tracer_paired)}), separate runs {separate:.3f} vs "
+        f"{tracer_separate:.3f} ms ({_verdict(separate <= tracer_separate)}).",
+        f"Calls slower than the judge's {JUDGE_LATENCY * 1000:.0f} ms: "
+        f"{handler['calls_over_judge_latency']} with our handler, "
+        f"{base['calls_over_judge_latency']} without callbacks (of {total} each).",
+    ]
+    stats = [r.get("handler_stats_at_loop_end") for r in latency["runs"]["handler"]]
+    if all(stats):
+        verdicts.append(
+            "Our handler at the end of each timed loop (retrievals sampled / scored so far / "
+            "dropped because its queue of 1,000 was full): "
+            + "; ".join(f"{s['sampled']} / {s['processed']} / {s['dropped']}" for s in stats)
+            + "."
+        )
+    parts = [
+        f"{invocations} timed invocations per run, {runs} runs per config in fresh processes "
+        "(figures are medians over runs). Paired: every timed call alternates with a call "
+        "without callbacks in the same process; the difference of their medians is the "
+        "callbacks' own cost with the machine's drift cancelled.",
+        table(headers, rows),
+        " ".join(verdicts),
+    ]
+    if memory:
+        growth = memory["growth_mib"]
+        parts.append(
+            table(
+                ["traces scored", "RSS before MiB", "RSS after MiB", "growth MiB", "results"],
+                [
+                    [
+                        memory["traces"],
+                        memory["rss_before_mib"],
+                        memory["rss_after_mib"],
+                        growth,
+                        memory["delivered"],
+                    ]
+                ],
+            )
+        )
+        parts.append(
+            f"Memory growth <= {GROWTH_TARGET_MIB:.0f} MB after {memory['traces']:,} scored "
+            f"traces (after a {min(1_000, memory['traces']):,}-trace warm-up): {growth:.1f} MiB "
+            f"({_verdict(growth <= GROWTH_TARGET_MIB)})."
+        )
+    return "\n\n".join(parts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = base_parser(__doc__.splitlines()[0])
+    parser.add_argument("--no-memory", action="store_true", help="skip the memory measurement")
+    args = parser.parse_args(argv)
+    invocations = 30 if args.tiny else INVOCATIONS
+    repeats = args.repeats or (1 if args.tiny else REPEATS)
+    latency = measure_latency(
+        invocations=invocations, repeats=repeats, warmup=10 if args.tiny else WARMUP
+    )
+    memory = {} if args.no_memory else measure_memory(traces=60 if args.tiny else TRACES)
+    text = render(latency, memory, invocations)
+    publish(args.out, "online", "Online overhead", text, {"latency": latency, "memory": memory})
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
