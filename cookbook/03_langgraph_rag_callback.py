@@ -16,6 +16,7 @@ from typing import TypedDict
 
 from langchain_core.documents import Document
 from langchain_core.prompts import ChatPromptTemplate
+from langchain_core.runnables import RunnableConfig
 from langchain_core.vectorstores import InMemoryVectorStore
 from langchain_openai import ChatOpenAI
 from langgraph.graph import END, START, StateGraph
@@ -49,14 +50,16 @@ class State(TypedDict, total=False):
     answer: str
 
 
-def retrieve(state: State) -> State:
-    return {"documents": retriever.invoke(state["question"])}
+# Nodes pass `config` on to what they call: LangGraph needs this on Python 3.10, where the
+# run context (and so the callback handler) does not flow into async tasks by itself.
+def retrieve(state: State, config: RunnableConfig) -> State:
+    return {"documents": retriever.invoke(state["question"], config)}
 
 
-def generate(state: State) -> State:
+def generate(state: State, config: RunnableConfig) -> State:
     context = "\n\n".join(d.page_content for d in state["documents"])
-    message = llm.invoke(prompt.format_messages(context=context, question=state["question"]))
-    return {"answer": str(message.content)}
+    messages = prompt.format_messages(context=context, question=state["question"])
+    return {"answer": str(llm.invoke(messages, config).content)}
 
 
 graph = (
