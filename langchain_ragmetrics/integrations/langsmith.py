@@ -17,10 +17,12 @@ Example::
 
 Where each sample field is read (the first key found wins; ``*_key`` options override):
 
-* question: the example's inputs (``question``, ``query``, ``input``, ``user_input``, ``q``, or
-  the only string input), else the run's inputs, else the query of its first retriever run;
-* answer: the run's outputs (``answer``, ``output``, ``response``, ``result``, ``text``,
-  ``generation``, or the only string output; a chat message gives its content);
+* question: the example's inputs (``QUESTION_KEYS``: ``question``, ``input``, ``query``,
+  ``user_input``, ``q``, ``prompt``; a chat history's last human turn; or the only string
+  input), else the run's inputs, else the query of its first retriever run;
+* answer: the run's outputs (``ANSWER_KEYS``: ``answer``, ``output``, ``result``,
+  ``response``, ``generation``, ``text``, ``content``; a chat message, live or serialised,
+  gives its text; or the only string output);
 * contexts: the run's outputs (``contexts``, ``documents``, ``source_documents``, ``context``,
   ``retrieved_contexts``, ``docs``: strings, Documents or serialised Documents), else the
   documents of its retriever child runs, in run order without repeats;
@@ -34,7 +36,7 @@ Where each sample field is read (the first key found wins; ``*_key`` options ove
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from langchain_core.documents import Document
@@ -42,6 +44,7 @@ from langsmith.evaluation import EvaluationResult, RunEvaluator
 from langsmith.schemas import Example, Run
 from typing_extensions import override
 
+from langchain_ragmetrics._extract import ANSWER_KEYS, QUESTION_KEYS, answer_in, question_in
 from langchain_ragmetrics.metrics import BaseRagMetric
 from langchain_ragmetrics.schema import MetricInput, MetricResult, RagSample
 
@@ -55,10 +58,6 @@ __all__ = [
     "metric_to_langsmith_evaluator",
 ]
 
-QUESTION_KEYS = ("question", "query", "input", "user_input", "q")
-"""Input keys read as the question, in order."""
-ANSWER_KEYS = ("answer", "output", "response", "result", "text", "generation")
-"""Run output keys read as the answer, in order."""
 CONTEXTS_KEYS = (
     "contexts",
     "documents",
@@ -82,32 +81,6 @@ _REFERENCE_LISTS = ("reference_contexts", "reference_context_ids")
 
 SamplePreparer = Callable[[Run, Example | None], MetricInput]
 """Custom mapping from a run and its example to the metric's input."""
-
-
-def _pick(data: Mapping[str, Any] | None, keys: Sequence[str]) -> Any:
-    """The first present, non-None value among ``keys``; else the only string value."""
-    if not data:
-        return None
-    for key in keys:
-        if data.get(key) is not None:
-            return data[key]
-    strings = [v for v in data.values() if isinstance(v, str)]
-    return strings[0] if len(strings) == 1 else None
-
-
-def _text(value: Any) -> str | None:
-    """Plain text of an answer-like value: a string, a chat message or a serialised one."""
-    if value is None or isinstance(value, str):
-        return value
-    content = getattr(value, "content", None)
-    if isinstance(value, Mapping):
-        content = value.get("content", value.get("kwargs", {}).get("content"))
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = [p if isinstance(p, str) else p.get("text", "") for p in content]
-        return "".join(str(p) for p in parts)
-    return str(value)
 
 
 def _document(item: Any) -> Document | str:
@@ -218,9 +191,12 @@ class RagMetricEvaluator(RunEvaluator):
         outputs = run.outputs or {}
         retrievers = _retriever_runs(run)
 
-        question = _pick(inputs, self.question_keys) or _pick(run.inputs, self.question_keys)
+        keys = self.question_keys
+        question = question_in(inputs, keys, sole_string=True) or question_in(
+            run.inputs, keys, sole_string=True
+        )
         if question is None and retrievers:
-            question = _pick(retrievers[0].inputs, ("query", *self.question_keys))
+            question = question_in(retrievers[0].inputs, ("query", *keys))
         contexts: list[Document | str] | None = None
         for key in self.contexts_keys:
             if outputs.get(key) is not None:
@@ -231,9 +207,9 @@ class RagMetricEvaluator(RunEvaluator):
                 doc for r in retrievers for doc in _documents((r.outputs or {}).get("documents"))
             )
         data: dict[str, Any] = {
-            "question": _text(question),
-            "answer": _text(_pick(outputs, self.answer_keys)),
-            "reference": _text(_pick(expected, self.reference_keys)),
+            "question": question,
+            "answer": answer_in(outputs, self.answer_keys, sole_string=True),
+            "reference": answer_in(expected, self.reference_keys, sole_string=True),
             "language": example_meta.get("language") or (inputs or {}).get("language"),
         }
         if contexts is not None:
