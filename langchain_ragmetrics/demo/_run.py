@@ -20,7 +20,7 @@ from langchain_core.runnables import Runnable, RunnableConfig, RunnablePassthrou
 from langchain_core.vectorstores import InMemoryVectorStore
 
 from langchain_ragmetrics.callbacks import InMemorySink, OnlineResult, RagMetricsCallbackHandler
-from langchain_ragmetrics.cli import build_judge
+from langchain_ragmetrics.cli._common import build_judge
 from langchain_ragmetrics.demo._answerer import CONTEXT_MARK, QUESTION_MARK, extractive_answerer
 from langchain_ragmetrics.demo._corpus import Corpus, load_corpus
 from langchain_ragmetrics.demo._embeddings import LexicalEmbeddings

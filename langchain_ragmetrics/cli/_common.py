@@ -1,0 +1,138 @@
+"""Shared pieces of the ``ragmetrics`` commands: exit codes, output, option types, the judge."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from enum import IntEnum
+from typing import TYPE_CHECKING, TextIO
+
+if TYPE_CHECKING:
+    from langchain_core.language_models import BaseChatModel
+
+__all__ = [
+    "ExitCode",
+    "add_judge_options",
+    "build_judge",
+    "echo",
+    "error",
+    "exit_codes_help",
+    "no_key_message",
+    "positive_float",
+    "positive_int",
+]
+
+
+class ExitCode(IntEnum):
+    """Exit statuses of ``ragmetrics`` (``ragmetrics evaluate --help`` lists their meaning)."""
+
+    OK = 0
+    ERROR = 1
+    USAGE = 2
+    FILE_NOT_FOUND = 3
+    UNKNOWN_METRIC = 4
+    INVALID_DATASET = 5
+    MISSING_COLUMNS = 6
+    NO_API_KEY = 7
+    INTERRUPTED = 130
+
+
+_MEANING: dict[ExitCode, str] = {
+    ExitCode.OK: "done (single jobs may still have failed: see the table)",
+    ExitCode.ERROR: "unexpected error, or the results could not be written",
+    ExitCode.USAGE: "bad command line (unknown option, bad value, unsupported --out type)",
+    ExitCode.FILE_NOT_FOUND: "the dataset file does not exist",
+    ExitCode.UNKNOWN_METRIC: "a name in --metrics is not a known metric",
+    ExitCode.INVALID_DATASET: "the dataset cannot be read or has malformed rows (all listed)",
+    ExitCode.MISSING_COLUMNS: "a metric needs a column that no row has",
+    ExitCode.NO_API_KEY: "an LLM-judged metric was asked for but no judge is configured",
+    ExitCode.INTERRUPTED: "Ctrl-C: the partial results were printed (and written with --out)",
+}
+
+
+def exit_codes_help() -> str:
+    lines = ["exit codes:"]
+    lines += [f"  {code.value:>3}  {text}" for code, text in _MEANING.items()]
+    return "\n".join(lines)
+
+
+def echo(text: str, stream: TextIO | None = None) -> None:
+    """Write a line to stdout (or ``stream``)."""
+    out = stream or sys.stdout
+    out.write(text + "\n")
+    out.flush()
+
+
+def error(message: str) -> None:
+    echo(f"ragmetrics: error: {message}", sys.stderr)
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {value:g}")
+    return value
+
+
+def add_judge_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--model",
+        default="gpt-4o-mini",
+        help="judge model name (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--base-url",
+        default=None,
+        help="OpenAI-compatible endpoint of the judge, e.g. http://localhost:11434/v1 (Ollama) "
+        "or http://localhost:8000/v1 (vLLM); default: $OPENAI_BASE_URL or OpenAI",
+    )
+
+
+def no_key_message(judged: Sequence[str]) -> str:
+    """What to do when LLM-judged metrics were asked for but no judge is configured."""
+    from langchain_ragmetrics.evaluation import is_judged, metric_classes
+
+    plain = [name for name, cls in metric_classes().items() if not is_judged(cls)]
+    return "\n".join(
+        [
+            f"{', '.join(judged)} need an LLM judge, but OPENAI_API_KEY is not set.",
+            "  - set it:   export OPENAI_API_KEY=sk-...",
+            "  - or use a local OpenAI-compatible server (no key needed):",
+            "      Ollama: --base-url http://localhost:11434/v1 --model llama3.1",
+            "      vLLM:   --base-url http://localhost:8000/v1 --model <served model name>",
+            "    (or export OPENAI_BASE_URL=... instead of --base-url)",
+            f"  - or use metrics that need no judge: {', '.join(plain)}",
+        ]
+    )
+
+
+def build_judge(model: str, base_url: str | None, *, max_retries: int = 0) -> BaseChatModel | None:
+    """A ChatOpenAI from the options and environment; None when no key or base URL is set.
+
+    A base URL without a key is taken as a local server (Ollama, vLLM) that needs none.
+    ``max_retries`` is 0 for judges: retrying is the metrics' job (``RetryPolicy``).
+    """
+    base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
+    api_key = os.environ.get("OPENAI_API_KEY") or ("not-needed" if base_url else None)
+    if api_key is None:
+        return None
+    from langchain_openai import ChatOpenAI
+
+    return ChatOpenAI(
+        model=model, base_url=base_url, api_key=api_key, temperature=0, max_retries=max_retries
+    )
