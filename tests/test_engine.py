@@ -15,6 +15,7 @@ from langchain_ragmetrics._threads import DaemonThreadPool
 from langchain_ragmetrics.engine import Job, ScoringEngine, make_rate_limiter
 from langchain_ragmetrics.metrics import RetryPolicy
 from langchain_ragmetrics.schema import MetricResult
+from tests._support.concurrency import Peak
 from tests._support.judges import EINSTEIN_CONTEXT, EINSTEIN_REFERENCE, EINSTEIN_VERDICTS, payload
 from tests._support.openai_server import JudgeRequest, JudgeServer, reply_error, reply_hold
 
@@ -47,32 +48,6 @@ def hold_the_stuck_one(release: threading.Event) -> Callable[[JudgeRequest], Any
     return script
 
 
-class Peak:
-    """A judge script holding each request until ``width`` are in flight (or none is left).
-
-    ``peak`` is the most requests the server ever had at once: with more jobs than slots it
-    equals the engine's limit exactly, without any timing assumption.
-    """
-
-    def __init__(self, width: int, total: int) -> None:
-        self.width, self.total = width, total
-        self.cond = threading.Condition()
-        self.in_flight = self.answered = self.peak = 0
-
-    def __call__(self, req: JudgeRequest) -> Any:
-        with self.cond:
-            self.in_flight += 1
-            self.peak = max(self.peak, self.in_flight)
-            self.cond.notify_all()
-            self.cond.wait_for(
-                lambda: self.in_flight >= min(self.width, self.total - self.answered), 10
-            )
-            self.in_flight -= 1
-            self.answered += 1
-            self.cond.notify_all()
-        return EINSTEIN_VERDICTS
-
-
 @pytest.mark.parametrize("mode", MODES)
 def test_runs_jobs_in_order_and_captures_errors(
     judge_server: JudgeServer, make_judge: Callable[..., Any], mode: str
@@ -97,7 +72,7 @@ def test_runs_jobs_in_order_and_captures_errors(
 def test_concurrency_is_bounded_and_used(
     judge_server: JudgeServer, make_judge: Callable[..., Any], mode: str
 ) -> None:
-    peak = Peak(width=3, total=8)
+    peak = Peak(width=3, total=8, answer=lambda req: EINSTEIN_VERDICTS)
     judge_server.script = peak
     engine = ScoringEngine(max_concurrency=3)
     recall = ContextRecall(llm=make_judge())

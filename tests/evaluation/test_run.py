@@ -28,6 +28,7 @@ from langchain_ragmetrics.evaluation import (
     aevaluate,
     evaluate,
 )
+from tests._support.concurrency import Peak
 from tests._support.judges import (
     EINSTEIN_CONTEXT,
     EINSTEIN_REFERENCE,
@@ -125,31 +126,19 @@ def test_language_applies_to_metrics_without_one(
 def test_all_jobs_share_one_concurrency_limit(
     judge_server: JudgeServer, make_judge: Callable[..., Any]
 ) -> None:
-    release = threading.Event()
-    judge_server.script = router(
-        RecallStatements=lambda req: reply_hold(release, EINSTEIN_VERDICTS),
-        ContextVerdicts=lambda req: reply_hold(release, keyword_precision("Einstein")(req)),
+    answers = einstein_router()
+    peak = Peak(width=4, total=6, answer=answers)
+    judge_server.script = peak
+    result = evaluate(
+        ROWS,
+        [ContextRecall(), ContextPrecision()],
+        llm=make_judge(),
+        max_concurrency=4,
+        show_progress=False,
     )
-    done: dict[str, Any] = {}
-
-    def run() -> None:
-        done["result"] = evaluate(
-            ROWS,
-            [ContextRecall(), ContextPrecision()],
-            llm=make_judge(),
-            max_concurrency=4,
-            show_progress=False,
-        )
-
-    worker = threading.Thread(target=run)
-    worker.start()
-    wait_until(lambda: judge_server.count() >= 4)
-    time.sleep(0.2)
-    assert judge_server.count() == 4  # 6 jobs, 4 in flight: both metrics, several rows
+    assert peak.peak == 4  # 6 jobs, 4 in flight at most and at once: both metrics, several rows
     assert {r.schema_name for r in judge_server.requests} == {"RecallStatements", "ContextVerdicts"}
-    release.set()
-    worker.join(10)
-    assert done["result"]["context_recall"] == [0.5, 0.5, 0.5]
+    assert result["context_recall"] == [0.5, 0.5, 0.5]
 
 
 def test_a_failed_job_is_nan_with_its_error_and_the_run_goes_on(
