@@ -6,7 +6,7 @@ request independently fails with probability 0.3 (seeded), half of them HTTP 500
 429 with a retry hint; our ``RetryPolicy`` retries them (3 retries, backoff doubling with
 jitter). Two fault scenarios:
 
-* ``default``: the default ``RetryPolicy`` (1 s initial backoff) and ``Retry-After: 1``, the
+* ``default``: the default ``RetryPolicy`` (0.5 s initial backoff) and ``Retry-After: 1``, the
   waits of a production API;
 * ``scaled``: waits scaled to this 100 ms judge (``initial_backoff=0.1``, ``retry-after-ms:
   100``): the sleeps themselves stop dominating, what remains is the engine's cost of faults.
