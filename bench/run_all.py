@@ -26,6 +26,7 @@ SCRIPTS = (
     ("online", "bench_online.py"),
     ("import", "bench_import.py"),
     ("cpu", "bench_cpu.py"),
+    ("faults", "bench_faults.py"),
 )
 TITLES = {
     "economy": "Judge economy (per sample)",
@@ -33,6 +34,7 @@ TITLES = {
     "online": "Online overhead",
     "import": "Import cost",
     "cpu": "CPU per sample (deterministic parts)",
+    "faults": "Retries under faults",
 }
 
 
