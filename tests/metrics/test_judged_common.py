@@ -12,7 +12,7 @@ from langchain_ragmetrics import (
     ContextRelevance,
 )
 from langchain_ragmetrics.metrics import JudgedMetric
-from tests._support.judges import EINSTEIN_VERDICTS, keyword_precision, keyword_relevance, payload
+from tests._support.judges import keyword_precision, keyword_recall, keyword_relevance, payload
 from tests._support.openai_server import JudgeRequest, JudgeServer, router
 
 METRICS: list[type[JudgedMetric]] = [
@@ -37,26 +37,32 @@ SAMPLE = {
 
 def smart_judge() -> Callable[[JudgeRequest], Any]:
     return router(
-        RecallStatements=lambda req: EINSTEIN_VERDICTS,
+        RecallStatements=keyword_recall("Japanese"),
         ContextVerdicts=keyword_precision("日本語"),
-        EntityLists=lambda req: {"reference_entities": ["Japanese"], "passage_entities": []},
+        EntityList=lambda req: {"entities": [{"name": "Japanese"}]},
         RelevantSentences=keyword_relevance("日本語"),
     )
 
 
+# Entity recall reads the reference and the passages in two independent calls by default.
+CALLS = {ContextEntityRecall: 2}
+
+
 @pytest.mark.parametrize("metric_cls", METRICS)
-def test_one_call_per_sample_and_contexts_stay_data(
+def test_calls_per_sample_and_contexts_stay_data(
     judge_server: JudgeServer, make_judge: Callable[..., Any], metric_cls: type[JudgedMetric]
 ) -> None:
     judge_server.script = smart_judge()
     result = metric_cls(llm=make_judge()).invoke(SAMPLE)
     assert result.error is None
     assert result.score is not None
-    assert judge_server.count() == 1
-    assert result.usage.judge_calls == 1
-    request = judge_server.requests[0]
+    calls = CALLS.get(metric_cls, 1)
+    assert judge_server.count() == calls
+    assert result.usage.judge_calls == calls
+    request = judge_server.requests[-1]
     sent = payload(request)
     texts = sent.get("passages") or [s["text"] for s in sent.get("sentences", [])]
+    texts = texts or [sent.get("text", "")]
     flat = "".join(t if isinstance(t, str) else t["text"] for t in texts)
     squeezed = "".join(flat.split())
     for nasty in NASTY[:3]:  # passed verbatim (sentence-split for relevance), inside the JSON data
@@ -71,7 +77,7 @@ async def test_abatch_counts_one_call_per_sample(
     judge_server.script = smart_judge()
     results = await metric_cls(llm=make_judge()).abatch([SAMPLE] * 5)
     assert all(r.error is None for r in results)
-    assert judge_server.count() == 5
+    assert judge_server.count() == 5 * CALLS.get(metric_cls, 1)
 
 
 @pytest.mark.parametrize("metric_cls", METRICS)
