@@ -33,6 +33,7 @@ EXPECTED = {
     "Usage",
     "__version__",
     "aevaluate",
+    "check_judge",
     "evaluate",
     "load_dataset",
 }

@@ -77,10 +77,16 @@ class MetricAgreement(BaseModel):
         return self.answered / self.items if self.items else 0.0
 
     def passes(self, min_agreement: float) -> bool | None:
-        """Accuracy and answered share both at least ``min_agreement``; None if not gated."""
+        """Answered share and accuracy both at least ``min_agreement``.
+
+        None when every item was answered but no verdict could be compared (statement-mode
+        recall, whose units are the judge's own): such a row is not gated.
+        """
+        if self.answered_rate < min_agreement:
+            return False
         if self.accuracy is None:
             return None
-        return self.accuracy >= min_agreement and self.answered_rate >= min_agreement
+        return self.accuracy >= min_agreement
 
 
 class JudgeReport(BaseModel):
