@@ -221,8 +221,10 @@ async def acheck_judge(
     max_concurrency: int = 4,
     timeout: float | None = None,
     retry: RetryPolicy | None = None,
+    show_progress: bool = False,
 ) -> JudgeReport:
     """Async twin of :func:`check_judge`."""
+    from langchain_ragmetrics._progress import Progress
     from langchain_ragmetrics.engine import Job, ScoringEngine
     from langchain_ragmetrics.metrics._judge import judge_name
     from langchain_ragmetrics.schema import RagSample
@@ -244,16 +246,28 @@ async def acheck_judge(
         for item in items
     ]
     engine = ScoringEngine(max_concurrency=max_concurrency, timeout=timeout)
+    progress = Progress(
+        len(items) * len(variants),
+        [v.name for v in variants],
+        enabled=show_progress,
+        desc="Checking the judge",
+    )
     rows: list[MetricAgreement] = []
-    for variant in variants:
-        metric = variant.build(llm)
-        if retry is not None:
-            metric.retry = retry
-        jobs = [
-            Job(sample, metric, tag=item.id) for sample, item in zip(samples, items, strict=True)
-        ]
-        results = await engine.arun(jobs)
-        rows.append(_summarise(variant, metric.key, items, jobs, results))
+    try:
+        # One metric at a time, so a row's latencies are not inflated by the others' calls.
+        for variant in variants:
+            metric = variant.build(llm)
+            if retry is not None:
+                metric.retry = retry
+            jobs = [Job(s, metric, tag=i.id) for s, i in zip(samples, items, strict=True)]
+
+            def tick(_job: Job, result: MetricResult, name: str = variant.name) -> None:
+                progress.update(name, result)
+
+            results = await engine.arun(jobs, on_result=tick)
+            rows.append(_summarise(variant, metric.key, items, jobs, results))
+    finally:
+        progress.close()
     return JudgeReport(judge=judge_name(llm), language=code, metrics=rows)
 
 
@@ -265,6 +279,7 @@ def check_judge(
     max_concurrency: int = 4,
     timeout: float | None = None,
     retry: RetryPolicy | None = None,
+    show_progress: bool = False,
 ) -> JudgeReport:
     """Run the shipped labelled set through ``llm`` and measure its agreement with the labels.
 
@@ -280,6 +295,7 @@ def check_judge(
         max_concurrency: Items scored at the same time.
         timeout: Seconds before one item is abandoned (counted as a failure).
         retry: Retry policy for the metrics (default: the metrics' own).
+        show_progress: Draw a progress bar on stderr (only on a terminal or notebook).
 
     Raises:
         UnknownVariantError: A name in ``metrics`` is not known.
@@ -300,5 +316,6 @@ def check_judge(
             max_concurrency=max_concurrency,
             timeout=timeout,
             retry=retry,
+            show_progress=show_progress,
         )
     )

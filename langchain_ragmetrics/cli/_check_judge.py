@@ -73,6 +73,7 @@ def register(commands: Any) -> None:
         "--timeout", type=positive_float, default=None, help="seconds before an item is abandoned"
     )
     parser.add_argument("--json", type=Path, default=None, help="also write the report as JSON")
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     parser.set_defaults(handler=_check_judge_command)
 
 
@@ -106,6 +107,7 @@ def _check_judge_command(args: argparse.Namespace) -> int:
         language=language,
         max_concurrency=args.concurrency,
         timeout=args.timeout,
+        show_progress=not args.no_progress,
     )
     echo(report.table())
     if args.json is not None:

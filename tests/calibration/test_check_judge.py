@@ -211,6 +211,7 @@ def test_the_command_prints_the_flipped_figures_and_exits_11(
             judge_server.base_url,
             "--min-agreement",
             "0.9",
+            "--no-progress",
         ]
     )
     captured = capsys.readouterr()
