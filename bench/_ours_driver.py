@@ -63,7 +63,7 @@ def run_evaluate(
             m.key: [math.nan if v is None else float(v) for v in result[m.key]] for m in metrics
         }
 
-    from langchain_ragmetrics.engine import Job, ScoringEngine
+    from langchain_ragmetrics._engine import Job, ScoringEngine
     from langchain_ragmetrics.schema import coerce_sample
 
     samples = [coerce_sample(r) for r in records]

@@ -3,7 +3,7 @@
 What is timed (``time.process_time``, all 50 samples per pass, median of ``--repeats`` passes,
 reported per sample):
 
-* segmentation: ``langchain_ragmetrics.text.segment`` of the five contexts (pysbd, as
+* segmentation: ``langchain_ragmetrics._text.segment`` of the five contexts (pysbd, as
   ContextRelevance does it), for new texts (the package's per-text memo is emptied before each
   pass, which also rebuilds the two pysbd segmenters) and for texts seen before (memo hits);
 * judge input: each judged metric's ``plan()`` (payload JSON; ContextRelevance segments here);
@@ -52,9 +52,9 @@ def build_cases(records: list[dict[str, Any]]) -> dict[str, tuple[Callable[[], o
         NonLLMContextPrecision,
         NonLLMContextRecall,
     )
+    from langchain_ragmetrics._text import clear_segmenter_cache, segment
     from langchain_ragmetrics.metrics.id_based import id_precision, id_recall
     from langchain_ragmetrics.schema import coerce_sample
-    from langchain_ragmetrics.text import clear_segmenter_cache, segment
 
     def cold(fn: Callable[[], object]) -> Callable[[], object]:
         """``fn`` with the segmentation memo emptied first (every text is new again)."""

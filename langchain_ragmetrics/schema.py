@@ -174,7 +174,7 @@ class RagSample(BaseModel):
     def _language(cls, value: str | None) -> str | None:
         if value is None:
             return None
-        from langchain_ragmetrics.text import check_language
+        from langchain_ragmetrics._text import check_language
 
         return check_language(value, field="language")
 

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from langchain_ragmetrics import ContextPrecision, ContextRecall, NonLLMContextRecall, RagSample
-from langchain_ragmetrics.engine import Job, RateLimiter, ScoringEngine, expected_judge_calls
+from langchain_ragmetrics._engine import Job, RateLimiter, ScoringEngine, expected_judge_calls
 from tests._support.judges import EINSTEIN_CONTEXT, EINSTEIN_REFERENCE, EINSTEIN_VERDICTS
 from tests._support.openai_server import JudgeServer, reply_hold
 

@@ -1,6 +1,6 @@
 import pytest
 
-from langchain_ragmetrics.text import (
+from langchain_ragmetrics._text import (
     check_language,
     clear_segmenter_cache,
     language_name,
@@ -70,7 +70,7 @@ def test_segment_is_thread_safe() -> None:
 
 
 def test_segmentation_is_cached_and_resettable() -> None:
-    from langchain_ragmetrics.text import _segmented
+    from langchain_ragmetrics._text import _segmented
 
     clear_segmenter_cache()
     text = "A first sentence here. A second one follows."

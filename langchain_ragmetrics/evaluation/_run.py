@@ -14,15 +14,15 @@ from langchain_ragmetrics._dataset import (
     MissingFieldError,
     read_dataset,
 )
+from langchain_ragmetrics._engine import Job, ScoringEngine
 from langchain_ragmetrics._progress import Progress
+from langchain_ragmetrics._text import check_language
 from langchain_ragmetrics._threads import DaemonThreadPool
-from langchain_ragmetrics.engine import Job, ScoringEngine
 from langchain_ragmetrics.evaluation._loop import run_cancellable
 from langchain_ragmetrics.evaluation._registry import metric_from_name
 from langchain_ragmetrics.evaluation._result import EvaluationResult, EvaluationRow, column_names
 from langchain_ragmetrics.metrics import BaseRagMetric, JudgedMetric
 from langchain_ragmetrics.schema import _ALIASES, MetricResult
-from langchain_ragmetrics.text import check_language
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
@@ -264,7 +264,7 @@ def evaluate(
 ) -> EvaluationResult:
     """Score every sample of a dataset with every metric.
 
-    All (sample x metric) jobs go through one :class:`~langchain_ragmetrics.engine.ScoringEngine`
+    All (sample x metric) jobs go through one :class:`~langchain_ragmetrics._engine.ScoringEngine`
     under a single concurrency limit. The engine runs on a long-lived background event loop
     and calls each metric's sync ``invoke`` on ``max_concurrency`` daemon threads, so it works
     the same from a script and from inside a running event loop (Jupyter, no nest_asyncio),

@@ -21,6 +21,7 @@ from langchain_core.runnables.config import get_executor_for_config, patch_confi
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 from typing_extensions import override
 
+from langchain_ragmetrics._text import check_language, language_name
 from langchain_ragmetrics.metrics._judge import (
     JudgeCall,
     JudgeOutcome,
@@ -33,7 +34,6 @@ from langchain_ragmetrics.metrics._judge import (
 )
 from langchain_ragmetrics.prompts._common import to_payload
 from langchain_ragmetrics.schema import MetricInput, MetricResult, RagSample, Usage, coerce_sample
-from langchain_ragmetrics.text import check_language, language_name
 
 __all__ = ["BaseRagMetric", "JudgeError", "JudgedMetric", "Plan", "Verdict"]
 

@@ -10,11 +10,11 @@ from langchain_core.prompts import ChatPromptTemplate
 from pydantic import BaseModel, ConfigDict, Field
 from typing_extensions import override
 
+from langchain_ragmetrics._text import segment
 from langchain_ragmetrics.metrics._base import JudgedMetric, Plan, Verdict
 from langchain_ragmetrics.prompts import context_relevance as prompts
 from langchain_ragmetrics.schema import RagSample
 from langchain_ragmetrics.scoring import relevance_ratio
-from langchain_ragmetrics.text import segment
 
 __all__ = [
     "ContextRelevance",
