@@ -8,6 +8,7 @@ import pytest
 
 from langchain_ragmetrics import ContextPrecision, ContextRecall, NonLLMContextRecall, RagSample
 from langchain_ragmetrics._engine import Job, RateLimiter, ScoringEngine, expected_judge_calls
+from tests._support.held import HeldRequests
 from tests._support.judges import EINSTEIN_CONTEXT, EINSTEIN_REFERENCE, EINSTEIN_VERDICTS
 from tests._support.openai_server import JudgeServer, reply_hold
 
@@ -36,19 +37,18 @@ async def test_runs_jobs_in_order_and_captures_errors(
 async def test_concurrency_is_bounded(
     judge_server: JudgeServer, make_judge: Callable[..., Any]
 ) -> None:
-    release = threading.Event()
-    judge_server.script = lambda req: reply_hold(release, EINSTEIN_VERDICTS)
+    held = HeldRequests(lambda req: EINSTEIN_VERDICTS)
+    judge_server.script = held
     engine = ScoringEngine(max_concurrency=3)
     recall = ContextRecall(llm=make_judge())
     task = asyncio.create_task(engine.arun([Job(SAMPLE, recall) for _ in range(8)]))
-    for _ in range(200):
-        await asyncio.sleep(0.01)
-        if judge_server.count() >= 3:
-            break
-    await asyncio.sleep(0.1)
-    assert judge_server.count() == 3  # the other five wait on the engine's semaphore
-    release.set()
+    try:
+        # Released one by one: each release lets exactly one waiting job in.
+        await asyncio.to_thread(held.drain, 8, 3)
+    finally:
+        held.release_all()
     results = await task
+    assert held.peak == 3  # never more than 3 in flight, and the limit was used
     assert [r.score for r in results] == [0.5] * 8
 
 
@@ -83,8 +83,9 @@ async def test_rate_limiter_uses_the_clock() -> None:
     limiter = RateLimiter(60, clock=lambda: now[0])  # one call per second, burst of one
     await limiter.acquire()
     waiter = asyncio.create_task(limiter.acquire())
-    await asyncio.sleep(0.05)
-    assert not waiter.done()
+    for _ in range(5):  # loop turns, not time: acquire does no I/O, so it would be done by now
+        await asyncio.sleep(0)
+    assert not waiter.done()  # waiting for the (fake) clock
     now[0] = 1.0
     await asyncio.wait_for(waiter, 2)
     with pytest.raises(ValueError, match="rate_limit_per_minute"):

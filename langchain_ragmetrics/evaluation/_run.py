@@ -18,6 +18,7 @@ from langchain_ragmetrics._engine import Job, ScoringEngine
 from langchain_ragmetrics._progress import Progress
 from langchain_ragmetrics._text import check_language
 from langchain_ragmetrics._threads import DaemonThreadPool
+from langchain_ragmetrics.errors import JudgeSetupError
 from langchain_ragmetrics.evaluation._loop import run_cancellable
 from langchain_ragmetrics.evaluation._registry import metric_from_name
 from langchain_ragmetrics.evaluation._result import EvaluationResult, EvaluationRow, column_names
@@ -37,10 +38,6 @@ _LOCAL_SERVER_HINT = (
     "point OPENAI_BASE_URL at an OpenAI-compatible server such as "
     "Ollama (http://localhost:11434/v1) or vLLM (http://localhost:8000/v1)"
 )
-
-
-class JudgeSetupError(RuntimeError):
-    """An LLM-judged metric has no judge and the default one cannot be built (no API key)."""
 
 
 def prepare_metrics(

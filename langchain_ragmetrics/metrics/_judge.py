@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from langchain_ragmetrics.errors import JudgeConfigError
 from langchain_ragmetrics.schema import Usage
 
 if TYPE_CHECKING:
@@ -37,10 +38,6 @@ DEFAULT_JUDGE_MODEL = "gpt-4o-mini"
 DEFAULT_JUDGE_TIMEOUT = 60.0
 _TRANSIENT_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
 _TRANSIENT_NAMES = ("Timeout", "APIConnectionError", "ConnectError", "RemoteProtocolError")
-
-
-class JudgeConfigError(RuntimeError):
-    """The judge could not be built (e.g. no API key for the default judge)."""
 
 
 def default_judge() -> BaseChatModel:

@@ -28,6 +28,7 @@ from langchain_ragmetrics.evaluation import (
     aevaluate,
     evaluate,
 )
+from tests._support.held import HeldRequests
 from tests._support.judges import (
     EINSTEIN_CONTEXT,
     EINSTEIN_REFERENCE,
@@ -125,11 +126,8 @@ def test_language_applies_to_metrics_without_one(
 def test_all_jobs_share_one_concurrency_limit(
     judge_server: JudgeServer, make_judge: Callable[..., Any]
 ) -> None:
-    release = threading.Event()
-    judge_server.script = router(
-        RecallStatements=lambda req: reply_hold(release, EINSTEIN_VERDICTS),
-        ContextVerdicts=lambda req: reply_hold(release, keyword_precision("Einstein")(req)),
-    )
+    held = HeldRequests(einstein_router())
+    judge_server.script = held
     done: dict[str, Any] = {}
 
     def run() -> None:
@@ -143,12 +141,15 @@ def test_all_jobs_share_one_concurrency_limit(
 
     worker = threading.Thread(target=run)
     worker.start()
-    wait_until(lambda: judge_server.count() >= 4)
-    time.sleep(0.2)
-    assert judge_server.count() == 4  # 6 jobs, 4 in flight: both metrics, several rows
-    assert {r.schema_name for r in judge_server.requests} == {"RecallStatements", "ContextVerdicts"}
-    release.set()
-    worker.join(10)
+    try:
+        held.wait_for(4)
+        first_four = {r.schema_name for r in judge_server.requests[:4]}
+        held.drain(6, 4)  # one release lets exactly one more job in
+    finally:
+        held.release_all()
+        worker.join(10)
+    assert held.peak == 4  # 6 jobs, never more than 4 in flight
+    assert first_four == {"RecallStatements", "ContextVerdicts"}  # both metrics at once
     assert done["result"]["context_recall"] == [0.5, 0.5, 0.5]
 
 

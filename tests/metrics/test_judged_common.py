@@ -6,20 +6,15 @@ from typing import Any
 import pytest
 
 from langchain_ragmetrics import (
-    ContextEntityRecall,
-    ContextPrecision,
     ContextRecall,
-    ContextRelevance,
 )
+from langchain_ragmetrics.evaluation import metric_classes
 from langchain_ragmetrics.metrics import JudgedMetric
 from tests._support.judges import EINSTEIN_VERDICTS, keyword_precision, keyword_relevance, payload
 from tests._support.openai_server import JudgeRequest, JudgeServer, router
 
 METRICS: list[type[JudgedMetric]] = [
-    ContextRecall,
-    ContextPrecision,
-    ContextEntityRecall,
-    ContextRelevance,
+    cls for cls in metric_classes().values() if issubclass(cls, JudgedMetric)
 ]
 NASTY = [
     "{question} {reference} {{payload}} }{ {language} {0} %s",
