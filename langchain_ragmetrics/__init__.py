@@ -29,6 +29,7 @@ if TYPE_CHECKING:
         evaluate,
         load_dataset,
     )
+    from langchain_ragmetrics.integrations.opentelemetry import OpenTelemetrySink
     from langchain_ragmetrics.metrics import (
         BaseRagMetric,
         ContextEntityRecall,
@@ -71,6 +72,7 @@ _EXPORTS: dict[str, str] = {
     "NonLLMContextPrecision": "langchain_ragmetrics.metrics",
     "NonLLMContextRecall": "langchain_ragmetrics.metrics",
     "OnlineResult": "langchain_ragmetrics.callbacks",
+    "OpenTelemetrySink": "langchain_ragmetrics.integrations.opentelemetry",
     "RagMetricsCallbackHandler": "langchain_ragmetrics.callbacks",
     "RagSample": "langchain_ragmetrics.schema",
     "RetryPolicy": "langchain_ragmetrics.metrics",
@@ -104,6 +106,7 @@ __all__ = [
     "NonLLMContextPrecision",
     "NonLLMContextRecall",
     "OnlineResult",
+    "OpenTelemetrySink",
     "RagMetricsCallbackHandler",
     "RagSample",
     "RetryPolicy",
