@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from langchain_ragmetrics.callbacks import _exit
 from langchain_ragmetrics.callbacks._mapping import REFERENCE_FIELDS, default_answer
 from langchain_ragmetrics.callbacks._pipeline import AnswerFrom, QuestionFrom
 from langchain_ragmetrics.callbacks._records import Capture
@@ -69,7 +70,7 @@ _CHILD_COUNTERS = (
 _USAGE_FIELDS = tuple(Usage.model_fields)
 _TICK_SECONDS = 0.5
 _KILL_GRACE_SECONDS = 2.0
-_IDLE_EXIT_CLOSE_SECONDS = 5.0
+_IDLE_EXIT_CLOSE_SECONDS = 30.0
 
 
 class ScoringSetup(BaseModel):
@@ -114,8 +115,11 @@ class ProcessIsolation(BaseModel):
     picklable callable (a module-level function or a ``functools.partial`` of one) returning
     a :class:`ScoringSetup`. None: the default metrics and a ``LoggingSink``."""
     hang_timeout: float | None = Field(default=60.0, gt=0)
-    """A child silent this long (it reports every second while alive) is killed and
-    replaced; the retrievals it held count as ``abandoned``. None: never."""
+    """A running child silent this long (it reports every second while alive) is killed
+    and replaced; the retrievals it held count as ``abandoned``. None: never."""
+    start_timeout: float = Field(default=120.0, gt=0)
+    """Seconds a new child may take to import its libraries and build its setup before it
+    is treated as hung."""
     max_restarts: int = Field(default=3, ge=0)
     """Crashes in a row (without any work done in between) after which the handler stops
     starting children and drops new work, with one warning."""
@@ -273,6 +277,7 @@ class _Child:
     done: int = 0
     ready: bool = False
     dead: bool = False
+    fatal: bool = False
     closed: bool | None = None
     heard: float = field(default_factory=time.monotonic)
     totals: dict[str, int] = field(default_factory=dict)
@@ -460,16 +465,16 @@ class IsolatedBackground:
                 self._stopping = True
                 self._pending.append(("close", timeout))
                 self._cond.notify_all()
-            self._cond.wait_for(self._settled, remaining(deadline))
+            settled = self._cond.wait_for(self._settled, remaining(deadline))
             child = self._child
             left = self._outstanding()
         if child is not None and not child.dead:
             self._kill(child, "did not finish closing in time")
+            self._on_death(child, None)  # account now, not when the listener wakes
         feeder.join(_KILL_GRACE_SECONDS)
-        with self._cond:
-            closed = child is None or child.closed is True
-            self._counters.set("pending_at_deadline", left)
-        return closed and left == 0 and not feeder.is_alive()
+        self._counters.set("pending_at_deadline", left)
+        clean = child is None or child.closed is not False
+        return settled and clean and left == 0 and not feeder.is_alive()
 
     def _settled(self) -> bool:
         """Whether the child exited (or never started) and nothing is left to send (lock held)."""
@@ -477,7 +482,11 @@ class IsolatedBackground:
         return not self._pending and (child is None or child.dead)
 
     def stop_when_idle(self) -> None:
-        """Ask the child to finish its queue and exit (the handler was collected)."""
+        """Ask the child to finish its queue and exit (the handler was collected).
+
+        Until the child is done, interpreter exit waits for it (within its close timeout):
+        ``multiprocessing`` would otherwise terminate it at exit with its work unfinished.
+        """
         with self._cond:
             self._accepting = False
             if self._feeder is None or self._stopping:
@@ -485,6 +494,12 @@ class IsolatedBackground:
             self._stopping = True
             self._pending.append(("close", _IDLE_EXIT_CLOSE_SECONDS))
             self._cond.notify_all()
+        _exit.register(self)
+
+    def _flush_at_exit(self) -> None:
+        """The exit hook of a collected handler's child: wait for it, bounded; never raises."""
+        with contextlib.suppress(Exception):
+            self.close(_IDLE_EXIT_CLOSE_SECONDS + _KILL_GRACE_SECONDS)
 
     # ------------------------------------------------------------------ feeder thread
 
@@ -611,6 +626,7 @@ class IsolatedBackground:
     def _listen(self, child: _Child) -> None:
         """Read the child's reports until it exits; kill it when it stays silent too long."""
         hang = self.isolation.hang_timeout
+        start = self.isolation.start_timeout
         reason = "exited"
         while True:
             try:
@@ -626,16 +642,15 @@ class IsolatedBackground:
                 continue
             if ready:  # the process ended and nothing is left to read
                 break
-            if hang is not None and time.monotonic() - child.heard > hang:
-                reason = f"was silent for {hang:g} s and was killed"
+            limit = hang if child.ready else start
+            if limit is not None and time.monotonic() - child.heard > limit:
+                reason = f"was silent for {limit:g} s and was killed"
                 self._kill(child, reason)
                 break
         child.process.join(_KILL_GRACE_SECONDS)
         code = child.process.exitcode
-        if child.closed is None:
-            self._on_death(child, f"{reason} (exit code {code})")
-        else:
-            self._on_death(child, None)
+        quiet = child.closed is not None or child.fatal  # a normal exit, or already reported
+        self._on_death(child, None if quiet else f"{reason} (exit code {code})")
         with contextlib.suppress(OSError):
             child.recv.close()
 
@@ -659,6 +674,7 @@ class IsolatedBackground:
                 self._apply(child, message[2])
                 child.closed = bool(message[1])
             elif kind == "fatal":
+                child.fatal = True
                 self._disabled = True
             self._cond.notify_all()
         if kind == "fatal":
@@ -707,18 +723,18 @@ class IsolatedBackground:
                 self._crashes += 1
                 if self._crashes > self.isolation.max_restarts:
                     self._disabled = True
-            disabled = self._disabled
+            disabled, stopping = self._disabled, self._stopping
             self._cond.notify_all()
         with contextlib.suppress(OSError):
             child.send.close()
         if lost:
             self._counters.add(abandoned=lost)
         if reason is not None:
-            tail = (
-                "; online scoring is off (too many crashes in a row)"
-                if disabled
-                else "; a new one starts with the next retrieval"
-            )
+            tail = ""
+            if disabled:
+                tail = "; online scoring is off (too many crashes in a row)"
+            elif not stopping:
+                tail = "; a new one starts with the next retrieval"
             self._failures.report(
                 "isolated:child-died",
                 f"the scoring process {reason}: {lost} retrievals lost{tail}",
