@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 from fractions import Fraction
 from typing import TypeAlias
 
-from langchain_ragmetrics.text import normalize_for_match
+from langchain_ragmetrics._text import normalize_for_match
 
 __all__ = [
     "EntityForms",

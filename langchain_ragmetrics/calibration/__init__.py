@@ -11,11 +11,8 @@ from langchain_ragmetrics.calibration._data import (
     CalibrationSetError,
     load_calibration_set,
 )
-from langchain_ragmetrics.calibration._protocols import (
-    DEFAULT_VARIANTS,
-    UnknownVariantError,
-    variant_names,
-)
+from langchain_ragmetrics.calibration._protocols import DEFAULT_VARIANTS, variant_names
+from langchain_ragmetrics.errors import UnknownMetricError
 
 __all__ = [
     "DEFAULT_VARIANTS",
@@ -23,7 +20,7 @@ __all__ = [
     "CalibrationSetError",
     "JudgeReport",
     "MetricAgreement",
-    "UnknownVariantError",
+    "UnknownMetricError",
     "acheck_judge",
     "check_judge",
     "load_calibration_set",

@@ -22,7 +22,7 @@ from langchain_ragmetrics.calibration._protocols import (
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
 
-    from langchain_ragmetrics.engine import Job
+    from langchain_ragmetrics._engine import Job
     from langchain_ragmetrics.metrics import RetryPolicy
     from langchain_ragmetrics.schema import MetricResult
 
@@ -160,6 +160,17 @@ def _cells(m: MetricAgreement) -> tuple[str, ...]:
     )
 
 
+def _planned_calls(job: Job) -> int:
+    """Judge calls the metric plans for the job's sample: the count without any retry."""
+    from langchain_ragmetrics.metrics import JudgedMetric, Plan
+
+    metric = job.metric
+    if not isinstance(metric, JudgedMetric):
+        return 0
+    plan = metric.plan(job.sample)
+    return len(plan.calls) if isinstance(plan, Plan) else 0
+
+
 def _summarise(
     variant: Variant,
     key: str,
@@ -167,8 +178,6 @@ def _summarise(
     jobs: Sequence[Job],
     results: Sequence[MetricResult],
 ) -> MetricAgreement:
-    from langchain_ragmetrics.engine import expected_judge_calls
-
     labels: list[bool] = []
     judged: list[bool] = []
     errors: list[float] = []
@@ -189,7 +198,7 @@ def _summarise(
     failed = [r for r in results if r.failed]
     parse_failed = [r for r in failed if (r.error or "").startswith(_PARSE_FAILURE)]
     calls = sum(r.usage.judge_calls for r in results)
-    expected_calls = sum(expected_judge_calls(job) for job in jobs)
+    expected_calls = sum(_planned_calls(job) for job in jobs)
     latencies = [r.latency_s for r in results if r.latency_s is not None]
     count = len(items)
     return MetricAgreement(
@@ -224,11 +233,11 @@ async def acheck_judge(
     show_progress: bool = False,
 ) -> JudgeReport:
     """Async twin of :func:`check_judge`."""
+    from langchain_ragmetrics._engine import Job, ScoringEngine
     from langchain_ragmetrics._progress import Progress
-    from langchain_ragmetrics.engine import Job, ScoringEngine
+    from langchain_ragmetrics._text import check_language
     from langchain_ragmetrics.metrics._judge import judge_name
     from langchain_ragmetrics.schema import RagSample
-    from langchain_ragmetrics.text import check_language
 
     variants = [resolve_variant(name) for name in (metrics or DEFAULT_VARIANTS)]
     if not variants:
@@ -298,7 +307,7 @@ def check_judge(
         show_progress: Draw a progress bar on stderr (only on a terminal or notebook).
 
     Raises:
-        UnknownVariantError: A name in ``metrics`` is not known.
+        UnknownMetricError: A name in ``metrics`` is not known.
         RuntimeError: Called from a running event loop (use :func:`acheck_judge`).
     """
     try:

@@ -8,7 +8,7 @@ from importlib import resources
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from langchain_ragmetrics.errors import RagMetricsError
+from langchain_ragmetrics.errors import CalibrationSetError
 
 __all__ = [
     "CalibrationItem",
@@ -23,10 +23,6 @@ __all__ = [
 ]
 
 _DATA_FILE = "calibration_set.jsonl"
-
-
-class CalibrationSetError(RagMetricsError, ValueError):
-    """The shipped calibration set cannot be read (a packaging or editing mistake)."""
 
 
 class _Labels(BaseModel):

@@ -7,8 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from langchain_ragmetrics.errors import RagMetricsError
-from langchain_ragmetrics.text import normalize_for_match
+from langchain_ragmetrics._text import normalize_for_match
+from langchain_ragmetrics.errors import UnknownMetricError
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
@@ -19,7 +19,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_VARIANTS",
-    "UnknownVariantError",
     "Variant",
     "label_score",
     "resolve_variant",
@@ -29,10 +28,6 @@ __all__ = [
 
 Pairs = tuple[list[bool], list[bool]]
 """(labelled verdicts, the judge's verdicts), aligned."""
-
-
-class UnknownVariantError(RagMetricsError, ValueError):
-    """A name in ``metrics`` that check_judge does not know; the message lists the known ones."""
 
 
 @dataclass(frozen=True)
@@ -112,13 +107,16 @@ def variant_names() -> list[str]:
 
 
 def resolve_variant(name: str) -> Variant:
-    """The variant called ``name`` (case and spacing ignored)."""
+    """The variant called ``name`` (case and spacing ignored).
+
+    Raises:
+        UnknownMetricError: No variant has that name (the message suggests the closest).
+    """
     wanted = name.strip().lower()
     for variant in _VARIANTS:
         if variant.name == wanted:
             return variant
-    msg = f"unknown metric {name!r} for check-judge; known: {', '.join(variant_names())}"
-    raise UnknownVariantError(msg)
+    raise UnknownMetricError(name, variant_names())
 
 
 def label_score(key: str, item: CalibrationItem) -> float | None:

@@ -78,9 +78,10 @@ def register(commands: Any) -> None:
 
 
 def _check_judge_command(args: argparse.Namespace) -> int:
-    from langchain_ragmetrics.calibration import UnknownVariantError, check_judge
+    from langchain_ragmetrics._text import check_language
+    from langchain_ragmetrics.calibration import check_judge
     from langchain_ragmetrics.calibration._protocols import resolve_variant
-    from langchain_ragmetrics.text import check_language
+    from langchain_ragmetrics.errors import UnknownMetricError
 
     names = split_names(args.metrics)
     if not names:
@@ -89,7 +90,7 @@ def _check_judge_command(args: argparse.Namespace) -> int:
     try:
         for name in names:
             resolve_variant(name)
-    except UnknownVariantError as exc:
+    except UnknownMetricError as exc:
         error(str(exc))
         return ExitCode.UNKNOWN_METRIC
     try:

@@ -9,26 +9,26 @@ from langchain_core.prompts import ChatPromptTemplate
 from pydantic import BaseModel, ConfigDict, Field
 from typing_extensions import override
 
+from langchain_ragmetrics._text import segment
 from langchain_ragmetrics.metrics._base import JudgedMetric, Plan, Verdict
 from langchain_ragmetrics.metrics._indices import check_index_cover
 from langchain_ragmetrics.prompts import context_recall as prompts
 from langchain_ragmetrics.schema import RagSample
 from langchain_ragmetrics.scoring import recall_fraction
-from langchain_ragmetrics.text import segment
 
 __all__ = [
     "ContextRecall",
     "DecomposedStatement",
     "DecomposedStatements",
     "RecallStatements",
-    "SentenceAttribution",
+    "StatementVerdict",
     "check_sentence_verdicts",
     "score_context_recall",
     "score_decomposed_recall",
 ]
 
 
-class SentenceAttribution(BaseModel):
+class StatementVerdict(BaseModel):
     """The judge's verdict on one numbered sentence of the reference."""
 
     model_config = ConfigDict(extra="ignore")
@@ -52,7 +52,7 @@ class RecallStatements(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    statements: list[SentenceAttribution] = Field(
+    statements: list[StatementVerdict] = Field(
         description="Exactly one verdict for each reference sentence index."
     )
     """The verdicts, in any order."""

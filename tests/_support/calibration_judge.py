@@ -13,8 +13,8 @@ import json
 from collections.abc import Callable, Collection
 from typing import Any
 
+from langchain_ragmetrics._text import normalize_for_match
 from langchain_ragmetrics.calibration import CalibrationItem, load_calibration_set
-from langchain_ragmetrics.text import normalize_for_match
 from tests._support.openai_server import JudgeRequest, Script
 
 __all__ = ["label_judge"]

@@ -15,7 +15,7 @@ from langchain_ragmetrics import check_judge
 from langchain_ragmetrics.calibration import (
     DEFAULT_VARIANTS,
     JudgeReport,
-    UnknownVariantError,
+    UnknownMetricError,
     acheck_judge,
     load_calibration_set,
 )
@@ -253,7 +253,7 @@ def test_the_command_rejects_bad_options(
 
 
 def test_unknown_metric_in_python_names_the_known_ones(make_judge: JudgeFactory) -> None:
-    with pytest.raises(UnknownVariantError, match="context_entity_recall:one-call"):
+    with pytest.raises(UnknownMetricError, match="context_entity_recall:one-call"):
         check_judge(make_judge(), metrics=["context_recal"])
     with pytest.raises(ValueError, match="`language`"):
         check_judge(make_judge(), language="xx")

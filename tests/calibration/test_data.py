@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from langchain_ragmetrics._text import segment
 from langchain_ragmetrics.calibration import CalibrationItem, load_calibration_set
 from langchain_ragmetrics.metrics.context_entity_recall import score_entity_recall
 from langchain_ragmetrics.metrics.context_precision import (
@@ -13,7 +14,6 @@ from langchain_ragmetrics.metrics.context_precision import (
 )
 from langchain_ragmetrics.metrics.context_recall import RecallStatements, score_context_recall
 from langchain_ragmetrics.metrics.context_relevance import score_context_relevance, split_contexts
-from langchain_ragmetrics.text import segment
 
 ITEMS = load_calibration_set()
 IDS = [item.id for item in ITEMS]

@@ -7,6 +7,7 @@ import pytest
 from langchain_core.documents import Document
 
 from langchain_ragmetrics import ContextRecall, RagSample
+from langchain_ragmetrics._text import segment
 from langchain_ragmetrics.metrics import JudgeError, RetryPolicy
 from langchain_ragmetrics.metrics.context_recall import (
     DecomposedStatements,
@@ -15,7 +16,6 @@ from langchain_ragmetrics.metrics.context_recall import (
     score_context_recall,
     score_decomposed_recall,
 )
-from langchain_ragmetrics.text import segment
 from tests._support.judges import (
     EINSTEIN_CONTEXT,
     EINSTEIN_REFERENCE,
