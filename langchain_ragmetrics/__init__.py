@@ -10,6 +10,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from langchain_ragmetrics.calibration import check_judge
     from langchain_ragmetrics.callbacks import (
         BaseSink,
         CallableSink,
@@ -90,6 +91,7 @@ _EXPORTS: dict[str, str] = {
     "UnknownMetricError": "langchain_ragmetrics.errors",
     "Usage": "langchain_ragmetrics.schema",
     "aevaluate": "langchain_ragmetrics.evaluation",
+    "check_judge": "langchain_ragmetrics.calibration",
     "evaluate": "langchain_ragmetrics.evaluation",
     "load_dataset": "langchain_ragmetrics.evaluation",
 }
@@ -130,6 +132,7 @@ __all__ = [
     "Usage",
     "__version__",
     "aevaluate",
+    "check_judge",
     "evaluate",
     "load_dataset",
 ]
