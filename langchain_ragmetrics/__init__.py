@@ -29,6 +29,7 @@ if TYPE_CHECKING:
         MissingFieldError,
         RagMetricsError,
         UnknownMetricError,
+        UnsupportedLanguageError,
     )
     from langchain_ragmetrics.evaluation import (
         EvaluationResult,
@@ -86,6 +87,7 @@ _EXPORTS: dict[str, str] = {
     "RagSample": "langchain_ragmetrics.schema",
     "RetryPolicy": "langchain_ragmetrics.metrics",
     "UnknownMetricError": "langchain_ragmetrics.errors",
+    "UnsupportedLanguageError": "langchain_ragmetrics.errors",
     "Usage": "langchain_ragmetrics.schema",
     "aevaluate": "langchain_ragmetrics.evaluation",
     "evaluate": "langchain_ragmetrics.evaluation",
@@ -124,6 +126,7 @@ __all__ = [
     "RagSample",
     "RetryPolicy",
     "UnknownMetricError",
+    "UnsupportedLanguageError",
     "Usage",
     "__version__",
     "aevaluate",

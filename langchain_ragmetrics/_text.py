@@ -10,6 +10,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from langchain_ragmetrics.errors import UnsupportedLanguageError
+
 __all__ = [
     "MAX_SEGMENT_WINDOW",
     "SEGMENT_CACHE_SIZE",
@@ -56,12 +58,14 @@ _NON_WORD = re.compile(r"[\W_]+", re.UNICODE)
 
 
 def check_language(code: str, *, field: str = "language") -> str:
-    """Return the normalised language code, or raise a ValueError naming the field."""
+    """Return the normalised language code.
+
+    Raises:
+        UnsupportedLanguageError: pysbd has no rules for it (a ValueError naming the field).
+    """
     norm = code.strip().lower().replace("_", "-").split("-")[0]
     if norm not in SUPPORTED_LANGUAGES:
-        supported = ", ".join(sorted(SUPPORTED_LANGUAGES))
-        msg = f"`{field}`: unsupported language {code!r}; supported: {supported}"
-        raise ValueError(msg)
+        raise UnsupportedLanguageError(code, field=field, supported=SUPPORTED_LANGUAGES)
     return norm
 
 

@@ -23,6 +23,7 @@ __all__ = [
     "MissingFieldError",
     "RagMetricsError",
     "UnknownMetricError",
+    "UnsupportedLanguageError",
     "suggest",
 ]
 
@@ -75,6 +76,18 @@ class UnknownMetricError(RagMetricsError, ValueError):
         guess = " or ".join(map(repr, self.suggestions))
         hint = f" (did you mean {guess}?)" if guess else ""
         super().__init__(f"unknown metric {name!r}{hint}; known metrics: {', '.join(self.known)}")
+
+
+class UnsupportedLanguageError(RagMetricsError, ValueError):
+    """A language code pysbd cannot segment; the message names the field and lists the codes."""
+
+    def __init__(self, code: str, *, field: str, supported: Iterable[str]) -> None:
+        self.code = code
+        """The code as given."""
+        self.field = field
+        """Where it came from (``language``, ``--language``, ...)."""
+        listed = ", ".join(sorted(supported))
+        super().__init__(f"`{field}`: unsupported language {code!r}; supported: {listed}")
 
 
 def suggest(name: str, known: Iterable[str], *, limit: int = 2) -> list[str]:
