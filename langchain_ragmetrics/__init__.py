@@ -38,6 +38,7 @@ if TYPE_CHECKING:
         evaluate,
         load_dataset,
     )
+    from langchain_ragmetrics.integrations.opentelemetry import OpenTelemetrySink
     from langchain_ragmetrics.metrics import (
         BaseRagMetric,
         ContextEntityRecall,
@@ -82,6 +83,7 @@ _EXPORTS: dict[str, str] = {
     "NonLLMContextPrecision": "langchain_ragmetrics.metrics",
     "NonLLMContextRecall": "langchain_ragmetrics.metrics",
     "OnlineResult": "langchain_ragmetrics.callbacks",
+    "OpenTelemetrySink": "langchain_ragmetrics.integrations.opentelemetry",
     "RagMetricsCallbackHandler": "langchain_ragmetrics.callbacks",
     "RagMetricsError": "langchain_ragmetrics.errors",
     "RagSample": "langchain_ragmetrics.schema",
@@ -121,6 +123,7 @@ __all__ = [
     "NonLLMContextPrecision",
     "NonLLMContextRecall",
     "OnlineResult",
+    "OpenTelemetrySink",
     "RagMetricsCallbackHandler",
     "RagMetricsError",
     "RagSample",

@@ -190,6 +190,7 @@ class ScoringPipeline:
                 sample=sample,
                 result=result,
                 timestamp=now,
+                otel_context=capture.otel_context,
             )
             for result in results
         ]

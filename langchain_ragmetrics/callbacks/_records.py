@@ -48,6 +48,8 @@ class Capture:
     """The root run's input."""
     root_outputs: Any
     """The root run's output (None when the retriever is the root)."""
+    otel_context: Any = None
+    """The OpenTelemetry ``SpanContext`` active when the retriever started (None without one)."""
 
 
 class OnlineResult(BaseModel):
@@ -76,6 +78,9 @@ class OnlineResult(BaseModel):
     """The metric's result (score NaN = failed, None = skipped)."""
     timestamp: datetime
     """When the result was produced (UTC)."""
+    otel_context: Any = Field(default=None, exclude=True, repr=False)
+    """The OpenTelemetry ``SpanContext`` active when the retriever started (None without one):
+    the OpenTelemetry sink parents its events to it."""
 
     @property
     def metric(self) -> str:

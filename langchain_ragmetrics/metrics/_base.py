@@ -30,8 +30,8 @@ from langchain_ragmetrics.metrics._judge import (
     RetryPolicy,
     acall_judge,
     call_judge,
-    default_judge,
     judge_name,
+    make_judge,
 )
 from langchain_ragmetrics.prompts._common import to_payload
 from langchain_ragmetrics.schema import MetricInput, MetricResult, RagSample, Usage, coerce_sample
@@ -233,7 +233,7 @@ class JudgedMetric(BaseRagMetric):
         if self.llm is not None:
             return self.llm
         if self._default_llm is None:
-            self._default_llm = default_judge()
+            self._default_llm = make_judge()
         return self._default_llm
 
     @override
