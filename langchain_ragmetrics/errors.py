@@ -16,11 +16,15 @@ if TYPE_CHECKING:
     from langchain_ragmetrics._dataset import RowProblem
 
 __all__ = [
+    "CheckpointError",
     "DatasetError",
+    "DeadlineExceededError",
+    "HookError",
     "JudgeConfigError",
     "JudgeError",
     "JudgeSetupError",
     "MissingFieldError",
+    "MonitorError",
     "RagMetricsError",
     "UnknownMetricError",
     "UnsupportedLanguageError",
@@ -88,6 +92,22 @@ class UnsupportedLanguageError(RagMetricsError, ValueError):
         """Where it came from (``language``, ``--language``, ...)."""
         listed = ", ".join(sorted(supported))
         super().__init__(f"`{field}`: unsupported language {code!r}; supported: {listed}")
+
+
+class DeadlineExceededError(RagMetricsError, TimeoutError):
+    """The job's deadline passed (or the engine gave up on it) before a judge request."""
+
+
+class HookError(RagMetricsError, RuntimeError):
+    """``question_from`` or ``answer_from`` raised on the caller's thread (isolated mode)."""
+
+
+class MonitorError(RagMetricsError, RuntimeError):
+    """LangSmith could not be read (the project's runs could not be listed)."""
+
+
+class CheckpointError(RagMetricsError, ValueError):
+    """The monitor's checkpoint file cannot be used (unreadable, or for another project)."""
 
 
 def suggest(name: str, known: Iterable[str], *, limit: int = 2) -> list[str]:

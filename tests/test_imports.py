@@ -75,11 +75,15 @@ def test_import_is_light() -> None:
 
 # The builtin each public exception also derives from (code catching builtins keeps working).
 NATURAL_BASE = {
+    "CheckpointError": ValueError,
     "DatasetError": ValueError,
+    "DeadlineExceededError": TimeoutError,
+    "HookError": RuntimeError,
     "JudgeConfigError": RuntimeError,
     "JudgeError": RuntimeError,
     "JudgeSetupError": RuntimeError,
     "MissingFieldError": ValueError,
+    "MonitorError": RuntimeError,
     "UnknownMetricError": ValueError,
     "UnsupportedLanguageError": ValueError,
 }
@@ -95,9 +99,10 @@ def test_exceptions_form_one_public_hierarchy(name: str) -> None:
 
 
 def test_every_public_exception_the_package_defines_is_in_errors() -> None:
-    import langchain_ragmetrics.callbacks
+    import langchain_ragmetrics.callbacks._isolated
     import langchain_ragmetrics.cli
-    import langchain_ragmetrics.integrations.langsmith  # noqa: F401
+    import langchain_ragmetrics.integrations.langsmith
+    import langchain_ragmetrics.integrations.monitor  # noqa: F401
 
     ours = [
         c for c in _subclasses(BaseException) if c.__module__.startswith("langchain_ragmetrics")
@@ -123,8 +128,16 @@ def _subclasses(cls: type) -> set[type]:
 
 def test_old_import_places_still_work() -> None:
     from langchain_ragmetrics._dataset import DatasetError, MissingFieldError
+    from langchain_ragmetrics._gate import DeadlineExceededError
+    from langchain_ragmetrics.callbacks._isolated import HookError
+    from langchain_ragmetrics.integrations._monitor_checkpoint import CheckpointError
+    from langchain_ragmetrics.integrations.monitor import MonitorError
     from langchain_ragmetrics.metrics._judge import JudgeConfigError
 
+    assert DeadlineExceededError is errors.DeadlineExceededError
+    assert HookError is errors.HookError
+    assert CheckpointError is errors.CheckpointError
+    assert MonitorError is errors.MonitorError
     assert DatasetError is errors.DatasetError
     assert MissingFieldError is errors.MissingFieldError
     assert JudgeConfigError is errors.JudgeConfigError
