@@ -113,9 +113,9 @@ def add_judge_options(parser: argparse.ArgumentParser) -> None:
 
 def no_key_message(judged: Sequence[str]) -> str:
     """What to do when LLM-judged metrics were asked for but no judge is configured."""
-    from langchain_ragmetrics.evaluation import is_judged, metric_classes
+    from langchain_ragmetrics.evaluation import metric_names
 
-    plain = [name for name, cls in metric_classes().items() if not is_judged(cls)]
+    plain = metric_names(judged=False)
     return "\n".join(
         [
             f"{', '.join(judged)} need an LLM judge, but OPENAI_API_KEY is not set.",
