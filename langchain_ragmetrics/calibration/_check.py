@@ -14,6 +14,7 @@ from langchain_ragmetrics.calibration._data import CalibrationItem, load_calibra
 from langchain_ragmetrics.calibration._protocols import (
     DEFAULT_VARIANTS,
     Variant,
+    custom_variant,
     label_score,
     resolve_variant,
     verdict_pairs,
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
 
     from langchain_ragmetrics._engine import Job
-    from langchain_ragmetrics.metrics import RetryPolicy
+    from langchain_ragmetrics.metrics import JudgedMetric, RetryPolicy
     from langchain_ragmetrics.schema import MetricResult
 
 __all__ = ["JudgeReport", "MetricAgreement", "acheck_judge", "check_judge"]
@@ -225,7 +226,7 @@ def _summarise(
 async def acheck_judge(
     llm: BaseChatModel,
     *,
-    metrics: Sequence[str] | None = None,
+    metrics: Sequence[str | JudgedMetric] | None = None,
     language: str | None = None,
     max_concurrency: int = 4,
     timeout: float | None = None,
@@ -239,7 +240,13 @@ async def acheck_judge(
     from langchain_ragmetrics.metrics._judge import judge_name
     from langchain_ragmetrics.schema import RagSample
 
-    variants = [resolve_variant(name) for name in (metrics or DEFAULT_VARIANTS)]
+    variants: list[Variant] = []
+    for entry in DEFAULT_VARIANTS if metrics is None else metrics:
+        taken = {v.name for v in variants}
+        if isinstance(entry, str):
+            variants.append(resolve_variant(entry))
+        else:
+            variants.append(custom_variant(entry, taken))
     if not variants:
         msg = "`metrics`: name at least one metric"
         raise ValueError(msg)
@@ -283,7 +290,7 @@ async def acheck_judge(
 def check_judge(
     llm: BaseChatModel,
     *,
-    metrics: Sequence[str] | None = None,
+    metrics: Sequence[str | JudgedMetric] | None = None,
     language: str | None = None,
     max_concurrency: int = 4,
     timeout: float | None = None,
@@ -299,7 +306,9 @@ def check_judge(
 
     Args:
         llm: The judge to check (any chat model with tool calling).
-        metrics: Metric names (see ``ragmetrics check-judge --help``); default all four.
+        metrics: Metric names (see ``ragmetrics check-judge --help``; default: all four), or
+            metrics you built yourself (say with your own prompt), reported as
+            ``<key>:custom`` and run with their own judge.
         language: Only items in this language (``en`` or ``ja``).
         max_concurrency: Items scored at the same time.
         timeout: Seconds before one item is abandoned (counted as a failure).

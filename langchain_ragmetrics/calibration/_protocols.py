@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_VARIANTS",
     "Variant",
+    "custom_variant",
     "label_score",
     "resolve_variant",
     "variant_names",
@@ -104,6 +105,17 @@ DEFAULT_VARIANTS: tuple[str, ...] = (
 def variant_names() -> list[str]:
     """Every name check_judge accepts in ``metrics``."""
     return [v.name for v in _VARIANTS]
+
+
+def custom_variant(metric: JudgedMetric, taken: set[str]) -> Variant:
+    """A caller-built metric (own prompt, own judge) as a variant named ``<key>:custom``."""
+    name = f"{metric.key}:custom"
+    n = 2
+    while name in taken:
+        name, n = f"{metric.key}:custom{n}", n + 1
+    if metric.key not in {v.name for v in _VARIANTS}:
+        raise UnknownMetricError(metric.key, [v.name for v in _VARIANTS if ":" not in v.name])
+    return Variant(name, lambda _llm: metric, "a metric built by the caller")
 
 
 def resolve_variant(name: str) -> Variant:

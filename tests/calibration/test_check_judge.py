@@ -336,3 +336,35 @@ def test_half_failing_judge_is_gated_on_the_answered_share(
     assert row.accuracy == 1.0  # everything it answered agrees ...
     assert row.passes(0.8) is False  # ... but it answered only half the items
     assert report.failing(0.8) == ["context_precision"]
+
+
+def test_a_metric_built_by_the_caller_is_checked_as_custom(
+    judge_server: JudgeServer, make_judge: JudgeFactory
+) -> None:
+    """Comparing prompts: pass metrics you built; they keep their own prompt and judge."""
+    from langchain_core.prompts import ChatPromptTemplate
+
+    from langchain_ragmetrics import ContextRecall
+
+    judge_server.script = label_judge()
+    mine = ChatPromptTemplate.from_messages(
+        [("system", "My own rubric, answer in {language}."), ("human", "{payload}")]
+    )
+    report = check_judge(
+        make_judge(),
+        metrics=[
+            "context_recall",
+            ContextRecall(llm=make_judge(), prompt=mine),
+            ContextRecall(llm=make_judge(), prompt=mine),
+        ],
+        language="ja",
+    )
+    assert [m.metric for m in report.metrics] == [
+        "context_recall",
+        "context_recall:custom",
+        "context_recall:custom2",
+    ]
+    assert all(m.accuracy == 1.0 for m in report.metrics)
+    assert any(r.system == "My own rubric, answer in Japanese." for r in judge_server.requests)
+    with pytest.raises(ValueError, match="at least one"):
+        check_judge(make_judge(), metrics=[])
