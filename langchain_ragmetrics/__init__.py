@@ -10,6 +10,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from langchain_ragmetrics.calibration import check_judge
     from langchain_ragmetrics.callbacks import (
         BaseSink,
         CallableSink,
@@ -100,6 +101,7 @@ _EXPORTS: dict[str, str] = {
     "UnsupportedLanguageError": "langchain_ragmetrics.errors",
     "Usage": "langchain_ragmetrics.schema",
     "aevaluate": "langchain_ragmetrics.evaluation",
+    "check_judge": "langchain_ragmetrics.calibration",
     "evaluate": "langchain_ragmetrics.evaluation",
     "load_dataset": "langchain_ragmetrics.evaluation",
 }
@@ -145,6 +147,7 @@ __all__ = [
     "Usage",
     "__version__",
     "aevaluate",
+    "check_judge",
     "evaluate",
     "load_dataset",
 ]

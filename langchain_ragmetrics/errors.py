@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from langchain_ragmetrics._dataset import RowProblem
 
 __all__ = [
+    "CalibrationSetError",
     "CheckpointError",
     "DatasetError",
     "DeadlineExceededError",
@@ -61,6 +62,10 @@ class DatasetError(RagMetricsError, ValueError):
         if len(self.problems) > _MAX_LISTED:
             lines.append(f"  ... and {len(self.problems) - _MAX_LISTED} more")
         super().__init__("\n".join(lines))
+
+
+class CalibrationSetError(RagMetricsError, ValueError):
+    """The shipped calibration set cannot be read (a packaging or editing mistake)."""
 
 
 class MissingFieldError(DatasetError):

@@ -43,6 +43,7 @@ EXPECTED = {
     "Usage",
     "__version__",
     "aevaluate",
+    "check_judge",
     "evaluate",
     "load_dataset",
 }
@@ -205,12 +206,13 @@ def test_scorers_are_public_in_metrics() -> None:
         "score_entity_recall",
     }
     verdict = metrics.score_context_recall(
+        ["A.", "B."],
         metrics.RecallStatements(
             statements=[
-                metrics.StatementVerdict(statement="a", attributed=True, reason=""),
-                metrics.StatementVerdict(statement="b", attributed=False, reason=""),
+                metrics.StatementVerdict(index=0, attributed=True, reason=""),
+                metrics.StatementVerdict(index=1, attributed=False, reason=""),
             ]
-        )
+        ),
     )
     assert verdict.score == 0.5
 
