@@ -40,22 +40,17 @@ def _metrics(
     keys: list[str] | None = None,
     initial_backoff: float | None = None,
 ) -> list[Any]:
-    """The metrics (default all four), each with its own client: the judge counts per metric."""
-    from langchain_ragmetrics import (
-        ContextEntityRecall,
-        ContextPrecision,
-        ContextRecall,
-        ContextRelevance,
-    )
+    """The LLM-judged metrics (default all), each with its own client (counted per metric)."""
+    from langchain_ragmetrics.evaluation import metric_from_name, metric_names
     from langchain_ragmetrics.metrics import RetryPolicy
 
-    classes = (ContextRecall, ContextPrecision, ContextEntityRecall, ContextRelevance)
-    chosen = [cls for cls in classes if keys is None or cls.key in keys]
     retry = (
         RetryPolicy() if initial_backoff is None else RetryPolicy(initial_backoff=initial_backoff)
     )
     return [
-        cls(llm=judge_client(base_url, side, cls.key, max_retries=0), retry=retry) for cls in chosen
+        metric_from_name(name, llm=judge_client(base_url, side, name, max_retries=0), retry=retry)
+        for name in metric_names(judged=True)
+        if keys is None or name in keys
     ]
 
 

@@ -12,8 +12,8 @@ from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.rate_limiters import InMemoryRateLimiter
 
 from langchain_ragmetrics import ContextRecall, NonLLMContextRecall, RagSample
+from langchain_ragmetrics._engine import Job, ScoringEngine, make_rate_limiter
 from langchain_ragmetrics._threads import DaemonThreadPool
-from langchain_ragmetrics.engine import Job, ScoringEngine, make_rate_limiter
 from langchain_ragmetrics.metrics import RetryPolicy
 from langchain_ragmetrics.schema import MetricResult
 from tests._support.concurrency import Peak

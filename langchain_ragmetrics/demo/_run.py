@@ -24,29 +24,22 @@ from langchain_ragmetrics.callbacks import InMemorySink, OnlineResult, RagMetric
 from langchain_ragmetrics.demo._answerer import CONTEXT_MARK, QUESTION_MARK, extractive_answerer
 from langchain_ragmetrics.demo._corpus import Corpus, load_corpus
 from langchain_ragmetrics.demo._embeddings import LexicalEmbeddings
-from langchain_ragmetrics.metrics import (
-    BaseRagMetric,
-    ContextEntityRecall,
-    ContextPrecision,
-    ContextRecall,
-    ContextRelevance,
-    IDBasedContextPrecision,
-    IDBasedContextRecall,
-    NonLLMContextPrecision,
-    NonLLMContextRecall,
-)
-from langchain_ragmetrics.metrics._judge import JudgeConfigError, make_judge
+from langchain_ragmetrics.errors import JudgeConfigError
+from langchain_ragmetrics.evaluation import metric_from_name, metric_names
+from langchain_ragmetrics.metrics._judge import make_judge
 
 if TYPE_CHECKING:
     from langchain_core.documents import Document
     from langchain_core.language_models import BaseChatModel
+
+    from langchain_ragmetrics.metrics import BaseRagMetric
 
 __all__ = ["TOP_K", "build_chain", "demo_metrics", "run_demo"]
 
 TOP_K = 2
 """Documents retrieved per question."""
 _FLUSH_TIMEOUT_S = 300.0
-_LLM_METRICS = ("context_recall", "context_precision", "context_entity_recall", "context_relevance")
+_LLM_METRICS = tuple(metric_names(judged=True))
 
 
 def _format_docs(docs: list[Document]) -> str:
@@ -78,20 +71,10 @@ def build_chain(corpus: Corpus, answerer: Runnable[Any, Any]) -> Runnable[str, s
 
 def demo_metrics(judge: BaseChatModel | None) -> list[BaseRagMetric]:
     """The deterministic metrics, plus the LLM-judged ones when there is a judge."""
-    metrics: list[BaseRagMetric] = [
-        IDBasedContextRecall(),
-        IDBasedContextPrecision(),
-        NonLLMContextRecall(),
-        NonLLMContextPrecision(),
-    ]
+    names = metric_names(judged=False)
     if judge is not None:
-        metrics += [
-            ContextRecall(llm=judge),
-            ContextPrecision(llm=judge),
-            ContextEntityRecall(llm=judge),
-            ContextRelevance(llm=judge),
-        ]
-    return metrics
+        names += metric_names(judged=True)
+    return [metric_from_name(name, llm=judge) for name in names]
 
 
 class _Printer:

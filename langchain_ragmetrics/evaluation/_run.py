@@ -15,13 +15,14 @@ from langchain_ragmetrics._dataset import (
     MissingFieldError,
     read_dataset,
 )
+from langchain_ragmetrics._engine import Job, ScoringEngine
 from langchain_ragmetrics._progress import Progress
-from langchain_ragmetrics.engine import Job, ScoringEngine
+from langchain_ragmetrics._text import check_language
+from langchain_ragmetrics.errors import JudgeSetupError
 from langchain_ragmetrics.evaluation._registry import metric_from_name
 from langchain_ragmetrics.evaluation._result import EvaluationResult, EvaluationRow, column_names
 from langchain_ragmetrics.metrics import BaseRagMetric, JudgedMetric
 from langchain_ragmetrics.schema import _ALIASES, MetricResult
-from langchain_ragmetrics.text import check_language
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
@@ -36,10 +37,6 @@ _LOCAL_SERVER_HINT = (
     "point OPENAI_BASE_URL at an OpenAI-compatible server such as "
     "Ollama (http://localhost:11434/v1) or vLLM (http://localhost:8000/v1)"
 )
-
-
-class JudgeSetupError(RuntimeError):
-    """An LLM-judged metric has no judge and the default one cannot be built (no API key)."""
 
 
 def prepare_metrics(
@@ -273,7 +270,7 @@ def evaluate(
 ) -> EvaluationResult:
     """Score every sample of a dataset with every metric.
 
-    All (sample x metric) jobs go through one :class:`~langchain_ragmetrics.engine.ScoringEngine`:
+    All (sample x metric) jobs go through one :class:`~langchain_ragmetrics._engine.ScoringEngine`:
     each metric's sync ``invoke`` runs on worker threads while the calling thread waits, so it
     works the same from a script and from inside a running event loop (Jupyter, no
     nest_asyncio), and never touches async HTTP clients bound to another loop (langchain-openai

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from langchain_ragmetrics._gate import Admission, DeadlineExceededError, current_admission
+from langchain_ragmetrics.errors import JudgeConfigError
 from langchain_ragmetrics.schema import Usage
 
 if TYPE_CHECKING:
@@ -48,10 +49,6 @@ DEFAULT_JUDGE_MODEL = "gpt-4o-mini"
 DEFAULT_JUDGE_TIMEOUT = 60.0
 _TRANSIENT_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
 _LOCAL_KEY = "not-needed"  # local OpenAI-compatible servers (Ollama, vLLM) ignore the key
-
-
-class JudgeConfigError(RuntimeError):
-    """The judge could not be built (e.g. no API key for the default judge)."""
 
 
 def make_judge(
