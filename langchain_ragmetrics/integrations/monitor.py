@@ -498,6 +498,9 @@ class LangSmithMonitor:
         self._pending.pop(run_id, None)
         todo = [m for m in self.metrics if m.metric_name not in done]
         todo = await self._already_sent(run_id, todo, checkpoint)
+        if not todo:
+            summary.runs_already_scored += 1
+            return
         if errored:
             summary.runs_skipped += 1
             for metric in todo:
