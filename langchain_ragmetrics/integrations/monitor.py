@@ -46,8 +46,9 @@ from langchain_ragmetrics.callbacks._mapping import (
 )
 from langchain_ragmetrics.callbacks._records import OnlineResult
 from langchain_ragmetrics.callbacks._sampling import check_rate, is_sampled
-from langchain_ragmetrics.callbacks._setup import check_metrics, untraced
+from langchain_ragmetrics.callbacks._setup import check_metrics, check_sinks, untraced
 from langchain_ragmetrics.callbacks.langsmith_feedback import LangSmithFeedbackSink
+from langchain_ragmetrics.callbacks.sinks import BaseSink
 from langchain_ragmetrics.engine import Job, ScoringEngine
 from langchain_ragmetrics.errors import RagMetricsError
 from langchain_ragmetrics.integrations._monitor_checkpoint import Checkpoint, CheckpointError
@@ -195,6 +196,8 @@ class LangSmithMonitor:
         client: A ``langsmith.Client``; default one from the environment with
             ``request_timeout`` as its HTTP timeout.
         metrics: Default ``[ContextRelevance(), ContextPrecision()]`` (as the handler).
+        sinks: Extra sinks that also receive every settled result, e.g. an
+            ``OpenTelemetrySink`` for the score metrics (LangSmith feedback is always sent).
         since: How far back to look on the first poll (``"24h"``, a timedelta, a datetime).
         shard: ``(index, count)``: score only the traces whose id hashes to ``index``.
         sample_rate: Fraction of traces scored (the online handler's hash).
@@ -219,6 +222,7 @@ class LangSmithMonitor:
         *,
         client: Client | None = None,
         metrics: Sequence[BaseRagMetric] | None = None,
+        sinks: Sequence[BaseSink] = (),
         since: str | timedelta | datetime = "24h",
         shard: tuple[int, int] | str = (0, 1),
         sample_rate: float = 1.0,
@@ -260,6 +264,7 @@ class LangSmithMonitor:
         self.since = parse_since(since)
         self.sample_rate = check_rate(sample_rate)
         self.metrics = check_metrics(metrics)
+        self.sinks = check_sinks(sinks)
         self.question_from = question_from
         self.max_concurrency = max_concurrency
         self.request_timeout = request_timeout
@@ -333,6 +338,10 @@ class LangSmithMonitor:
                     with contextlib.suppress(asyncio.TimeoutError):
                         await asyncio.wait_for(wake.wait(), self.poll_interval)
         finally:
+            for sink in self.sinks:
+                with contextlib.suppress(Exception):
+                    close = partial(sink.close, self.request_timeout)
+                    await self._io(close, f"closing {sink.name}")
             self._wake = None
             checkpoint.close()
             self._pool.stop(0)
@@ -557,12 +566,8 @@ class LangSmithMonitor:
             summary.results_failed += 1
             if checkpoint.failed_attempt(run_id, metric) < self.max_attempts:
                 return  # retried on the next poll or run
-        elif result.score is None:
-            summary.results_skipped += 1
-            checkpoint.settle(run_id, metric, "skipped")
-            return
         else:
-            summary.results_scored += 1
+            summary.results_scored += int(result.score is not None)
         item = OnlineResult(
             trace_id=_uuid(run.trace_id),
             root_run_id=root.id if root is not None else run.id,
@@ -575,6 +580,11 @@ class LangSmithMonitor:
             result=result,
             timestamp=datetime.now(timezone.utc),
         )
+        if result.skipped:
+            summary.results_skipped += 1
+            checkpoint.settle(run_id, metric, "skipped")
+            await self._to_sinks(item)
+            return
         checkpoint.intend(run_id, metric)
         try:
             await self._io(partial(self._send, item), "sending feedback")
@@ -583,6 +593,15 @@ class LangSmithMonitor:
             return
         summary.feedback_sent += 1
         checkpoint.settle(run_id, metric, "failed" if _failed(result) else "scored")
+        await self._to_sinks(item)
+
+    async def _to_sinks(self, item: OnlineResult) -> None:
+        """Hand a settled result to the extra sinks (a failing sink is counted, not fatal)."""
+        for sink in self.sinks:
+            try:
+                await self._io(partial(sink.emit, item), f"sink {sink.name}")
+            except Exception as exc:
+                self.summary.errors.append(f"sink {sink.name}: {type(exc).__name__}: {exc}")
 
     def _send(self, item: OnlineResult) -> None:
         """Post one feedback and wait for LangSmith's answer (no background batching)."""

@@ -327,3 +327,40 @@ def test_feedback_sent_before_a_kill_is_found_not_resent(
     assert summary.feedback_sent == 1
     assert len(langsmith_stub.requests_to("POST", "/feedback")) == 5
     assert len(langsmith_stub.requests_to("GET", "/feedback/")) == 3
+
+
+def test_extra_sinks_receive_settled_results(
+    app: RagApp, langsmith_stub: LangSmithStub, langsmith_client: langsmith.Client, tmp_path: Path
+) -> None:
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from langchain_ragmetrics import InMemorySink, OpenTelemetrySink
+
+    trace_questions(langsmith_stub, app.chain, PROJECT, range(3))
+    reader = InMemoryMetricReader()
+    memory = InMemorySink()
+    otel = OpenTelemetrySink(meter_provider=MeterProvider(metric_readers=[reader]), events="span")
+    metrics = [ContextRelevance(llm=app.llm, retry=FAST), ContextRecall(llm=app.llm, retry=FAST)]
+    summary = make_monitor(
+        app, langsmith_client, tmp_path, metrics=metrics, sinks=[memory, otel]
+    ).run()
+    assert summary.results_scored == summary.results_skipped == 3
+    assert (
+        sorted(r.metric for r in memory.results)
+        == ["context_recall"] * 3 + ["context_relevance"] * 3
+    )
+    data = reader.get_metrics_data()
+    assert data is not None
+    (histogram,) = [
+        p
+        for rm in data.resource_metrics
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+        if m.name == "ragmetrics.evaluation.score"
+        for p in m.data.data_points
+    ]
+    assert histogram.count == 3
+    assert histogram.sum == pytest.approx(
+        sum(r.score or 0 for r in memory.results if r.metric == "context_relevance")
+    )
