@@ -72,6 +72,7 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+_PAGE = 100  # runs read from the listing at a time
 _SHARD_PERSON = b"ragmetrics-shard"  # a different hash than sampling: shards stay uniform
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
@@ -300,9 +301,17 @@ class LangSmithMonitor:
         """The LangSmith client (built from the environment on first use)."""
         if self._client is None:
             from langsmith import Client
+            from urllib3.util.retry import Retry
 
             millis = int(self.request_timeout * 1000)
-            self._client = Client(timeout_ms=(millis, millis))
+            retry = Retry(
+                total=1,
+                backoff_factor=0.2,
+                status_forcelist=[429, 500, 502, 503, 504],
+                allowed_methods=None,
+                raise_on_status=False,
+            )
+            self._client = Client(timeout_ms=(millis, millis), retry_config=retry)
             self._feedback = LangSmithFeedbackSink(
                 self._client, run="retriever", project_name=self.project_name
             )
@@ -320,10 +329,9 @@ class LangSmithMonitor:
         # Blocking LangSmith calls and the metrics' sync ``invoke`` run on daemon threads:
         # each run() has its own event loop, while async model clients are shared per
         # process and tied to the loop that first used them.
-        self._pool = DaemonThreadPool(name="ragmetrics-monitor-io", size=4)
-        self._judge_pool = DaemonThreadPool(
-            name="ragmetrics-monitor-judge", size=self.max_concurrency
-        )
+        size = self.max_concurrency
+        self._pool = DaemonThreadPool(name="ragmetrics-monitor-io", size=max(4, size))
+        self._judge_pool = DaemonThreadPool(name="ragmetrics-monitor-judge", size=size)
         self.engine.executor = self._judge_pool
         self._pool.start()
         self._judge_pool.start()
@@ -378,19 +386,35 @@ class LangSmithMonitor:
     _last_poll: datetime | None = None
 
     async def _poll(self, checkpoint: Checkpoint) -> None:
+        """List the window page by page; score while the next page is read.
+
+        At most two pages of runs are in flight, so memory stays bounded on large projects
+        and the judge never idles at a page boundary.
+        """
         started = datetime.now(timezone.utc)
         since = self._window_start()
         self.summary.polls += 1
+        gate = asyncio.Semaphore(self.max_concurrency)
+        inflight: set[asyncio.Task[None]] = set()
         try:
             runs = await self._io(partial(self._open_listing, since), "listing runs")
-            gate = asyncio.Semaphore(self.max_concurrency)
             while True:
                 batch = await self._io(partial(self._next_batch, runs), "listing runs")
                 if not batch:
                     break
-                await self._batch(batch, checkpoint, gate)
+                inflight.update(await self._batch(batch, checkpoint, gate))
+                while len(inflight) > _PAGE:
+                    done, inflight = await asyncio.wait(
+                        inflight, return_when=asyncio.FIRST_COMPLETED
+                    )
+                    for task in done:
+                        task.result()  # a LangSmith error ends the poll
+            await asyncio.gather(*inflight)
         except Exception as exc:
             self.summary.errors.append(f"{type(exc).__name__}: {exc}")
+            for task in inflight:
+                task.cancel()
+            await asyncio.gather(*inflight, return_exceptions=True)
             return
         self._last_poll = started
         self.summary.runs_waiting = len(self._pending)
@@ -406,7 +430,7 @@ class LangSmithMonitor:
                 )
             )
 
-    def _next_batch(self, runs: Iterator[Run], size: int = 100) -> list[Run]:
+    def _next_batch(self, runs: Iterator[Run], size: int = _PAGE) -> list[Run]:
         batch: list[Run] = []
         for run in runs:
             batch.append(run)
@@ -422,7 +446,8 @@ class LangSmithMonitor:
 
     async def _batch(
         self, batch: list[Run], checkpoint: Checkpoint, gate: asyncio.Semaphore
-    ) -> None:
+    ) -> list[asyncio.Task[None]]:
+        """Filter a page (shard, sampling, checkpoint), read its roots, start its runs."""
         summary = self.summary
         summary.runs_listed += len(batch)
         index, count = self.shard
@@ -446,7 +471,7 @@ class LangSmithMonitor:
             else:
                 todo.append(run)
         if not todo:
-            return
+            return []
         missing = sorted(
             {str(r.trace_id) for r in todo if r.trace_id and str(r.trace_id) not in self._roots}
         )
@@ -463,7 +488,7 @@ class LangSmithMonitor:
             async with gate:
                 await self._run(run, settled.get(str(run.id), set()), checkpoint)
 
-        await asyncio.gather(*(one(run) for run in todo))
+        return [asyncio.ensure_future(one(run)) for run in todo]
 
     # ------------------------------------------------------------------ one run
 
@@ -614,7 +639,11 @@ class LangSmithMonitor:
         kwargs.pop("trace_id", None)  # with a trace id the SDK would batch in the background
         kwargs["feedback_id"] = feedback_id(item.run_id, item.result.metric)
         with contextlib.suppress(LangSmithConflictError):  # already there: sent before
-            client.create_feedback(**kwargs, session_id=self._feedback.project_id())
+            client.create_feedback(
+                **kwargs,
+                session_id=self._feedback.project_id(),
+                stop_after_attempt=1,  # retrying is the next poll's job, not a blocked thread's
+            )
 
 
 def monitor(project_name: str, **options: Any) -> MonitorSummary:
