@@ -76,10 +76,11 @@ def fill(stub: LangSmithStub, records: list[dict[str, Any]], project: str = PROJ
 
 def main() -> None:
     parser = base_parser(__doc__ or "")
+    parser.add_argument("--concurrency", type=int, nargs="*", default=None)
     args = parser.parse_args()
     runs = 20 if args.tiny else RUNS
     repeats = args.repeats or (1 if args.tiny else REPEATS)
-    levels = (4,) if args.tiny else CONCURRENCY
+    levels = args.concurrency or ((4,) if args.tiny else CONCURRENCY)
     measured: dict[int, list[dict[str, Any]]] = {c: [] for c in levels}
     judge_script = BenchJudge()
     with JudgeServer(judge_script, latency=JUDGE_LATENCY) as judge, LangSmithStub() as stub:
