@@ -26,6 +26,7 @@ SCRIPTS = (
     ("online", "bench_online.py"),
     ("import", "bench_import.py"),
     ("cpu", "bench_cpu.py"),
+    ("monitor", "bench_monitor.py"),
 )
 TITLES = {
     "economy": "Judge economy (per sample)",
@@ -33,6 +34,7 @@ TITLES = {
     "online": "Online overhead",
     "import": "Import cost",
     "cpu": "CPU per sample (deterministic parts)",
+    "monitor": "Monitor worker sizing (100 ms judge)",
 }
 
 

@@ -199,7 +199,7 @@ class OpenTelemetrySink(BaseSink):
 
     @override
     def flush(self, timeout: float | None = None) -> None:
-        """Ask the providers to export now; waits at most ``timeout`` and ``flush_timeout``.
+        """Ask the logger and tracer providers to export; waits ``timeout``/``flush_timeout``.
 
         The export runs on a helper thread, so a collector that never answers cannot hold
         the caller (the handler's sink thread) beyond that bound.
