@@ -26,6 +26,7 @@ SCRIPTS = (
     ("online", "bench_online.py"),
     ("import", "bench_import.py"),
     ("cpu", "bench_cpu.py"),
+    ("long_context", "bench_long_context.py"),
     ("monitor", "bench_monitor.py"),
 )
 TITLES = {
@@ -34,6 +35,7 @@ TITLES = {
     "online": "Online overhead",
     "import": "Import cost",
     "cpu": "CPU per sample (deterministic parts)",
+    "long_context": "Long contexts",
     "monitor": "Monitor worker sizing (100 ms judge)",
 }
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -51,10 +50,6 @@ class Capture:
     """The root run's output (None when the retriever is the root)."""
     otel_context: Any = None
     """The OpenTelemetry ``SpanContext`` active when the retriever started (None without one)."""
-
-
-def _finite(score: float | None) -> float | None:
-    return None if score is None or math.isnan(score) else score
 
 
 class OnlineResult(BaseModel):
@@ -121,7 +116,7 @@ class OnlineResult(BaseModel):
             "tags": list(self.tags),
             "question": self.sample.question,
             "metric": result.metric,
-            "score": _finite(result.score),
+            "score": result.finite_score,
             "skipped": result.skipped,
             "reason": result.reason,
             "error": result.error,

@@ -3,7 +3,7 @@
 :class:`LangSmithMonitor` (and the ``ragmetrics monitor`` command) lists the retriever runs
 of a project, joins each with its trace's root run for the question and the answer (the
 same extraction as the online callback and the LangSmith evaluators), scores them through
-the :class:`~langchain_ragmetrics.engine.ScoringEngine` and posts one feedback per metric
+the :class:`~langchain_ragmetrics._engine.ScoringEngine` and posts one feedback per metric
 on each retriever run, with ids derived from (run id, metric) so nothing is ever duplicated.
 
 It is restartable (a SQLite checkpoint of settled (run, metric) pairs) and scales out:
@@ -37,6 +37,7 @@ from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from langchain_ragmetrics._engine import Job, ScoringEngine
 from langchain_ragmetrics._ids import feedback_id
 from langchain_ragmetrics._threads import DaemonThreadPool
 from langchain_ragmetrics.callbacks._mapping import (
@@ -49,9 +50,8 @@ from langchain_ragmetrics.callbacks._sampling import check_rate, is_sampled
 from langchain_ragmetrics.callbacks._setup import check_metrics, check_sinks, untraced
 from langchain_ragmetrics.callbacks.langsmith_feedback import LangSmithFeedbackSink
 from langchain_ragmetrics.callbacks.sinks import BaseSink
-from langchain_ragmetrics.engine import Job, ScoringEngine
-from langchain_ragmetrics.errors import RagMetricsError
-from langchain_ragmetrics.integrations._monitor_checkpoint import Checkpoint, CheckpointError
+from langchain_ragmetrics.errors import CheckpointError, MonitorError
+from langchain_ragmetrics.integrations._monitor_checkpoint import Checkpoint
 from langchain_ragmetrics.integrations.langsmith import _documents, _run_metadata
 from langchain_ragmetrics.metrics._base import BaseRagMetric
 from langchain_ragmetrics.schema import MetricResult, RagSample, Usage
@@ -76,10 +76,6 @@ _PAGE = 100  # runs read from the listing at a time
 _SHARD_PERSON = b"ragmetrics-shard"  # a different hash than sampling: shards stay uniform
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
-
-
-class MonitorError(RagMetricsError, RuntimeError):
-    """LangSmith could not be read (the project's runs could not be listed)."""
 
 
 def shard_of(trace_id: UUID, count: int) -> int:
