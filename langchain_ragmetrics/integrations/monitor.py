@@ -287,6 +287,7 @@ class LangSmithMonitor:
         self._stop = threading.Event()
         self._wake: tuple[asyncio.AbstractEventLoop, asyncio.Event] | None = None
         self._pending: dict[str, datetime] = {}
+        self._last_poll: datetime | None = None
         self._roots: dict[str, Run | None] = {}
         self.summary = MonitorSummary(project=project_name, shard=self.shard)
 
@@ -372,14 +373,12 @@ class LangSmithMonitor:
             raise TimeoutError(msg) from None
 
     def _window_start(self) -> datetime:
-        if self.summary.polls == 0 or self._last_poll is None:
+        if self._last_poll is None:
             return self.since
         start = self._last_poll - self.lookback
         if self._pending:
             start = min(start, *self._pending.values())
         return max(self.since, start)
-
-    _last_poll: datetime | None = None
 
     async def _poll(self, checkpoint: Checkpoint) -> None:
         """List the window page by page; score while the next page is read.
