@@ -34,6 +34,7 @@ EXPECTED = {
     "NonLLMContextPrecision",
     "NonLLMContextRecall",
     "OnlineResult",
+    "OpenTelemetrySink",
     "RagMetricsCallbackHandler",
     "RagMetricsError",
     "RagSample",

@@ -93,3 +93,12 @@ def test_local_benchmarks_run(script: str, tmp_path: Path) -> None:
     else:
         assert set(result["cases"]) == {"5000", "10000"}
         assert all(v > 0 for case in result["cases"].values() for v in case.values())
+
+
+def test_monitor_benchmark_scores_every_run(tmp_path: Path) -> None:
+    levels = run_bench("bench_monitor.py", tmp_path)["levels"]
+    (level,) = levels.values()
+    (run,) = level["runs"]
+    assert run["runs_scored"] == 20
+    assert run["judge_calls"] == run["feedback_sent"] == 40
+    assert level["cpu_ms_per_judge_call"] > 0
