@@ -242,6 +242,7 @@ def test_the_command_without_a_judge_says_how_to_configure_one(
         (["--metrics", "context_recall,nonsense"], ExitCode.UNKNOWN_METRIC, "nonsense"),
         (["--metrics", " , "], ExitCode.USAGE, "--metrics is empty"),
         (["--language", "xx"], ExitCode.USAGE, "--language"),
+        (["--language", "de"], ExitCode.USAGE, "no 'de' items"),
         (["--min-agreement", "1.5"], ExitCode.USAGE, "between 0 and 1"),
     ],
 )
@@ -257,6 +258,8 @@ def test_unknown_metric_in_python_names_the_known_ones(make_judge: JudgeFactory)
         check_judge(make_judge(), metrics=["context_recal"])
     with pytest.raises(ValueError, match="`language`"):
         check_judge(make_judge(), language="xx")
+    with pytest.raises(ValueError, match="no 'fr' items"):
+        check_judge(make_judge(), language="fr")
 
 
 async def test_async_twin_and_event_loop_guard(
