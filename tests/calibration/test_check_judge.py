@@ -371,3 +371,28 @@ def test_a_metric_built_by_the_caller_is_checked_as_custom(
     assert any(r.system == "My own rubric, answer in Japanese." for r in judge_server.requests)
     with pytest.raises(ValueError, match="at least one"):
         check_judge(make_judge(), metrics=[])
+
+
+def test_the_readme_figures_of_a_word_overlap_judge(
+    judge_server: JudgeServer, make_judge: JudgeFactory
+) -> None:
+    """The README quotes these figures; they come from this run."""
+    from tests._support.lexical_judge import lexical_judge
+
+    judge_server.script = lexical_judge()
+    report = check_judge(make_judge())
+    figures = {m.metric: (f"{m.accuracy:.3f}", f"{m.kappa:.3f}") for m in report.metrics}
+    assert figures == {
+        "context_recall": ("0.948", "0.837"),
+        "context_precision": ("0.768", "0.537"),
+        "context_entity_recall": ("0.596", "0.259"),
+        "context_relevance": ("0.651", "0.304"),
+    }
+    readme = " ".join((Path(__file__).parents[2] / "README.md").read_text().split())
+    for accuracy, kappa in figures.values():
+        assert f"{accuracy} (kappa {kappa})" in readme or f"{accuracy} ({kappa})" in readme
+    assert report.failing(0.8) == [
+        "context_precision",
+        "context_entity_recall",
+        "context_relevance",
+    ]
