@@ -396,3 +396,63 @@ def test_the_readme_figures_of_a_word_overlap_judge(
         "context_entity_recall",
         "context_relevance",
     ]
+
+
+def _pulled(name: str, passages: str) -> bool:
+    """A sloppy reading: a reference entity 'is there' when a piece of it is (a word of four
+    letters or more in English, two characters in a row in Japanese)."""
+    import re
+
+    words = set(re.findall(r"[a-z]{4,}", name.casefold()))
+    if words & set(re.findall(r"[a-z]{4,}", passages.casefold())):
+        return True
+    pairs = {name[i : i + 2] for i in range(len(name) - 1)}
+    return any(not p.isascii() and p in passages for p in pairs)
+
+
+def test_comparing_modes_catches_a_judge_pulled_by_the_reference(
+    judge_server: JudgeServer, make_judge: JudgeFactory
+) -> None:
+    """The entity-recall decision, measured: a judge that lets the reference it can see pull
+    its reading of the passages loses agreement in one call, not in two independent calls."""
+    answer = label_judge()
+    by_reference = {i.reference: i for i in ITEMS}
+
+    def script(req: Any) -> Any:
+        if req.schema_name != "EntityLists":
+            return answer(req)  # two-call mode: it never sees the reference with the passages
+        data = json.loads(req.messages[-1]["content"])
+        item = by_reference[data["reference"]]
+        labels = item.labels.context_entity_recall
+        passages = "\n".join(item.contexts)
+        extra = [
+            e.name for e in labels.reference_entities if not e.found and _pulled(e.name, passages)
+        ]
+        return {
+            "reference_entities": [
+                {"name": e.name, "aliases": e.aliases} for e in labels.reference_entities
+            ],
+            "passage_entities": [
+                {"name": e.name, "aliases": e.aliases} for e in labels.context_entities
+            ]
+            + [{"name": name} for name in extra],
+        }
+
+    judge_server.script = script
+    report = check_judge(
+        make_judge(), metrics=["context_entity_recall", "context_entity_recall:one-call"]
+    )
+    pulled = [
+        e.name
+        for i in ITEMS
+        for e in i.labels.context_entity_recall.reference_entities
+        if not e.found and _pulled(e.name, "\n".join(i.contexts))
+    ]
+    assert pulled  # the set holds near-misses a sloppy reading turns into hits
+    verdicts = sum(len(i.labels.context_entity_recall.reference_entities) for i in ITEMS)
+    two, one = report.metrics
+    assert two.accuracy == 1.0
+    assert one.accuracy == (verdicts - len(pulled)) / verdicts
+    assert one.score_mae is not None
+    assert one.score_mae > 0
+    assert (two.calls_per_item, one.calls_per_item) == (2.0, 1.0)
