@@ -523,8 +523,10 @@ class IsolatedBackground:
                 child = self._child
                 if child is None or child.dead:
                     child = self._replace_child()
-                    if child is None:
-                        return
+                    if child is None:  # stopping, or scoring turned off (work abandoned)
+                        if self._stopping:
+                            return
+                        continue
                 batch = list(self._pending)
                 self._pending.clear()
                 items = [entry[1] for entry in batch if entry[0] == "item"]
