@@ -96,6 +96,9 @@ def test_results_are_scored_in_the_child_and_reach_its_sink(
         assert handler.flush(START)
         stats = handler.stats
         pid = background(handler).child_pid
+        assert pid is not None
+        niceness = os.getpriority(os.PRIO_PROCESS, pid)  # scoring yields to the app
+        assert niceness == min(19, os.getpriority(os.PRIO_PROCESS, 0) + 10)
     assert answers == [f"Answer about item00{i}." for i in range(4)]
     assert pid is not None
     assert pid != os.getpid()
