@@ -74,9 +74,12 @@ def test_throughput_runs_every_job(tmp_path: Path) -> None:
 def test_online_measures_every_config(tmp_path: Path) -> None:
     result = run_bench("bench_online.py", tmp_path)
     runs = result["latency"]["runs"]
-    assert set(runs) == {"none", "handler", "tracer", "noop", "capture"}
-    stats = runs["handler"][0]["handler_stats_at_loop_end"]
-    assert stats["sampled"] == 10 + 30  # warm-up + timed invocations, all sampled
+    assert set(runs) == {"none", "handler", "isolated", "tracer", "noop", "capture"}
+    for config in ("handler", "isolated"):
+        stats = runs[config][0]["handler_stats_at_loop_end"]
+        assert stats["sampled"] == 10 + 30  # warm-up + timed invocations, all sampled
+        assert runs[config][0]["settled_after_warmup"] is True
+    assert runs["isolated"][0]["child_rss_mib"] > 0  # the child really ran
     assert runs["capture"][0]["handler_stats_at_loop_end"]["sampled"] == 0
     assert result["latency"]["langsmith_runs"] > 0  # the tracer really sent its runs
     memory = result["memory"]
