@@ -27,6 +27,7 @@ SCRIPTS = (
     ("import", "bench_import.py"),
     ("cpu", "bench_cpu.py"),
     ("long_context", "bench_long_context.py"),
+    ("monitor", "bench_monitor.py"),
     ("faults", "bench_faults.py"),
 )
 TITLES = {
@@ -36,6 +37,7 @@ TITLES = {
     "import": "Import cost",
     "cpu": "CPU per sample (deterministic parts)",
     "long_context": "Long contexts",
+    "monitor": "Monitor worker sizing (100 ms judge)",
     "faults": "Retries under faults",
 }
 

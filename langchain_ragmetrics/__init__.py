@@ -23,6 +23,7 @@ if TYPE_CHECKING:
         RagMetricsCallbackHandler,
     )
     from langchain_ragmetrics.errors import (
+        CalibrationSetError,
         CheckpointError,
         DatasetError,
         DeadlineExceededError,
@@ -64,6 +65,7 @@ __version__ = "0.1.0"
 _EXPORTS: dict[str, str] = {
     "BaseRagMetric": "langchain_ragmetrics.metrics",
     "BaseSink": "langchain_ragmetrics.callbacks",
+    "CalibrationSetError": "langchain_ragmetrics.errors",
     "CallableSink": "langchain_ragmetrics.callbacks",
     "CheckpointError": "langchain_ragmetrics.errors",
     "ContextEntityRecall": "langchain_ragmetrics.metrics",
@@ -109,6 +111,7 @@ _EXPORTS: dict[str, str] = {
 __all__ = [
     "BaseRagMetric",
     "BaseSink",
+    "CalibrationSetError",
     "CallableSink",
     "CheckpointError",
     "ContextEntityRecall",
