@@ -72,9 +72,9 @@ def test_throughput_runs_every_job(tmp_path: Path) -> None:
 
 
 def test_throughput_floor_replays_our_request_bodies(tmp_path: Path) -> None:
-    run_bench("bench_throughput.py", tmp_path)
+    sides = run_bench("bench_throughput.py", tmp_path)["sides"]
     bodies = json.loads((tmp_path / "bodies-12.json").read_text(encoding="utf-8"))
-    assert len(bodies) == 12 * 4
+    assert len(bodies) == sides["ours"]["calls_per_run"] == sides["floor"]["calls_per_run"]
     assert all(body["tools"] and body["messages"] for body in bodies)
 
 
