@@ -1,7 +1,8 @@
 """Online evaluation: a callback handler that scores live retrievals, and result sinks."""
 
 from langchain_ragmetrics.callbacks._records import OnlineResult
-from langchain_ragmetrics.callbacks._stats import HandlerStats
+from langchain_ragmetrics.callbacks._settings import HandlerSettings
+from langchain_ragmetrics.callbacks._stats import HandlerStats, SinkStats
 from langchain_ragmetrics.callbacks.handler import RagMetricsCallbackHandler
 from langchain_ragmetrics.callbacks.langsmith_feedback import LangSmithFeedbackSink
 from langchain_ragmetrics.callbacks.sinks import (
@@ -10,11 +11,13 @@ from langchain_ragmetrics.callbacks.sinks import (
     InMemorySink,
     JsonlSink,
     LoggingSink,
+    SinkUnavailableError,
 )
 
 __all__ = [
     "BaseSink",
     "CallableSink",
+    "HandlerSettings",
     "HandlerStats",
     "InMemorySink",
     "JsonlSink",
@@ -22,4 +25,6 @@ __all__ = [
     "LoggingSink",
     "OnlineResult",
     "RagMetricsCallbackHandler",
+    "SinkStats",
+    "SinkUnavailableError",
 ]

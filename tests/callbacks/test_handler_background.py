@@ -19,6 +19,7 @@ from langchain_ragmetrics import (
     OnlineResult,
     RagMetricsCallbackHandler,
 )
+from langchain_ragmetrics.callbacks import SinkStats
 from langchain_ragmetrics.metrics import RetryPolicy
 from tests._support.openai_server import (
     JudgeServer,
@@ -281,6 +282,7 @@ def test_reset_stats_zeroes_counters_and_logs_again(
                 app.chain.invoke(question(1), config={"callbacks": [handler]})
                 assert handler.flush(10)
                 handler.reset_stats()
-        assert handler.stats == HandlerStats()  # every counter back to zero
+        # Every counter back to zero, the sink's figures included.
+        assert handler.stats == HandlerStats(sinks={"InMemorySink": SinkStats()})
     failures = [r for r in caplog.records if "context_relevance failed" in r.getMessage()]
     assert len(failures) == 2  # once per kind, again after the reset
