@@ -101,14 +101,14 @@ class ScoringPipeline:
     def answer(self, capture: Capture) -> str | None:
         """The answer of the trace (None for a retriever invoked on its own).
 
-        A stream closed early has no usable root output: the text the model streamed so
-        far stands in for it.
+        A stream closed early has no usable root output (none, or an empty one): the text
+        the model streamed so far stands in for it.
         """
         found = None if capture.root_outputs is None else self.answer_from(capture.root_outputs)
         if found is not None and not isinstance(found, str):
             msg = f"answer_from must return a str or None, got {type(found).__name__}"
             raise TypeError(msg)
-        return capture.streamed_answer if found is None else found
+        return found or capture.streamed_answer or found
 
     async def references(self, question: str, capture: Capture) -> dict[str, Any]:
         """Reference fields from run metadata, completed by the ``reference_provider``."""

@@ -12,6 +12,7 @@ create a duplicate: LangSmith answers 409 for an id it has, which counts as deli
 from __future__ import annotations
 
 import logging
+import os
 import random
 import threading
 import time
@@ -33,6 +34,15 @@ __all__ = ["LangSmithFeedbackSink"]
 
 _PROJECT_RETRY_SECONDS = 30.0
 _MAX_BACKOFF_SECONDS = 8.0
+
+
+def _env(name: str) -> str | None:
+    """``LANGSMITH_<name>`` or ``LANGCHAIN_<name>`` from the environment, if set."""
+    for prefix in ("LANGSMITH_", "LANGCHAIN_"):
+        value = os.environ.get(prefix + name, "").strip()
+        if value:
+            return value
+    return None
 
 
 class _ThreadFilter(logging.Filter):
@@ -118,18 +128,16 @@ class LangSmithFeedbackSink(BaseSink):
         self._next_project_attempt = 0.0
         self._failures = FailureLog()
         self.disabled_reason: str | None = None
-        if client is None:
-            from langsmith.utils import get_api_key
-
-            if get_api_key(None) is None:
-                self.disabled_reason = (
-                    "no LangSmith API key (set LANGSMITH_API_KEY or pass client=...)"
-                )
-                logger.warning(
-                    "LangSmithFeedbackSink disabled: %s; results meant for LangSmith are "
-                    "dropped and counted in stats.sinks['LangSmithFeedbackSink'].dropped",
-                    self.disabled_reason,
-                )
+        # Read now, not through langsmith.utils.get_env_var: that caches per process.
+        self._api_key = _env("API_KEY")
+        self._api_url = _env("ENDPOINT")
+        if client is None and self._api_key is None:
+            self.disabled_reason = "no LangSmith API key (set LANGSMITH_API_KEY or pass client=...)"
+            logger.warning(
+                "LangSmithFeedbackSink disabled: %s; results meant for LangSmith are "
+                "dropped and counted in stats.sinks['LangSmithFeedbackSink'].dropped",
+                self.disabled_reason,
+            )
 
     @property
     def enabled(self) -> bool:
@@ -151,6 +159,8 @@ class LangSmithFeedbackSink(BaseSink):
 
                 millis = max(1, round(self.timeout * 1000))
                 self._client = Client(
+                    api_url=self._api_url,
+                    api_key=self._api_key,
                     timeout_ms=(millis, millis),
                     retry_config=Retry(total=0, raise_on_status=False),
                     auto_batch_tracing=False,
