@@ -179,10 +179,14 @@ class LangSmithFeedbackSink(BaseSink):
         """The project id, resolved once (retried every 30 s while it cannot be found)."""
         if self._project_id is not None or time.monotonic() < self._next_project_attempt:
             return self._project_id
+        from langsmith.utils import LangSmithNotFoundError
+
         name = self._project_name()
         try:
             self._project_id = UUID(str(self.client.read_project(project_name=name).id))
         except Exception as exc:
+            if not isinstance(exc, LangSmithNotFoundError):
+                self._failed_request()  # LangSmith down, not just a project not made yet
             self._next_project_attempt = time.monotonic() + _PROJECT_RETRY_SECONDS
             self._failures.report(
                 "project",
@@ -267,6 +271,9 @@ class LangSmithFeedbackSink(BaseSink):
         import langsmith.client
 
         session_id = self.project_id()
+        if self.breaker.is_open:  # the project lookup just found LangSmith down
+            msg = f"LangSmith circuit open, next try in {self.breaker.retry_in:.0f} s"
+            raise SinkUnavailableError(msg)
         quiet = _ThreadFilter(threading.get_ident())
         sdk_logger = langsmith.client.logger
         sdk_logger.addFilter(quiet)

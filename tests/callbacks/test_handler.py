@@ -22,6 +22,7 @@ from langchain_ragmetrics import (
     OnlineResult,
     RagMetricsCallbackHandler,
 )
+from langchain_ragmetrics.callbacks import HandlerSettings
 from langchain_ragmetrics.callbacks._sampling import is_sampled
 from tests._support.openai_server import JudgeServer
 from tests._support.rag import (
@@ -381,6 +382,15 @@ def test_handler_is_shared_not_copied() -> None:
     assert copy.copy(handler) is handler
     assert copy.deepcopy({"callbacks": [handler]})["callbacks"][0] is handler
     assert handler.close()
+
+
+def test_options_are_checked_once_and_handed_down_as_one_settings_object() -> None:
+    handler = RagMetricsCallbackHandler(sample_rate=0.25, max_concurrency=2, name="rm-settings")
+    settings = handler.settings
+    assert isinstance(settings, HandlerSettings)
+    assert (settings.sample_rate, settings.max_concurrency) == (0.25, 2)
+    assert handler._background.settings is settings  # the same object, not a relay
+    assert handler.close(1)
 
 
 def test_defaults_and_lazy_threads() -> None:
