@@ -32,7 +32,6 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from langchain_core.documents import Document
-    from langchain_core.messages import BaseMessage
     from langchain_core.outputs import ChatGenerationChunk, GenerationChunk
 
 __all__ = ["RagMetricsCallbackHandler"]
@@ -42,16 +41,20 @@ class RagMetricsCallbackHandler(BaseCallbackHandler):
     """Scores every (sampled) retrieval of a live chain or graph, in the background.
 
     Attach it like any callback: ``chain.invoke(q, config={"callbacks": [handler]})`` or
-    ``chain.with_config(callbacks=[handler])``. Works for LCEL chains, LangGraph graphs, a
-    retriever on its own, several retrievers per trace, sync and async, batch and stream,
-    and many concurrent requests sharing one handler.
+    ``chain.with_config(callbacks=[handler])``. Works for LCEL chains, LangGraph graphs,
+    agents whose tools retrieve, a retriever on its own, several retrievers per trace, sync
+    and async, batch and stream, and many concurrent requests sharing one handler.
 
     A retrieval is scored once its trace's root run ends (so the answer is known); a root
-    run that raises is not scored. Each retrieval becomes a sample: question = the
+    run that raises is not scored, a stream the consumer closed early is (with the answer
+    streamed so far). Each sink has its own outbox and thread, so a sink whose backend is
+    down delays nothing else; ``flush``, ``close`` and the exit hook are bounded (30 s by
+    default). Options are checked once into :attr:`settings`. Each retrieval becomes a
+    sample: question = the
     retriever's query (see ``question_from``), contexts = the documents, answer = the root
     output (see ``answer_from``), references = run metadata keys ``reference``,
     ``reference_contexts``, ``reference_context_ids`` or the ``reference_provider``.
-    A metric whose input is missing gives a *skipped* result (score None), never 0.
+    A metric with nothing to assess gives a *skipped* result (no score, no error), never 0.
 
     Args:
         metrics: The metrics; default ``[ContextRelevance(), ContextPrecision()]`` (both work
@@ -228,10 +231,16 @@ class RagMetricsCallbackHandler(BaseCallbackHandler):
 
     # --------------------------------------------------------------- what LangChain sees
 
-    # Model events are listened to only for the streamed tokens (the partial answer of a
-    # stream closed early); model runs are not tracked, they never parent a retrieval.
+    # Model runs are not tracked (they never parent a retrieval); of their events only the
+    # streamed tokens matter (the partial answer of a stream closed early), which come with
+    # ``ignore_llm`` off. Chat-model starts stay ignored: that saves a dispatch per call.
     # Agent events stay on: in langchain-core ``ignore_agent`` also silences the tool
     # callbacks, and a retriever called by a tool must be linked to the request's trace.
+
+    @property
+    @override
+    def ignore_chat_model(self) -> bool:
+        return True
 
     @property
     @override
@@ -256,18 +265,6 @@ class RagMetricsCallbackHandler(BaseCallbackHandler):
         **kwargs: Any,
     ) -> None:
         self._start("on_chain_start", run_id, parent_run_id, inputs, metadata)
-
-    @override
-    def on_chat_model_start(
-        self,
-        serialized: dict[str, Any],
-        messages: list[list[BaseMessage]],
-        *,
-        run_id: UUID,
-        parent_run_id: UUID | None = None,
-        **kwargs: Any,
-    ) -> None:
-        """Nothing to record (defined so LangChain does not fall back to ``on_llm_start``)."""
 
     @override
     def on_llm_new_token(

@@ -398,9 +398,10 @@ def test_defaults_and_lazy_threads() -> None:
     assert [m.metric_name for m in handler.metrics] == ["context_relevance", "context_precision"]
     assert isinstance(handler.sinks[0], LoggingSink)
     assert handler.run_inline
-    # Model events carry the streamed tokens; agent events must stay on for tool callbacks.
+    # Model events carry the streamed tokens (chat-model starts are not needed); agent
+    # events must stay on for the tool callbacks.
     assert not handler.ignore_llm
-    assert not handler.ignore_chat_model
+    assert handler.ignore_chat_model
     assert not handler.ignore_agent
     assert not any(t.name.startswith("ragmetrics-lazy") for t in threading.enumerate())
     assert handler.flush(1)
