@@ -112,3 +112,12 @@ def test_one_definition_of_failed_and_skipped() -> None:
     assert (result(None).failed, result(None).skipped) == (False, True)
     assert (result(math.nan).failed, result(math.nan).skipped) == (False, True)
     assert result(None, "bad input").failed  # an error always means failed
+
+
+@pytest.mark.parametrize(
+    ("score", "shown"), [(0.25, 0.25), (0.0, 0.0), (math.nan, None), (None, None)]
+)
+def test_finite_score_is_what_json_and_tables_show(
+    score: float | None, shown: float | None
+) -> None:
+    assert MetricResult(metric="m", score=score).finite_score == shown

@@ -1,5 +1,6 @@
 """Online evaluation: a callback handler that scores live retrievals, and result sinks."""
 
+from langchain_ragmetrics.callbacks._isolated import ProcessIsolation, ScoringSetup
 from langchain_ragmetrics.callbacks._records import OnlineResult
 from langchain_ragmetrics.callbacks._settings import HandlerSettings
 from langchain_ragmetrics.callbacks._stats import HandlerStats, SinkStats
@@ -24,7 +25,9 @@ __all__ = [
     "LangSmithFeedbackSink",
     "LoggingSink",
     "OnlineResult",
+    "ProcessIsolation",
     "RagMetricsCallbackHandler",
+    "ScoringSetup",
     "SinkStats",
     "SinkUnavailableError",
 ]

@@ -12,6 +12,7 @@ import threading
 
 from langchain_core.runnables import RunnableConfig
 
+from langchain_ragmetrics._engine import ScoringEngine
 from langchain_ragmetrics._threads import DaemonThreadPool
 from langchain_ragmetrics.callbacks import _exit
 from langchain_ragmetrics.callbacks._outbox import SinkOutbox, flush_all, outboxes_for
@@ -21,7 +22,6 @@ from langchain_ragmetrics.callbacks._settings import HandlerSettings
 from langchain_ragmetrics.callbacks._setup import judge_callbacks, untraced
 from langchain_ragmetrics.callbacks._stats import Counters, FailureLog, SinkStats, logger
 from langchain_ragmetrics.callbacks._worker import BackgroundWorker, deadline_after, remaining
-from langchain_ragmetrics.engine import ScoringEngine
 
 __all__ = ["Background"]
 

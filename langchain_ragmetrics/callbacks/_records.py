@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -50,12 +49,10 @@ class Capture:
     root_outputs: Any
     """The root run's output (None when the retriever is the root or the stream was closed
     before the root run could end)."""
+    otel_context: Any = None
+    """The OpenTelemetry ``SpanContext`` active when the retriever started (None without one)."""
     streamed_answer: str | None = None
     """Text the trace's last model run streamed (tokens), kept for streams closed early."""
-
-
-def _finite(score: float | None) -> float | None:
-    return None if score is None or math.isnan(score) else score
 
 
 class OnlineResult(BaseModel):
@@ -85,6 +82,9 @@ class OnlineResult(BaseModel):
     nothing to assess)."""
     timestamp: datetime
     """When the result was produced (UTC)."""
+    otel_context: Any = Field(default=None, exclude=True, repr=False)
+    """The OpenTelemetry ``SpanContext`` active when the retriever started (None without one):
+    the OpenTelemetry sink parents its events to it."""
 
     @property
     def metric(self) -> str:
@@ -120,7 +120,7 @@ class OnlineResult(BaseModel):
             "tags": list(self.tags),
             "question": self.sample.question,
             "metric": result.metric,
-            "score": _finite(result.score),
+            "score": result.finite_score,
             "skipped": result.skipped,
             "reason": result.reason,
             "error": result.error,

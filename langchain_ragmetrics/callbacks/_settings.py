@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from langchain_core.callbacks import BaseCallbackHandler
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
+from langchain_ragmetrics.callbacks._isolated import ProcessIsolation
 from langchain_ragmetrics.callbacks._pipeline import AnswerFrom, QuestionFrom, ReferenceProvider
 from langchain_ragmetrics.callbacks._sampling import check_rate
 from langchain_ragmetrics.callbacks._setup import check_metrics, check_sinks
@@ -28,6 +29,9 @@ class HandlerSettings(BaseModel):
 
     model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid", frozen=True)
 
+    isolation: Literal["thread"] | ProcessIsolation = "thread"
+    """``"thread"``: score on this process's threads; a :class:`ProcessIsolation` (or
+    ``"process"``): in a child process that builds its own metrics, sinks and provider."""
     metrics: list[BaseRagMetric] = Field(default_factory=lambda: check_metrics(None))
     """The metrics (default ``ContextRelevance`` and ``ContextPrecision``)."""
     sinks: list[BaseSink] = Field(default_factory=lambda: check_sinks(None))
@@ -59,15 +63,43 @@ class HandlerSettings(BaseModel):
     name: str = "ragmetrics"
     """Prefix of the background threads' names."""
 
+    @property
+    def process(self) -> ProcessIsolation | None:
+        """The isolated mode's options, or None for in-process scoring."""
+        return self.isolation if isinstance(self.isolation, ProcessIsolation) else None
+
+    @field_validator("isolation", mode="before")
+    @classmethod
+    def _isolation(cls, value: Any) -> Any:
+        if value == "process":
+            return ProcessIsolation()
+        if value == "thread" or isinstance(value, ProcessIsolation):
+            return value
+        msg = "`isolation` must be 'thread', 'process' or a ProcessIsolation"
+        raise TypeError(msg)
+
+    @staticmethod
+    def _in_child(value: Any, info: ValidationInfo) -> bool:
+        """True in process isolation, where the option must be left to the child's setup."""
+        if not isinstance(info.data.get("isolation"), ProcessIsolation):
+            return False
+        if value is not None:
+            msg = (
+                f"with isolation='process', `{info.field_name}` is built in the child process: "
+                "return it from ProcessIsolation(setup=...) as part of a ScoringSetup"
+            )
+            raise ValueError(msg)
+        return True
+
     @field_validator("metrics", mode="before")
     @classmethod
-    def _metrics(cls, value: Any) -> list[BaseRagMetric]:
-        return check_metrics(value)
+    def _metrics(cls, value: Any, info: ValidationInfo) -> list[BaseRagMetric]:
+        return [] if cls._in_child(value, info) else check_metrics(value)
 
     @field_validator("sinks", mode="before")
     @classmethod
-    def _sinks(cls, value: Any) -> list[BaseSink]:
-        return check_sinks(value)
+    def _sinks(cls, value: Any, info: ValidationInfo) -> list[BaseSink]:
+        return [] if cls._in_child(value, info) else check_sinks(value)
 
     @field_validator("sample_rate")
     @classmethod
@@ -85,6 +117,8 @@ class HandlerSettings(BaseModel):
     @field_validator("answer_from", "reference_provider", mode="before")
     @classmethod
     def _hook(cls, value: Any, info: ValidationInfo) -> Any:
+        if info.field_name == "reference_provider" and cls._in_child(value, info):
+            return None
         if value is not None and not callable(value):
             msg = f"`{info.field_name}` must be a callable"
             raise TypeError(msg)

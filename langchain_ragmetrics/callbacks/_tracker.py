@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
+from langchain_ragmetrics.callbacks._otel import current_span_context
 from langchain_ragmetrics.callbacks._records import Capture
 
 __all__ = ["FinishedTrace", "TraceTracker"]
@@ -35,6 +36,7 @@ class _Retrieval:
     tags: Sequence[str]
     metadata: Mapping[str, Any]
     documents: Sequence[Any] | None = None
+    otel_context: Any = None
 
 
 @dataclass
@@ -130,7 +132,13 @@ class TraceTracker:
             if retrieval is not None:
                 query, name, tags = retrieval
                 trace.retrievals[run_id] = _Retrieval(
-                    run_id, parent_run_id, query, name, tags, metadata or _EMPTY
+                    run_id,
+                    parent_run_id,
+                    query,
+                    name,
+                    tags,
+                    metadata or _EMPTY,
+                    otel_context=current_span_context(),
                 )
         return evicted
 
@@ -241,6 +249,7 @@ class TraceTracker:
                 root_metadata=trace.metadata,
                 root_inputs=trace.inputs,
                 root_outputs=None if r.run_id == trace.root_id else outputs,
+                otel_context=r.otel_context,
                 streamed_answer=None if r.run_id == trace.root_id else streamed,
             )
             for r in trace.retrievals.values()

@@ -3,7 +3,7 @@
 On the caller's thread the handler only records and correlates callback events and, when
 a trace's root run ends, enqueues one record per retrieval of that trace. A background
 worker (its own thread and event loop) builds samples, runs the metrics through the
-:class:`~langchain_ragmetrics.engine.ScoringEngine` and hands results to the sinks.
+:class:`~langchain_ragmetrics._engine.ScoringEngine` and hands results to the sinks.
 """
 
 from __future__ import annotations
@@ -12,13 +12,14 @@ import asyncio
 import threading
 import weakref
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 from uuid import UUID
 
 from langchain_core.callbacks import BaseCallbackHandler
 from typing_extensions import Self, override
 
 from langchain_ragmetrics.callbacks._background import Background
+from langchain_ragmetrics.callbacks._isolated import IsolatedBackground, ProcessIsolation
 from langchain_ragmetrics.callbacks._pipeline import AnswerFrom, QuestionFrom, ReferenceProvider
 from langchain_ragmetrics.callbacks._sampling import is_sampled
 from langchain_ragmetrics.callbacks._settings import DEFAULT_CLOSE_TIMEOUT, HandlerSettings
@@ -84,6 +85,11 @@ class RagMetricsCallbackHandler(BaseCallbackHandler):
             the handler (unfinished work is reported, then dropped); None disables it.
             Queued work is flushed at exit even if the handler was dropped.
         name: Prefix of the background threads' names.
+        isolation: ``"thread"`` (default): scoring runs on background threads of this
+            process. ``"process"`` or a :class:`ProcessIsolation`: it runs in a child
+            process that builds its own metrics and sinks (``ProcessIsolation.setup``; then
+            ``metrics``, ``sinks`` and ``reference_provider`` must be None here), and the
+            caller's thread only hands it plain data.
     """
 
     run_inline: bool = True
@@ -109,6 +115,7 @@ class RagMetricsCallbackHandler(BaseCallbackHandler):
         sink_queue_size: int = 10_000,
         exit_timeout: float | None = DEFAULT_CLOSE_TIMEOUT,
         name: str = "ragmetrics",
+        isolation: Literal["thread", "process"] | ProcessIsolation = "thread",
     ) -> None:
         self.settings = HandlerSettings(
             metrics=metrics,
@@ -126,6 +133,7 @@ class RagMetricsCallbackHandler(BaseCallbackHandler):
             sink_queue_size=sink_queue_size,
             exit_timeout=exit_timeout,
             name=name,
+            isolation=isolation,
         )
         self.metrics = self.settings.metrics
         self.sinks = self.settings.sinks
@@ -137,9 +145,16 @@ class RagMetricsCallbackHandler(BaseCallbackHandler):
         self._tracker = TraceTracker(
             max_open_traces=max_open_traces, find_trace_id=langsmith_trace_id
         )
-        self._background = Background(
-            self.settings, counters=self._counters, failures=self._failures
-        )
+        self._background: Background | IsolatedBackground
+        process = self.settings.process
+        if process is not None:
+            self._background = IsolatedBackground(
+                self.settings, process, counters=self._counters, failures=self._failures
+            )
+        else:
+            self._background = Background(
+                self.settings, counters=self._counters, failures=self._failures
+            )
         self.engine = self._background.engine
         self._finalizer = weakref.finalize(self, self._background.stop_when_idle)
         self._close_lock = threading.Lock()

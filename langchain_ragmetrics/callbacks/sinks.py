@@ -20,7 +20,7 @@ from typing import IO, Any
 from typing_extensions import override
 
 from langchain_ragmetrics.callbacks._records import OnlineResult
-from langchain_ragmetrics.errors import RagMetricsError
+from langchain_ragmetrics.errors import SinkUnavailableError
 
 __all__ = [
     "BaseSink",
@@ -31,14 +31,6 @@ __all__ = [
     "SinkUnavailableError",
     "escape_unencodable",
 ]
-
-
-class SinkUnavailableError(RagMetricsError, RuntimeError):
-    """Raised by ``emit`` to refuse a result without trying (counted as dropped, not error).
-
-    For a sink that knows its backend is down (a circuit breaker is open) or that it is
-    disabled (no API key): the result is counted in ``stats.sinks[key].dropped``.
-    """
 
 
 def escape_unencodable(value: Any) -> Any:

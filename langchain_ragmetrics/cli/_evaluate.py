@@ -68,6 +68,7 @@ def _split_metrics(text: str) -> list[str]:
 
 def _evaluate_command(args: argparse.Namespace) -> int:
     from langchain_ragmetrics._dataset import read_dataset
+    from langchain_ragmetrics._text import check_language
     from langchain_ragmetrics.evaluation import (
         DatasetError,
         JudgeSetupError,
@@ -77,7 +78,6 @@ def _evaluate_command(args: argparse.Namespace) -> int:
         is_judged,
         metric_from_name,
     )
-    from langchain_ragmetrics.text import check_language
 
     out: Path | None = args.out
     if out is not None and out.suffix.lower() not in _OUTPUT_SUFFIXES:
