@@ -34,6 +34,7 @@ if TYPE_CHECKING:
         MissingFieldError,
         MonitorError,
         RagMetricsError,
+        SinkUnavailableError,
         UnknownMetricError,
         UnsupportedLanguageError,
     )
@@ -97,6 +98,7 @@ _EXPORTS: dict[str, str] = {
     "OpenTelemetrySink": "langchain_ragmetrics.integrations.opentelemetry",
     "RagMetricsCallbackHandler": "langchain_ragmetrics.callbacks",
     "RagMetricsError": "langchain_ragmetrics.errors",
+    "SinkUnavailableError": "langchain_ragmetrics.errors",
     "RagSample": "langchain_ragmetrics.schema",
     "RetryPolicy": "langchain_ragmetrics.metrics",
     "UnknownMetricError": "langchain_ragmetrics.errors",
@@ -145,6 +147,7 @@ __all__ = [
     "RagMetricsError",
     "RagSample",
     "RetryPolicy",
+    "SinkUnavailableError",
     "UnknownMetricError",
     "UnsupportedLanguageError",
     "Usage",

@@ -87,6 +87,7 @@ NATURAL_BASE = {
     "JudgeSetupError": RuntimeError,
     "MissingFieldError": ValueError,
     "MonitorError": RuntimeError,
+    "SinkUnavailableError": RuntimeError,
     "UnknownMetricError": ValueError,
     "UnsupportedLanguageError": ValueError,
 }
