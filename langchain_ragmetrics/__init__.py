@@ -25,9 +25,13 @@ if TYPE_CHECKING:
         DatasetError,
         EvaluationResult,
         MetricSummary,
+        PreflightError,
+        QualityGateError,
+        VerdictCache,
         aevaluate,
         evaluate,
         load_dataset,
+        preflight,
     )
     from langchain_ragmetrics.metrics import (
         BaseRagMetric,
@@ -71,13 +75,17 @@ _EXPORTS: dict[str, str] = {
     "NonLLMContextPrecision": "langchain_ragmetrics.metrics",
     "NonLLMContextRecall": "langchain_ragmetrics.metrics",
     "OnlineResult": "langchain_ragmetrics.callbacks",
+    "PreflightError": "langchain_ragmetrics.evaluation",
+    "QualityGateError": "langchain_ragmetrics.evaluation",
     "RagMetricsCallbackHandler": "langchain_ragmetrics.callbacks",
     "RagSample": "langchain_ragmetrics.schema",
     "RetryPolicy": "langchain_ragmetrics.metrics",
     "Usage": "langchain_ragmetrics.schema",
+    "VerdictCache": "langchain_ragmetrics.evaluation",
     "aevaluate": "langchain_ragmetrics.evaluation",
     "evaluate": "langchain_ragmetrics.evaluation",
     "load_dataset": "langchain_ragmetrics.evaluation",
+    "preflight": "langchain_ragmetrics.evaluation",
 }
 
 __all__ = [
@@ -104,14 +112,18 @@ __all__ = [
     "NonLLMContextPrecision",
     "NonLLMContextRecall",
     "OnlineResult",
+    "PreflightError",
+    "QualityGateError",
     "RagMetricsCallbackHandler",
     "RagSample",
     "RetryPolicy",
     "Usage",
+    "VerdictCache",
     "__version__",
     "aevaluate",
     "evaluate",
     "load_dataset",
+    "preflight",
 ]
 
 

@@ -67,6 +67,10 @@ class Usage(BaseModel):
     """Completion tokens reported by the judge."""
     judge_calls: int = 0
     """Number of requests sent to the judge, retries included."""
+    cache_hits: int = 0
+    """Judge answers taken from the verdict cache (no request sent)."""
+    cache_misses: int = 0
+    """Judge answers the verdict cache did not have (asked for, then stored when valid)."""
 
     @property
     def total_tokens(self) -> int:
@@ -78,6 +82,8 @@ class Usage(BaseModel):
             input_tokens=self.input_tokens + other.input_tokens,
             output_tokens=self.output_tokens + other.output_tokens,
             judge_calls=self.judge_calls + other.judge_calls,
+            cache_hits=self.cache_hits + other.cache_hits,
+            cache_misses=self.cache_misses + other.cache_misses,
         )
 
 

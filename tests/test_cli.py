@@ -30,7 +30,9 @@ def recall_script(req: JudgeRequest) -> Any:
 @pytest.fixture
 def judge(judge_server: JudgeServer, monkeypatch: pytest.MonkeyPatch) -> JudgeServer:
     judge_server.script = router(
-        RecallStatements=recall_script, ContextVerdicts=keyword_precision("Einstein")
+        RecallStatements=recall_script,
+        ContextVerdicts=keyword_precision("Einstein"),
+        PreflightAnswer={"ok": True},
     )
     monkeypatch.setenv("OPENAI_API_KEY", "test-key")
     monkeypatch.setenv("OPENAI_BASE_URL", judge_server.base_url)
@@ -71,7 +73,8 @@ def test_evaluate_prints_the_table_and_writes_jsonl(
     assert table_row(out, "id_based_context_recall")[:2] == ["id_based_context_recall", "0.6667"]
     assert "Judge calls: 6 (judge-model)" in out
     assert f"Results written to {out_file}" in out
-    records = [json.loads(line) for line in out_file.read_text().splitlines()]
+    header, *records = [json.loads(line) for line in out_file.read_text().splitlines()]
+    assert header["ragmetrics_run"]["info"]["metrics"]["context_recall"]["judge"] == "judge-model"
     assert [r["results"]["context_precision"]["score"] for r in records] == [1.0, 0.5, 0.0]
     assert records[2]["topic"] == "physics"
     assert {r.model for r in judge.requests} == {"judge-model"}
@@ -80,7 +83,7 @@ def test_evaluate_prints_the_table_and_writes_jsonl(
 def test_evaluate_writes_csv_and_uses_a_base_url_without_a_key(
     judge_server: JudgeServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    judge_server.script = router(RecallStatements=recall_script)
+    judge_server.script = router(RecallStatements=recall_script, PreflightAnswer={"ok": True})
     out_file = tmp_path / "results.csv"
     code, _, err = run(
         capsys,
@@ -108,7 +111,9 @@ def test_language_option_reaches_the_prompt(
         "--language", "ja",
     )  # fmt: skip
     assert code == ExitCode.OK, err
-    assert all("Japanese" in r.system for r in judge.requests)
+    scoring = [r for r in judge.requests if r.schema_name != "PreflightAnswer"]
+    assert scoring
+    assert all("Japanese" in r.system for r in scoring)
 
 
 def test_deterministic_metrics_need_no_key(capsys: pytest.CaptureFixture[str]) -> None:
@@ -200,15 +205,32 @@ def test_usage_errors(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> Non
     assert (code, out.strip()) == (0, "ragmetrics 0.1.0")
 
 
-def test_unwritable_output(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    target = tmp_path / "missing-dir" / "out.jsonl"
+def test_out_in_a_missing_directory_is_created(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    target = tmp_path / "new" / "dir" / "out.jsonl"
     code, out, err = run(
         capsys, "evaluate", str(EINSTEIN), "--metrics", "id_based_context_recall", "--out",
         str(target),
     )  # fmt: skip
-    assert code == ExitCode.ERROR
-    assert "Evaluation of" in out  # the table is still printed
-    assert f"cannot write {target}" in err
+    assert code == ExitCode.OK, err
+    assert f"Results written to {target}" in out
+    assert len(target.read_text().splitlines()) == 4  # header + 3 rows
+
+
+def test_unwritable_output_fails_before_any_judge_call(
+    judge: JudgeServer, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    target = blocker / "out.jsonl"
+    code, out, err = run(
+        capsys, "evaluate", str(EINSTEIN), "--metrics", "context_recall", "--out", str(target)
+    )
+    assert code == ExitCode.PREFLIGHT_FAILED == 8
+    assert out == ""  # nothing was scored
+    assert f"cannot write --out {target}" in err
+    assert judge.count() == 0
 
 
 def console_script() -> str:
@@ -237,7 +259,7 @@ def test_console_script_end_to_end(judge: JudgeServer, tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert table_row(proc.stdout, "context_recall")[:2] == ["context_recall", "0.3333"]
     assert proc.stderr == ""  # no progress bar when stderr is not a terminal
-    assert len(out_file.read_text().splitlines()) == 3
+    assert len(out_file.read_text().splitlines()) == 4  # the run's header, then 3 rows
 
 
 def test_ctrl_c_prints_and_writes_the_partial_results(
@@ -254,7 +276,7 @@ def test_ctrl_c_prints_and_writes_the_partial_results(
     out_file = tmp_path / "partial.jsonl"
     proc = subprocess.Popen(
         [console_script(), "evaluate", str(EINSTEIN), "--metrics", "context_recall",
-         "--concurrency", "2", "--out", str(out_file)],
+         "--concurrency", "2", "--out", str(out_file), "--no-preflight"],
         env=clean_env(OPENAI_API_KEY="test", OPENAI_BASE_URL=judge_server.base_url),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -275,7 +297,8 @@ def test_ctrl_c_prints_and_writes_the_partial_results(
     assert proc.returncode == ExitCode.INTERRUPTED == 130, stderr
     assert "Interrupted: 1 of 3 jobs finished; 2 did not run." in stdout
     assert table_row(stdout, "context_recall")[1:2] == ["0.5000"]
-    records = [json.loads(line) for line in out_file.read_text().splitlines()]
+    header, *records = [json.loads(line) for line in out_file.read_text().splitlines()]
+    assert header["ragmetrics_run"]["interrupted"] is True
     assert [r["results"]["context_recall"]["status"] for r in records] == [
         "scored",
         "not_run",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
 from langchain_ragmetrics.metrics import (
@@ -17,7 +18,13 @@ from langchain_ragmetrics.metrics import (
     NonLLMContextRecall,
 )
 
-__all__ = ["UnknownMetricError", "is_judged", "metric_classes", "metric_from_name"]
+__all__ = [
+    "UnknownMetricError",
+    "close_metric_names",
+    "is_judged",
+    "metric_classes",
+    "metric_from_name",
+]
 
 _CLASSES: tuple[type[BaseRagMetric], ...] = (
     ContextRecall,
@@ -37,7 +44,14 @@ class UnknownMetricError(ValueError):
     def __init__(self, name: str) -> None:
         self.name = name
         self.known = sorted(metric_classes())
-        super().__init__(f"unknown metric {name!r}; known metrics: {', '.join(self.known)}")
+        close = close_metric_names(name)
+        hint = f"did you mean {' or '.join(close)}? " if close else ""
+        super().__init__(f"unknown metric {name!r}; {hint}known metrics: {', '.join(self.known)}")
+
+
+def close_metric_names(name: str) -> list[str]:
+    """Known metric names that look like ``name`` (a typo), closest first."""
+    return difflib.get_close_matches(name.strip().lower(), list(metric_classes()), n=2, cutoff=0.6)
 
 
 def metric_classes() -> dict[str, type[BaseRagMetric]]:

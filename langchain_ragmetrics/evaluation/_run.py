@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from langchain_ragmetrics._cache import CacheLike, resolve_cache
 from langchain_ragmetrics._dataset import (
     DatasetLike,
     LoadedDataset,
@@ -18,8 +19,10 @@ from langchain_ragmetrics._progress import Progress
 from langchain_ragmetrics._threads import DaemonThreadPool
 from langchain_ragmetrics.engine import Job, ScoringEngine
 from langchain_ragmetrics.evaluation._loop import run_cancellable
+from langchain_ragmetrics.evaluation._preflight import DEFAULT_PREFLIGHT_TIMEOUT, preflight_metrics
 from langchain_ragmetrics.evaluation._registry import metric_from_name
 from langchain_ragmetrics.evaluation._result import EvaluationResult, EvaluationRow, column_names
+from langchain_ragmetrics.evaluation._saved import run_info
 from langchain_ragmetrics.metrics import BaseRagMetric, JudgedMetric
 from langchain_ragmetrics.schema import _ALIASES, MetricResult
 from langchain_ragmetrics.text import check_language
@@ -48,8 +51,9 @@ def prepare_metrics(
     *,
     llm: BaseChatModel | None = None,
     language: str | None = None,
+    cache: CacheLike = None,
 ) -> list[BaseRagMetric]:
-    """Copies of the metrics with ``llm`` / ``language`` filled in where they have none.
+    """Copies of the metrics with ``llm`` / ``language`` / ``cache`` filled in where unset.
 
     Names (``"context_recall"``) are built from the registry. The caller's metric objects are
     never modified.
@@ -60,6 +64,7 @@ def prepare_metrics(
         msg = "pass at least one metric, e.g. metrics=[ContextRecall(), ContextPrecision()]"
         raise ValueError(msg)
     lang = check_language(language) if language is not None else None
+    verdicts = resolve_cache(cache)
     out = []
     for item in metrics:
         metric = metric_from_name(item) if isinstance(item, str) else item
@@ -71,6 +76,8 @@ def prepare_metrics(
             update["llm"] = llm
         if lang is not None and metric.language is None:
             update["language"] = lang
+        if verdicts is not None and isinstance(metric, JudgedMetric) and metric.cache is None:
+            update["cache"] = verdicts
         out.append(metric.model_copy(update=update))
     return out
 
@@ -212,6 +219,7 @@ class _Run:
             source=self.data.source,
             elapsed_s=self.elapsed,
             interrupted=interrupted,
+            info=run_info(self.columns, self.metrics, self.data.samples),
         )
 
 
@@ -229,8 +237,10 @@ def _prepare(
     config: RunnableConfig | None,
     on_result: ResultCallback | None,
     threaded: bool,
+    cache: CacheLike = None,
+    preflight: bool = False,
 ) -> _Run:
-    prepared = prepare_metrics(metrics, llm=llm, language=language)
+    prepared = prepare_metrics(metrics, llm=llm, language=language, cache=cache)
     engine = ScoringEngine(
         max_concurrency=max_concurrency,
         timeout=timeout,
@@ -245,6 +255,7 @@ def _prepare(
     run = _Run(data, prepared, engine, show_progress=show_progress, on_result=on_result)
     check_fields(data, run.columns, prepared)
     _resolve_judges(prepared)
+    preflight_metrics(prepared, call=preflight, timeout=DEFAULT_PREFLIGHT_TIMEOUT)
     return run
 
 
@@ -261,6 +272,8 @@ def evaluate(
     raise_exceptions: bool = False,
     config: RunnableConfig | None = None,
     on_result: ResultCallback | None = None,
+    cache: CacheLike = None,
+    preflight: bool = False,
 ) -> EvaluationResult:
     """Score every sample of a dataset with every metric.
 
@@ -287,6 +300,13 @@ def evaluate(
         config: RunnableConfig for the metric runs (callbacks, tags, metadata).
         on_result: Called with (row position, metric column, result) as each job finishes; a
             KeyboardInterrupt raised there stops the run like Ctrl-C.
+        cache: Verdict cache for the LLM-judged metrics that have none: a
+            :class:`~langchain_ragmetrics.VerdictCache`, a file path, or True for the default
+            file under the user's cache directory. An unchanged re-run then makes no judge
+            call; ``result.usage`` counts ``cache_hits`` and ``cache_misses``.
+        preflight: Send each judge one tiny structured request before scoring, so an
+            unreachable or unsuitable judge fails at once (a judge without tool calling /
+            structured output is always refused up front, without a call).
 
     Returns:
         The :class:`EvaluationResult`.
@@ -297,6 +317,7 @@ def evaluate(
         MissingFieldError: A metric needs a field that no row has.
         UnknownMetricError: A metric name is not known.
         JudgeSetupError: An LLM-judged metric has no judge and no OpenAI key is configured.
+        PreflightError: A judge cannot do structured output, or failed the pre-flight call.
     """
     run = _prepare(
         dataset,
@@ -311,6 +332,8 @@ def evaluate(
         config=config,
         on_result=on_result,
         threaded=True,
+        cache=cache,
+        preflight=preflight,
     )
     completed = run_cancellable(run.execute)
     return run.result(interrupted=not completed)
@@ -329,6 +352,8 @@ async def aevaluate(
     raise_exceptions: bool = False,
     config: RunnableConfig | None = None,
     on_result: ResultCallback | None = None,
+    cache: CacheLike = None,
+    preflight: bool = False,
 ) -> EvaluationResult:
     """Async twin of :func:`evaluate` (same arguments): ``ainvoke`` on the caller's event loop.
 
@@ -348,6 +373,8 @@ async def aevaluate(
         config=config,
         on_result=on_result,
         threaded=False,
+        cache=cache,
+        preflight=preflight,
     )
     inner = asyncio.ensure_future(run.execute())
     try:

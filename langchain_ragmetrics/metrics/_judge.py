@@ -11,12 +11,15 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from langchain_ragmetrics._cache import CachedCall
 from langchain_ragmetrics.schema import Usage
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
     from langchain_core.prompts import ChatPromptTemplate
     from langchain_core.runnables import Runnable, RunnableConfig
+
+    from langchain_ragmetrics._cache import VerdictCache
 
 __all__ = [
     "DEFAULT_JUDGE_MODEL",
@@ -242,9 +245,16 @@ class _Attempts:
 
 
 def call_judge(
-    runner: JudgeRunner, call: JudgeCall, config: RunnableConfig | None, policy: RetryPolicy
+    runner: JudgeRunner,
+    call: JudgeCall,
+    config: RunnableConfig | None,
+    policy: RetryPolicy,
+    cache: VerdictCache | None = None,
 ) -> JudgeOutcome:
     """Run one judge call synchronously with bounded retries; never raises for judge faults."""
+    cached = CachedCall.open(cache, runner, call)
+    if cached is not None and cached.hit is not None:
+        return cached.hit
     state = _Attempts(call, policy)
     while True:
         try:
@@ -258,13 +268,20 @@ def call_judge(
             continue
         outcome = state.on_output(output)
         if outcome is not None:
-            return outcome
+            return outcome if cached is None else cached.store(outcome)
 
 
 async def acall_judge(
-    runner: JudgeRunner, call: JudgeCall, config: RunnableConfig | None, policy: RetryPolicy
+    runner: JudgeRunner,
+    call: JudgeCall,
+    config: RunnableConfig | None,
+    policy: RetryPolicy,
+    cache: VerdictCache | None = None,
 ) -> JudgeOutcome:
     """Async twin of :func:`call_judge`."""
+    cached = CachedCall.open(cache, runner, call)
+    if cached is not None and cached.hit is not None:
+        return cached.hit
     state = _Attempts(call, policy)
     while True:
         try:
@@ -278,4 +295,4 @@ async def acall_judge(
             continue
         outcome = state.on_output(output)
         if outcome is not None:
-            return outcome
+            return outcome if cached is None else cached.store(outcome)
