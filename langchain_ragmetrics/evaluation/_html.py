@@ -210,10 +210,12 @@ def _worst(result: EvaluationResult) -> str:
             if (r := row.results.get(metric)) is not None
             and r.score is not None
             and not math.isnan(r.score)
+            and r.score < 1.0  # a perfect score is not worth a look here
         ]
         scored.sort(key=lambda row: row.results[metric].score or 0.0)  # type: ignore[union-attr]
         blocks = "".join(_sample_block(row, metric) for row in scored[:_WORST])
-        parts.append(f"<h3>{_e(metric)}</h3>{blocks or '<p class=muted>no scored rows</p>'}")
+        empty = "<p class=muted>no row scored below 1.0</p>"
+        parts.append(f"<h3>{_e(metric)}</h3>{blocks or empty}")
     return "".join(parts)
 
 

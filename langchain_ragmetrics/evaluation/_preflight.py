@@ -20,8 +20,9 @@ from langchain_ragmetrics.errors import RagMetricsError
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
 
-    from langchain_ragmetrics.metrics import BaseRagMetric
+    from langchain_ragmetrics.metrics import BaseRagMetric, JudgedMetric
     from langchain_ragmetrics.metrics._judge import JudgeOutcome
+    from langchain_ragmetrics.schema import RagSample
 
 __all__ = [
     "DEFAULT_PREFLIGHT_TIMEOUT",
@@ -150,25 +151,51 @@ def preflight(llm: BaseChatModel, *, timeout: float = DEFAULT_PREFLIGHT_TIMEOUT)
         raise PreflightError(msg)
 
 
+def _all_cached(metric: JudgedMetric, samples: Sequence[RagSample]) -> bool:
+    """True when every judge call the metric would make first is already in its cache."""
+    from langchain_ragmetrics.metrics._base import Verdict
+
+    cache = metric.cache
+    if cache is None:
+        return False
+    for sample in samples:
+        try:
+            plan = metric.plan(metric.validate_sample(sample))
+        except ValueError:  # this row fails on its own, without a call
+            continue
+        if isinstance(plan, Verdict):
+            continue
+        for call in plan.calls:
+            runner = metric.runner(call)
+            messages = runner.prompt.format_messages(**call.variables)
+            if cache.get(cache.key(runner.llm, messages, call.schema)) is None:
+                return False
+    return True
+
+
 def preflight_metrics(
-    metrics: Sequence[BaseRagMetric], *, call: bool, timeout: float = DEFAULT_PREFLIGHT_TIMEOUT
+    metrics: Sequence[BaseRagMetric],
+    *,
+    call: bool,
+    samples: Sequence[RagSample] = (),
+    timeout: float = DEFAULT_PREFLIGHT_TIMEOUT,
 ) -> None:
     """Check each distinct judge of ``metrics``: capability always, a test request if ``call``.
+
+    The test request is skipped for a judge whose every call on ``samples`` is already in
+    the verdict cache: an unchanged re-run sends nothing at all.
 
     Raises:
         PreflightError: A judge cannot be used (the message names it and what to do).
     """
     from langchain_ragmetrics.metrics import JudgedMetric
 
-    seen: set[int] = set()
+    judged: dict[int, list[JudgedMetric]] = {}
     for metric in metrics:
-        if not isinstance(metric, JudgedMetric):
-            continue
-        llm = metric.judge
-        if id(llm) in seen:
-            continue
-        seen.add(id(llm))
-        if call:
+        if isinstance(metric, JudgedMetric):
+            judged.setdefault(id(metric.judge), []).append(metric)
+    for group in judged.values():
+        llm = group[0].judge
+        check_judge_capability(llm)
+        if call and not all(_all_cached(m, samples) for m in group):
             preflight(llm, timeout=timeout)
-        else:
-            check_judge_capability(llm)

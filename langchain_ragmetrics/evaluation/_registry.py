@@ -50,8 +50,8 @@ class UnknownMetricError(ValueError):
 
 
 def close_metric_names(name: str) -> list[str]:
-    """Known metric names that look like ``name`` (a typo), closest first."""
-    return difflib.get_close_matches(name.strip().lower(), list(metric_classes()), n=2, cutoff=0.6)
+    """The known metric name closest to ``name`` (a typo), if one is close enough."""
+    return difflib.get_close_matches(name.strip().lower(), list(metric_classes()), n=1, cutoff=0.6)
 
 
 def metric_classes() -> dict[str, type[BaseRagMetric]]:

@@ -255,7 +255,9 @@ def _prepare(
     run = _Run(data, prepared, engine, show_progress=show_progress, on_result=on_result)
     check_fields(data, run.columns, prepared)
     _resolve_judges(prepared)
-    preflight_metrics(prepared, call=preflight, timeout=DEFAULT_PREFLIGHT_TIMEOUT)
+    preflight_metrics(
+        prepared, call=preflight, samples=data.samples, timeout=DEFAULT_PREFLIGHT_TIMEOUT
+    )
     return run
 
 

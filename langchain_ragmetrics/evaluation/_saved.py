@@ -133,7 +133,7 @@ def metric_info(metric: BaseRagMetric) -> MetricInfo:
     from langchain_ragmetrics.metrics._judge import judge_name
 
     prompts = [
-        value.pretty_repr()
+        value.pretty_repr() + json.dumps(value.partial_variables, sort_keys=True, default=str)
         for name in sorted(type(metric).model_fields)
         if isinstance(value := getattr(metric, name, None), ChatPromptTemplate)
     ]
