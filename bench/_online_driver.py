@@ -9,8 +9,11 @@ Modes:
     latency   ``--invocations`` timed ``chain.invoke`` calls (after a warm-up) with one of the
               configs ``none`` / ``noop`` (a do-nothing handler: LangChain's own cost of any
               callback) / ``handler`` / ``capture`` (our handler with sample_rate 0: the
-              callback path alone, no background scoring) / ``tracer``, each call paired with
-              one without callbacks in the same process; prints every latency.
+              callback path alone, no background scoring) / ``isolated`` (our handler in
+              its isolated mode: scoring in a child process) / ``tracer``, each call paired
+              with one without callbacks in the same process; prints every latency. Our
+              handler configs flush once after the warm-up (so every timed loop starts
+              with an empty queue and, isolated, a started child).
     memory    our handler scoring ``--traces`` traces in batches (flushed after each batch);
               prints the RSS after a warm-up and after the last batch once the queue drained.
 """
@@ -23,6 +26,7 @@ import itertools
 import resource
 import sys
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +102,34 @@ def _judge(base_url: str) -> Any:
     )
 
 
+def bench_setup(judge_url: str) -> Any:
+    """What the isolated handler's child scores with: the ``handler`` config's metrics and sink.
+
+    Module-level so the child (started with ``spawn``) can import it by name.
+    """
+    from langchain_ragmetrics import ContextPrecision, ContextRelevance, InMemorySink
+    from langchain_ragmetrics.callbacks import ScoringSetup
+
+    judge = _judge(judge_url)
+    return ScoringSetup(
+        metrics=[ContextRelevance(llm=judge), ContextPrecision(llm=judge)], sinks=[InMemorySink()]
+    )
+
+
+def child_rss_mib(handler: Any) -> float | None:
+    """RSS of the isolated handler's child process (None when there is none)."""
+    pid = getattr(handler._background, "child_pid", None)
+    if pid is None:
+        return None
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
 def make_callbacks(config: str, args: argparse.Namespace) -> tuple[list[Any], Any]:
     """The callbacks of a config, and a closer to call after the timed loop."""
     if config == "none":
@@ -111,6 +143,25 @@ def make_callbacks(config: str, args: argparse.Namespace) -> tuple[list[Any], An
             run_inline = True
 
         return [Noop()], dict
+    if config == "isolated":
+        from langchain_ragmetrics import RagMetricsCallbackHandler
+        from langchain_ragmetrics.callbacks import ProcessIsolation
+
+        isolated = RagMetricsCallbackHandler(
+            isolation=ProcessIsolation(setup=partial(bench_setup, args.judge_url)),
+            sample_rate=1.0,
+        )
+
+        def close_isolated() -> dict[str, Any]:
+            stats = isolated.stats
+            child_rss = child_rss_mib(isolated)
+            isolated.close(timeout=args.close_timeout)
+            return {
+                "handler_stats_at_loop_end": stats.model_dump(mode="json"),
+                "child_rss_mib": child_rss,
+            }
+
+        return [isolated], close_isolated
     if config in ("handler", "capture"):
         from langchain_ragmetrics import (
             ContextPrecision,
@@ -160,6 +211,10 @@ def latency(args: argparse.Namespace) -> dict[str, Any]:
     for _ in range(args.warmup):
         chain.invoke(next(asks), {"callbacks": callbacks})
         chain.invoke(next(asks), {"callbacks": []})
+    settled = None
+    for callback in callbacks:
+        if hasattr(callback, "flush") and hasattr(callback, "stats"):  # our handler
+            settled = callback.flush(timeout=args.settle_timeout)
     times: dict[str, list[float]] = {"with": [], "without": []}
     for i in range(2 * args.invocations):
         key, config = ("with", callbacks) if i % 2 == 0 else ("without", [])
@@ -171,6 +226,8 @@ def latency(args: argparse.Namespace) -> dict[str, Any]:
         "config": args.config,
         "latencies_s": times["with"],
         "paired_baseline_s": times["without"],
+        "settled_after_warmup": settled,
+        "rss_mib": rss_mib(),
         **close(),
     }
 
@@ -243,7 +300,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="one online-overhead measurement")
     parser.add_argument("mode", choices=["latency", "memory"])
     parser.add_argument(
-        "--config", choices=["none", "noop", "handler", "capture", "tracer"], default="none"
+        "--config",
+        choices=["none", "noop", "handler", "capture", "isolated", "tracer"],
+        default="none",
     )
     parser.add_argument("--judge-url", default="")
     parser.add_argument("--langsmith-url", default="")
@@ -251,6 +310,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--traces", type=int, default=10_000)
     parser.add_argument("--warmup", type=int, default=WARMUP, help="untimed invocations first")
     parser.add_argument("--close-timeout", type=float, default=1.0)
+    parser.add_argument(
+        "--settle-timeout",
+        type=float,
+        default=180.0,
+        help="our handler: flush after the warm-up for at most this long",
+    )
     args = parser.parse_args(argv)
     emit(latency(args) if args.mode == "latency" else memory(args))
     return 0

@@ -26,6 +26,7 @@ SCRIPTS = (
     ("online", "bench_online.py"),
     ("import", "bench_import.py"),
     ("cpu", "bench_cpu.py"),
+    ("long_context", "bench_long_context.py"),
 )
 TITLES = {
     "economy": "Judge economy (per sample)",
@@ -33,6 +34,7 @@ TITLES = {
     "online": "Online overhead",
     "import": "Import cost",
     "cpu": "CPU per sample (deterministic parts)",
+    "long_context": "Long contexts",
 }
 
 

@@ -23,7 +23,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from langchain_ragmetrics.errors import RagMetricsError
+from langchain_ragmetrics.errors import CacheError
 from langchain_ragmetrics.schema import Usage
 
 if TYPE_CHECKING:
@@ -49,10 +49,6 @@ _BUSY_TIMEOUT_S = 30.0
 _SCHEMA_VERSION = 1
 _URL_ATTRS = ("openai_api_base", "base_url", "api_base", "endpoint_url")
 _Scalar = (str, int, float, bool, type(None))
-
-
-class CacheError(RagMetricsError, OSError):
-    """The verdict cache file cannot be opened or created."""
 
 
 def default_cache_path() -> Path:

@@ -1,9 +1,120 @@
-"""The package's exceptions: every error we raise on purpose derives from RagMetricsError."""
+"""The package's exceptions: every error we raise on purpose derives from RagMetricsError.
+
+Each one also derives from the builtin a caller would naturally catch (``ValueError`` for bad
+data, ``RuntimeError`` for a judge that cannot be built or answer), so code written against
+the builtins keeps working. They live here, in one public module, and are re-exported where
+they are used (``langchain_ragmetrics``, ``langchain_ragmetrics.evaluation``, ...).
+"""
 
 from __future__ import annotations
 
-__all__ = ["RagMetricsError"]
+import difflib
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from langchain_ragmetrics._dataset import RowProblem
+
+__all__ = [
+    "CacheError",
+    "ComparisonError",
+    "DatasetError",
+    "JudgeConfigError",
+    "JudgeError",
+    "JudgeSetupError",
+    "MissingFieldError",
+    "PreflightError",
+    "QualityGateError",
+    "RagMetricsError",
+    "ResultFileError",
+    "UnknownMetricError",
+    "suggest",
+]
+
+_MAX_LISTED = 20
+"""Bad rows spelled out in a DatasetError message (the rest are counted)."""
 
 
 class RagMetricsError(Exception):
     """Base of every exception langchain-ragmetrics raises on purpose (catch this one)."""
+
+
+class JudgeError(RagMetricsError, RuntimeError):
+    """Raised instead of a NaN result when a metric is built with ``raise_on_error=True``."""
+
+
+class JudgeConfigError(RagMetricsError, RuntimeError):
+    """The judge could not be built (e.g. no API key for the default judge)."""
+
+
+class JudgeSetupError(JudgeConfigError):
+    """``evaluate()`` found, before any call, that a judged metric has no usable judge."""
+
+
+class DatasetError(RagMetricsError, ValueError):
+    """The dataset cannot be used; ``problems`` lists every bad row (file, row and field)."""
+
+    def __init__(self, message: str, problems: Sequence[RowProblem] = ()) -> None:
+        self.problems = list(problems)
+        lines = [message]
+        lines += [f"  - {p}" for p in self.problems[:_MAX_LISTED]]
+        if len(self.problems) > _MAX_LISTED:
+            lines.append(f"  ... and {len(self.problems) - _MAX_LISTED} more")
+        super().__init__("\n".join(lines))
+
+
+class MissingFieldError(DatasetError):
+    """A metric needs a field (a column) that no row of the dataset has."""
+
+
+class UnknownMetricError(RagMetricsError, ValueError):
+    """A metric name that no metric has; the message suggests the closest and lists all."""
+
+    def __init__(self, name: str, known: Iterable[str]) -> None:
+        self.name = name
+        """The name as given."""
+        self.known = sorted(known)
+        """Every valid metric name."""
+        self.suggestions = suggest(name, self.known)
+        """The known names closest to ``name``, best first (may be empty)."""
+        guess = " or ".join(map(repr, self.suggestions))
+        hint = f" (did you mean {guess}?)" if guess else ""
+        super().__init__(f"unknown metric {name!r}{hint}; known metrics: {', '.join(self.known)}")
+
+
+def suggest(name: str, known: Iterable[str], *, limit: int = 2) -> list[str]:
+    """The known names closest to ``name`` (difflib ratio ≥ 0.6), best first, for "did you mean".
+
+    Case, surrounding spaces and ``-`` versus ``_`` are ignored, so ``Context-Recall`` finds
+    ``context_recall``.
+    """
+    norm = name.strip().lower().replace("-", "_").replace(" ", "_")
+    return difflib.get_close_matches(norm, list(known), n=limit, cutoff=0.6)
+
+
+class PreflightError(RagMetricsError, RuntimeError):
+    """Before any paid call: the judge is unreachable, failing, or has no structured output."""
+
+
+class CacheError(RagMetricsError, OSError):
+    """The verdict cache file cannot be opened or created."""
+
+
+class QualityGateError(RagMetricsError, AssertionError):
+    """A run missed a quality gate; ``problems`` says which, one line each.
+
+    An AssertionError, so ``result.check(...)`` reads as a failed assertion in pytest.
+    """
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        self.problems = list(problems)
+        """One line per missed gate."""
+        super().__init__("quality gate failed:\n" + "\n".join(f"  - {p}" for p in problems))
+
+
+class ResultFileError(RagMetricsError, ValueError):
+    """A results file cannot be read back (the message names the file and line)."""
+
+
+class ComparisonError(RagMetricsError, ValueError):
+    """Two runs cannot be compared (no metric or no sample in common)."""

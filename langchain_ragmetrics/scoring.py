@@ -6,7 +6,7 @@ import math
 from collections.abc import Iterable, Sequence
 from fractions import Fraction
 
-from langchain_ragmetrics.text import normalize_for_match
+from langchain_ragmetrics._text import normalize_for_match
 
 __all__ = [
     "average_precision",

@@ -14,11 +14,11 @@ from pydantic import BaseModel
 
 from langchain_ragmetrics import ContextPrecision, ContextRecall, VerdictCache
 from langchain_ragmetrics._cache import (
-    CacheError,
     default_cache_path,
     judge_identity,
     resolve_cache,
 )
+from langchain_ragmetrics.errors import CacheError
 from langchain_ragmetrics.evaluation import evaluate
 from tests._support.judges import (
     EINSTEIN_CONTEXT,

@@ -1,5 +1,6 @@
 """Online evaluation: a callback handler that scores live retrievals, and result sinks."""
 
+from langchain_ragmetrics.callbacks._isolated import ProcessIsolation, ScoringSetup
 from langchain_ragmetrics.callbacks._records import OnlineResult
 from langchain_ragmetrics.callbacks._stats import HandlerStats
 from langchain_ragmetrics.callbacks.handler import RagMetricsCallbackHandler
@@ -21,5 +22,7 @@ __all__ = [
     "LangSmithFeedbackSink",
     "LoggingSink",
     "OnlineResult",
+    "ProcessIsolation",
     "RagMetricsCallbackHandler",
+    "ScoringSetup",
 ]

@@ -3,7 +3,7 @@
 On the caller's thread the handler only records and correlates callback events and, when
 a trace's root run ends, enqueues one record per retrieval of that trace. A background
 worker (its own thread and event loop) builds samples, runs the metrics through the
-:class:`~langchain_ragmetrics.engine.ScoringEngine` and hands results to the sinks.
+:class:`~langchain_ragmetrics._engine.ScoringEngine` and hands results to the sinks.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import threading
 import weakref
 from collections.abc import Mapping, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 from uuid import UUID
 
 from langchain_core.callbacks import BaseCallbackHandler
@@ -22,6 +22,7 @@ from typing_extensions import Self, override
 
 from langchain_ragmetrics.callbacks import _exit
 from langchain_ragmetrics.callbacks._background import Background
+from langchain_ragmetrics.callbacks._isolated import IsolatedBackground, ProcessIsolation
 from langchain_ragmetrics.callbacks._pipeline import AnswerFrom, QuestionFrom, ReferenceProvider
 from langchain_ragmetrics.callbacks._sampling import check_rate, is_sampled
 from langchain_ragmetrics.callbacks._setup import (
@@ -48,6 +49,34 @@ def _register_exit(handler: weakref.ref[RagMetricsCallbackHandler]) -> None:
     target = handler()
     if target is not None and target.exit_timeout is not None:
         _exit.register(target)
+
+
+def _process_isolation(
+    isolation: Literal["thread", "process"] | ProcessIsolation,
+    metrics: object,
+    sinks: object,
+    reference_provider: object,
+) -> ProcessIsolation | None:
+    """The isolated mode's options, or None for in-process scoring; checks the conflicts."""
+    if isolation == "thread":
+        return None
+    if isolation == "process":
+        isolation = ProcessIsolation()
+    if not isinstance(isolation, ProcessIsolation):
+        msg = "`isolation` must be 'thread', 'process' or a ProcessIsolation"
+        raise TypeError(msg)
+    for option, value in (
+        ("metrics", metrics),
+        ("sinks", sinks),
+        ("reference_provider", reference_provider),
+    ):
+        if value is not None:
+            msg = (
+                f"with isolation='process', `{option}` is built in the child process: "
+                "return it from ProcessIsolation(setup=...) as part of a ScoringSetup"
+            )
+            raise ValueError(msg)
+    return isolation
 
 
 class RagMetricsCallbackHandler(BaseCallbackHandler):
@@ -89,6 +118,11 @@ class RagMetricsCallbackHandler(BaseCallbackHandler):
         exit_timeout: Seconds the interpreter-exit hook may spend flushing before it closes
             the handler (unfinished work is reported, then dropped); None disables it.
         name: Prefix of the background threads' names.
+        isolation: ``"thread"`` (default): scoring runs on background threads of this
+            process. ``"process"`` or a :class:`ProcessIsolation`: it runs in a child
+            process that builds its own metrics and sinks (``ProcessIsolation.setup``; then
+            ``metrics``, ``sinks`` and ``reference_provider`` must be None here), and the
+            caller's thread only hands it plain data.
     """
 
     run_inline: bool = True
@@ -113,6 +147,7 @@ class RagMetricsCallbackHandler(BaseCallbackHandler):
         max_open_traces: int = 10_000,
         exit_timeout: float | None = 10.0,
         name: str = "ragmetrics",
+        isolation: Literal["thread", "process"] | ProcessIsolation = "thread",
     ) -> None:
         if question_from not in ("query", "input") and not callable(question_from):
             msg = "`question_from` must be 'query', 'input' or a callable"
@@ -129,8 +164,9 @@ class RagMetricsCallbackHandler(BaseCallbackHandler):
             raise ValueError(msg)
         check_positive("timeout", timeout)
         check_positive("exit_timeout", exit_timeout, allow_zero=True)
-        self.metrics = check_metrics(metrics)
-        self.sinks = check_sinks(sinks)
+        process = _process_isolation(isolation, metrics, sinks, reference_provider)
+        self.metrics = [] if process else check_metrics(metrics)
+        self.sinks = [] if process else check_sinks(sinks)
         self.sample_rate = check_rate(sample_rate)
         self.exit_timeout = exit_timeout
         self.name = name
@@ -139,22 +175,29 @@ class RagMetricsCallbackHandler(BaseCallbackHandler):
         self._tracker = TraceTracker(
             max_open_traces=max_open_traces, find_trace_id=langsmith_trace_id
         )
-        self._background = Background(
-            metrics=self.metrics,
-            sinks=self.sinks,
-            question_from=question_from,
-            answer_from=answer_from,
-            reference_provider=reference_provider,
-            max_queue_size=max_queue_size,
-            max_concurrency=max_concurrency,
-            rate_limit_per_minute=rate_limit_per_minute,
-            timeout=timeout,
-            trace_judge=trace_judge,
-            name=name,
-            counters=self._counters,
-            failures=self._failures,
-            on_start=partial(_register_exit, weakref.ref(self)),
-        )
+        shared: dict[str, Any] = {
+            "question_from": question_from,
+            "answer_from": answer_from,
+            "max_queue_size": max_queue_size,
+            "max_concurrency": max_concurrency,
+            "rate_limit_per_minute": rate_limit_per_minute,
+            "timeout": timeout,
+            "trace_judge": trace_judge,
+            "name": name,
+            "counters": self._counters,
+            "failures": self._failures,
+            "on_start": partial(_register_exit, weakref.ref(self)),
+        }
+        self._background: Background | IsolatedBackground
+        if process is not None:
+            self._background = IsolatedBackground(isolation=process, **shared)
+        else:
+            self._background = Background(
+                metrics=self.metrics,
+                sinks=self.sinks,
+                reference_provider=reference_provider,
+                **shared,
+            )
         self.engine = self._background.engine
         self._finalizer = weakref.finalize(self, self._background.stop_when_idle)
         self._close_lock = threading.Lock()

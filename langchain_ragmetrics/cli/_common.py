@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Sequence
 from enum import IntEnum
@@ -142,17 +141,10 @@ def no_key_message(judged: Sequence[str]) -> str:
 
 
 def build_judge(model: str, base_url: str | None, *, max_retries: int = 0) -> BaseChatModel | None:
-    """A ChatOpenAI from the options and environment; None when no key or base URL is set.
+    """``make_judge`` for the CLI: None when no judge is configured (no key, no base URL)."""
+    from langchain_ragmetrics.metrics._judge import JudgeConfigError, make_judge
 
-    A base URL without a key is taken as a local server (Ollama, vLLM) that needs none.
-    ``max_retries`` is 0 for judges: retrying is the metrics' job (``RetryPolicy``).
-    """
-    base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
-    api_key = os.environ.get("OPENAI_API_KEY") or ("not-needed" if base_url else None)
-    if api_key is None:
+    try:
+        return make_judge(model, base_url=base_url, max_retries=max_retries)
+    except JudgeConfigError:
         return None
-    from langchain_openai import ChatOpenAI
-
-    return ChatOpenAI(
-        model=model, base_url=base_url, api_key=api_key, temperature=0, max_retries=max_retries
-    )

@@ -180,8 +180,10 @@ def _default_metrics(data: LoadedDataset, *, judge_available: bool) -> tuple[lis
 
 
 def _evaluate_command(args: argparse.Namespace) -> int:  # noqa: PLR0915 - one linear flow
-    from langchain_ragmetrics._cache import CacheError, VerdictCache
+    from langchain_ragmetrics._cache import VerdictCache
     from langchain_ragmetrics._dataset import read_dataset
+    from langchain_ragmetrics._text import check_language
+    from langchain_ragmetrics.errors import CacheError
     from langchain_ragmetrics.evaluation import (
         DatasetError,
         JudgeSetupError,
@@ -193,7 +195,6 @@ def _evaluate_command(args: argparse.Namespace) -> int:  # noqa: PLR0915 - one l
         metric_from_name,
     )
     from langchain_ragmetrics.evaluation._gates import gate_problems, parse_thresholds
-    from langchain_ragmetrics.text import check_language
 
     out: Path | None = args.out
     if out is not None and out.suffix.lower() not in _OUTPUT_SUFFIXES:

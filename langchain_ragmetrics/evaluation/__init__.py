@@ -1,25 +1,25 @@
 """Offline evaluation: score a dataset with metrics and read the results as a table."""
 
-from langchain_ragmetrics._cache import CacheError, VerdictCache
-from langchain_ragmetrics._dataset import (
-    DatasetError,
-    MissingFieldError,
-    RowProblem,
-    load_dataset,
-)
-from langchain_ragmetrics.evaluation._compare import (
-    Comparison,
+from langchain_ragmetrics._cache import VerdictCache
+from langchain_ragmetrics._dataset import RowProblem, load_dataset
+from langchain_ragmetrics.errors import (
+    CacheError,
     ComparisonError,
-    MetricComparison,
-    RowChange,
-)
-from langchain_ragmetrics.evaluation._gates import QualityGateError
-from langchain_ragmetrics.evaluation._preflight import PreflightError, preflight
-from langchain_ragmetrics.evaluation._registry import (
+    DatasetError,
+    JudgeSetupError,
+    MissingFieldError,
+    PreflightError,
+    QualityGateError,
+    ResultFileError,
     UnknownMetricError,
+)
+from langchain_ragmetrics.evaluation._compare import Comparison, MetricComparison, RowChange
+from langchain_ragmetrics.evaluation._preflight import preflight
+from langchain_ragmetrics.evaluation._registry import (
     is_judged,
     metric_classes,
     metric_from_name,
+    metric_names,
 )
 from langchain_ragmetrics.evaluation._result import (
     EvaluationResult,
@@ -28,12 +28,11 @@ from langchain_ragmetrics.evaluation._result import (
     Status,
 )
 from langchain_ragmetrics.evaluation._run import (
-    JudgeSetupError,
     ResultCallback,
     aevaluate,
     evaluate,
 )
-from langchain_ragmetrics.evaluation._saved import ResultFileError, RunInfo, sample_id
+from langchain_ragmetrics.evaluation._saved import RunInfo, sample_id
 
 __all__ = [
     "CacheError",
@@ -62,6 +61,7 @@ __all__ = [
     "load_dataset",
     "metric_classes",
     "metric_from_name",
+    "metric_names",
     "preflight",
     "sample_id",
 ]

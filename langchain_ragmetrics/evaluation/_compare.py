@@ -9,7 +9,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 from typing_extensions import override
 
-from langchain_ragmetrics.errors import RagMetricsError
+from langchain_ragmetrics.errors import ComparisonError
 from langchain_ragmetrics.evaluation._saved import sample_ids
 
 if TYPE_CHECKING:
@@ -26,10 +26,6 @@ __all__ = [
 
 _WORST_PER_METRIC = 5
 _CHUNK = 256  # bootstrap resamples drawn at once (bounds memory on large runs)
-
-
-class ComparisonError(RagMetricsError, ValueError):
-    """Two runs cannot be compared (no metric or no sample in common)."""
 
 
 class MetricComparison(BaseModel):

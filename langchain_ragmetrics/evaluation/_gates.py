@@ -6,23 +6,12 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from langchain_ragmetrics.errors import RagMetricsError
+from langchain_ragmetrics.errors import QualityGateError
 
 if TYPE_CHECKING:
     from langchain_ragmetrics.evaluation._result import EvaluationResult
 
 __all__ = ["QualityGateError", "gate_problems", "parse_thresholds"]
-
-
-class QualityGateError(RagMetricsError, AssertionError):
-    """A run missed a quality gate; ``problems`` says which, one line each.
-
-    An AssertionError, so ``result.check(...)`` reads as a failed assertion in pytest.
-    """
-
-    def __init__(self, problems: list[str]) -> None:
-        self.problems = list(problems)
-        super().__init__("quality gate failed:\n" + "\n".join(f"  - {p}" for p in problems))
 
 
 def parse_thresholds(text: str) -> dict[str, float]:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from langchain_ragmetrics.errors import RagMetricsError
+from langchain_ragmetrics.errors import PreflightError
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
@@ -40,10 +40,6 @@ _USE_INSTEAD = (
     "server through base_url: vLLM, Ollama with llama3.1 / qwen2.5, LM Studio), ChatAnthropic "
     "or ChatOllama with a tool-capable model."
 )
-
-
-class PreflightError(RagMetricsError, RuntimeError):
-    """The judge cannot be used: unreachable, failing, or without structured output."""
 
 
 class PreflightAnswer(BaseModel):

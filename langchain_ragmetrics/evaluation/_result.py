@@ -52,10 +52,6 @@ def status_of(result: MetricResult | None) -> Status:
     return "scored"
 
 
-def _finite(score: float | None) -> float | None:
-    return None if score is None or math.isnan(score) else score
-
-
 def _json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, default=str)
 
@@ -163,7 +159,7 @@ class EvaluationResult(BaseModel):
     def _summarise(self, metric: str) -> MetricSummary:
         results = self.results_of(metric)
         statuses = [status_of(r) for r in results]
-        finite = [s for r in results if r is not None and (s := _finite(r.score)) is not None]
+        finite = [s for r in results if r is not None and (s := r.finite_score) is not None]
         scores = np.asarray(finite, dtype=np.float64)
         nan = math.nan
         usage = sum((r.usage for r in results if r is not None), Usage())
@@ -302,7 +298,7 @@ class EvaluationResult(BaseModel):
         if result is None:
             return {"status": "not_run", "score": None, "error": NOT_RUN_ERROR}
         data = result.model_dump(mode="json")
-        data["score"] = _finite(result.score)
+        data["score"] = result.finite_score
         return {"status": status_of(result), **data}
 
     def to_csv(self, path: str | os.PathLike[str]) -> Path:
@@ -349,7 +345,8 @@ class EvaluationResult(BaseModel):
             QualityGateError: A gate was missed (also an AssertionError, for pytest).
             KeyError: ``fail_under`` names a metric this run does not have.
         """
-        from langchain_ragmetrics.evaluation._gates import QualityGateError, gate_problems
+        from langchain_ragmetrics.errors import QualityGateError
+        from langchain_ragmetrics.evaluation._gates import gate_problems
 
         problems = gate_problems(self, fail_under=fail_under, max_failed_rate=max_failed_rate)
         if problems:

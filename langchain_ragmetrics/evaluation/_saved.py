@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from langchain_ragmetrics._dataset import RUN_HEADER_KEY
-from langchain_ragmetrics.errors import RagMetricsError
+from langchain_ragmetrics.errors import ResultFileError
 from langchain_ragmetrics.schema import MetricResult, RagSample
 
 if TYPE_CHECKING:
@@ -58,10 +58,6 @@ SAMPLE_FIELDS = (
 )
 """The sample fields written as columns of every export, in order."""
 _ID_KEYS = ("id", "sample_id")
-
-
-class ResultFileError(RagMetricsError, ValueError):
-    """A results file cannot be read back (names the file and line)."""
 
 
 class MetricInfo(BaseModel):

@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+pytestmark = pytest.mark.slow  # a third of the suite's time: `pytest -m "not slow"` skips them
+
 REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "bench"
 
@@ -80,10 +82,13 @@ def test_online_measures_every_config(tmp_path: Path) -> None:
     assert memory["delivered"] == memory["handler_stats"]["scored"] > 0
 
 
-@pytest.mark.parametrize("script", ["bench_import.py", "bench_cpu.py"])
+@pytest.mark.parametrize("script", ["bench_import.py", "bench_cpu.py", "bench_long_context.py"])
 def test_local_benchmarks_run(script: str, tmp_path: Path) -> None:
     result = run_bench(script, tmp_path)
     if script == "bench_import.py":
         assert result["sides"]["ours"]["bare"]["peak_rss_mib"] > 0
-    else:
+    elif script == "bench_cpu.py":
         assert all(case["us_per_sample"] > 0 for case in result["cases"].values())
+    else:
+        assert set(result["cases"]) == {"5000", "10000"}
+        assert all(v > 0 for case in result["cases"].values() for v in case.values())

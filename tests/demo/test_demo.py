@@ -13,11 +13,12 @@ from langchain_core.prompts import ChatPromptTemplate
 from langchain_ragmetrics.cli import ExitCode, main
 from langchain_ragmetrics.demo import load_corpus
 from langchain_ragmetrics.demo._answerer import CONTEXT_MARK, QUESTION_MARK, extractive_answerer
+from langchain_ragmetrics.evaluation import metric_names
 from tests._support.lexical_judge import lexical_judge
 from tests._support.openai_server import JudgeServer
 
 ROOT = Path(__file__).resolve().parents[2]
-LLM_METRICS = ("context_recall", "context_precision", "context_entity_recall", "context_relevance")
+LLM_METRICS = tuple(metric_names(judged=True))
 
 
 def metric_line(out: str, question_no: int, metric: str) -> list[str]:

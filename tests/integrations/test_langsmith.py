@@ -21,7 +21,6 @@ from langchain_ragmetrics import (
 )
 from langchain_ragmetrics.integrations.langsmith import (
     RagMetricEvaluator,
-    as_langsmith_evaluator,
     metric_to_langsmith_evaluator,
 )
 from tests._support.judges import (
@@ -103,8 +102,8 @@ def test_langsmith_evaluate_uploads_feedback_from_retriever_child_runs(
     evaluators = [
         metric_to_langsmith_evaluator(ContextRecall(llm=judge)),
         metric_to_langsmith_evaluator(ContextPrecision(llm=judge)),
-        as_langsmith_evaluator(IDBasedContextRecall()),
-        IDBasedContextPrecision().as_langsmith_evaluator(key="id_precision"),
+        metric_to_langsmith_evaluator(IDBasedContextRecall()),
+        metric_to_langsmith_evaluator(IDBasedContextPrecision(), key="id_precision"),
     ]
     outputs = {"reference": EINSTEIN_REFERENCE, "reference_context_ids": ["einstein"]}
     results = langsmith.evaluate(

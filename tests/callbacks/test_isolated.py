@@ -1,0 +1,386 @@
+"""The isolated mode: scoring in a child process, fed plain data, supervised by the parent.
+
+Each test drives the real chain with the real handler (``isolation=ProcessIsolation(...)``)
+against the loopback judge; the child builds its metrics and sinks from a setup in
+``tests/_support/isolated_setups.py`` and writes results to a JSONL file the test reads.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain_core.tracers import LangChainTracer
+from langchain_openai import ChatOpenAI
+
+from langchain_ragmetrics import ContextRelevance, RagMetricsCallbackHandler
+from langchain_ragmetrics.callbacks import ProcessIsolation, ScoringSetup
+from langchain_ragmetrics.callbacks._isolated import IsolatedBackground
+from tests._support import isolated_setups
+from tests._support.openai_server import JudgeServer, reply_hold
+from tests._support.rag import RagApp, question, rag_app, rag_router
+
+JudgeFactory = Callable[..., ChatOpenAI]
+VERDICT = {"relevant_sentence_indices": [0], "reason": "held"}
+START = 120.0
+"""Generous bound for a child's start (a fresh interpreter importing the judge stack on a
+loaded machine) plus its work."""
+CEILING = 30.0
+"""Generous ceiling on calls that must be bounded (close with a hung child)."""
+
+
+@pytest.fixture
+def release() -> Iterator[threading.Event]:
+    """An event holding judge answers; always released at the end of the test."""
+    event = threading.Event()
+    yield event
+    event.set()
+
+
+@pytest.fixture
+def jsonl(tmp_path: Path) -> Path:
+    return tmp_path / "scores.jsonl"
+
+
+def wait_until(predicate: Callable[[], bool], what: str, timeout: float = START) -> None:
+    """Poll for a condition the test cannot await directly (never a timing assertion)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"still waiting for: {what}")
+        time.sleep(0.01)
+
+
+def lines(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def background(handler: RagMetricsCallbackHandler) -> IsolatedBackground:
+    found = handler._background
+    assert isinstance(found, IsolatedBackground)
+    return found
+
+
+def isolated_handler(setup: Any, **options: Any) -> RagMetricsCallbackHandler:
+    hang = options.pop("hang_timeout", 60.0)
+    return RagMetricsCallbackHandler(
+        isolation=ProcessIsolation(setup=setup, hang_timeout=hang), **options
+    )
+
+
+def ask(app: RagApp, handler: RagMetricsCallbackHandler, items: range) -> list[str]:
+    return [app.chain.invoke(question(i), config={"callbacks": [handler]}) for i in items]
+
+
+def test_results_are_scored_in_the_child_and_reach_its_sink(
+    judge_server: JudgeServer, make_judge: JudgeFactory, jsonl: Path
+) -> None:
+    app = rag_app(judge_server, make_judge)
+    setup = partial(isolated_setups.jsonl_setup, judge_server.base_url, str(jsonl))
+    with isolated_handler(setup) as handler:
+        answers = ask(app, handler, range(4))
+        assert handler.flush(START)
+        stats = handler.stats
+        pid = background(handler).child_pid
+    assert answers == [f"Answer about item00{i}." for i in range(4)]
+    assert pid is not None
+    assert pid != os.getpid()
+    assert (handler.metrics, handler.sinks, handler.engine) == ([], [], None)
+    assert (stats.traces, stats.sampled, stats.processed, stats.scored, stats.queued) == (
+        4,
+        4,
+        4,
+        4,
+        0,
+    )
+    assert stats.usage.judge_calls == judge_server.count("RelevantSentences") == 4
+    records = lines(jsonl)
+    assert sorted(r["question"] for r in records) == [question(i) for i in range(4)]
+    for record in records:
+        asked = record["question"].split()[-1].rstrip("?")
+        assert record["answer"] == f"Answer about {asked}."
+        assert asked in record["contexts"][0]  # the retrieval's own documents, in order
+        assert record["context_ids"][0].startswith("fact-")
+        assert record["metric"] == "context_relevance"
+        assert record["score"] == 0.5  # one of the two retrieved facts names the item
+    assert background(handler).child_pid is None  # closed: the child exited
+
+
+def test_hooks_run_on_the_callers_thread_and_their_errors_reach_the_result(
+    judge_server: JudgeServer, make_judge: JudgeFactory, jsonl: Path
+) -> None:
+    app = rag_app(judge_server, make_judge)
+    setup = partial(isolated_setups.jsonl_setup, judge_server.base_url, str(jsonl))
+    callers: list[str] = []
+
+    def question_from(inputs: Any) -> str:
+        callers.append(threading.current_thread().name)
+        if "item001" in inputs:
+            msg = "no question in this input"
+            raise ValueError(msg)
+        return f"Asked: {inputs}"
+
+    with isolated_handler(setup, question_from=question_from) as handler:
+        ask(app, handler, range(2))
+        assert handler.flush(START)
+        stats = handler.stats
+    by_query = {r["error"] is None: r for r in lines(jsonl)}
+    assert callers == [threading.current_thread().name] * 2
+    assert by_query[True]["question"] == f"Asked: {question(0)}"
+    assert by_query[False]["error"] == (
+        "HookError: question_from raised ValueError: no question in this input"
+    )
+    assert (stats.scored, stats.failed) == (1, 1)
+
+
+def test_a_killed_child_is_counted_and_replaced(
+    judge_server: JudgeServer,
+    make_judge: JudgeFactory,
+    jsonl: Path,
+    release: threading.Event,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    app = rag_app(judge_server, make_judge)
+    setup = partial(isolated_setups.jsonl_setup, judge_server.base_url, str(jsonl))
+    handler = isolated_handler(setup)
+    judge_server.script = rag_router(RelevantSentences=lambda req: reply_hold(release, VERDICT))
+    with caplog.at_level(logging.WARNING, logger="langchain_ragmetrics"):
+        ask(app, handler, range(3))
+        wait_until(lambda: judge_server.count("RelevantSentences") == 3, "the held judge calls")
+        pid = background(handler).child_pid
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: handler.stats.abandoned == 3, "the parent to notice the death")
+        assert handler.stats.queued == 0
+        release.set()
+        judge_server.script = rag_router()
+        answers = ask(app, handler, range(3, 5))  # the app goes on; a new child scores
+        assert handler.flush(START)
+    stats = handler.stats
+    assert handler.close(CEILING)
+    assert answers == ["Answer about item003.", "Answer about item004."]
+    assert background(handler).children_started == 2
+    assert (stats.sampled, stats.abandoned, stats.processed, stats.scored) == (5, 3, 2, 2)
+    assert stats.sampled == stats.dropped + stats.processed + stats.queued + stats.abandoned
+    assert sorted(r["question"] for r in lines(jsonl)) == [question(3), question(4)]
+    deaths = [r for r in caplog.records if "3 retrievals lost" in r.getMessage()]
+    assert len(deaths) == 1
+
+
+def test_a_child_that_dies_by_itself_mid_run_is_replaced(
+    judge_server: JudgeServer, make_judge: JudgeFactory, jsonl: Path, tmp_path: Path
+) -> None:
+    app = rag_app(judge_server, make_judge)
+    marker = tmp_path / "die-now"
+    setup = partial(
+        isolated_setups.kill_on_emit_setup, judge_server.base_url, str(jsonl), str(marker)
+    )
+    with isolated_handler(setup) as handler:
+        ask(app, handler, range(2))
+        assert handler.flush(START)
+        marker.touch()  # the next result kills the child inside its sink
+        ask(app, handler, range(2, 3))
+        assert handler.flush(START) is False  # the child died holding that retrieval
+        ask(app, handler, range(3, 5))
+        assert handler.flush(START)
+        stats = handler.stats
+    assert not marker.exists()
+    assert (stats.processed, stats.abandoned, stats.sampled) == (4, 1, 5)
+    assert sorted(r["question"] for r in lines(jsonl)) == [question(i) for i in (0, 1, 3, 4)]
+
+
+def test_a_silent_child_is_killed_and_replaced(
+    judge_server: JudgeServer, make_judge: JudgeFactory, jsonl: Path
+) -> None:
+    app = rag_app(judge_server, make_judge)
+    setup = partial(isolated_setups.jsonl_setup, judge_server.base_url, str(jsonl))
+    with isolated_handler(setup, hang_timeout=3.0) as handler:
+        ask(app, handler, range(1))
+        assert handler.flush(START)
+        pid = background(handler).child_pid
+        assert pid is not None
+        os.kill(pid, signal.SIGSTOP)  # hung: alive, but silent
+        ask(app, handler, range(1, 3))
+        assert handler.flush(0.2) is False  # bounded: the child cannot answer
+        assert handler.stats.pending_at_deadline == 2
+        wait_until(lambda: handler.stats.abandoned == 2, "the parent to give up on it")
+        ask(app, handler, range(3, 4))  # starts a replacement
+        assert handler.flush(START)
+        assert background(handler).children_started == 2
+        stats = handler.stats
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # the hung child was killed and reaped
+    assert (stats.processed, stats.abandoned) == (2, 2)
+    assert sorted(r["question"] for r in lines(jsonl)) == [question(0), question(3)]
+
+
+def test_close_is_bounded_when_the_child_hangs(
+    judge_server: JudgeServer, make_judge: JudgeFactory, jsonl: Path
+) -> None:
+    app = rag_app(judge_server, make_judge)
+    setup = partial(isolated_setups.hanging_sink_setup, judge_server.base_url, str(jsonl))
+    handler = isolated_handler(setup, hang_timeout=None)
+    ask(app, handler, range(2))
+    wait_until(lambda: lines(jsonl) == [] and handler.stats.queued == 2, "work in the child")
+    wait_until(lambda: judge_server.count("RelevantSentences") >= 1, "the child at work")
+    pid = background(handler).child_pid
+    started = time.monotonic()
+    assert handler.close(timeout=1.0) is False
+    assert time.monotonic() - started < CEILING
+    stats = handler.stats
+    assert (stats.abandoned, stats.queued, stats.processed) == (2, 0, 0)
+    assert pid is not None
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+    assert ask(app, handler, range(1))  # closed: the app still works, the work is dropped
+    assert handler.stats.dropped == 1
+
+
+def test_a_full_queue_drops_the_newest_and_the_identity_holds(
+    judge_server: JudgeServer, make_judge: JudgeFactory, jsonl: Path, release: threading.Event
+) -> None:
+    app = rag_app(judge_server, make_judge)
+    judge_server.script = rag_router(RelevantSentences=lambda req: reply_hold(release, VERDICT))
+    setup = partial(isolated_setups.jsonl_setup, judge_server.base_url, str(jsonl))
+    with isolated_handler(setup, max_queue_size=3, max_concurrency=1) as handler:
+        ask(app, handler, range(8))
+        stats = handler.stats
+        assert (stats.sampled, stats.queued, stats.dropped) == (8, 3, 5)
+        release.set()
+        assert handler.flush(START)
+        stats = handler.stats
+    assert (stats.processed, stats.dropped, stats.queued, stats.abandoned) == (3, 5, 0, 0)
+    assert sorted(r["question"] for r in lines(jsonl)) == [question(i) for i in range(3)]
+
+
+def test_a_failing_setup_turns_scoring_off_with_one_warning(
+    judge_server: JudgeServer, make_judge: JudgeFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    app = rag_app(judge_server, make_judge)
+    with caplog.at_level(logging.WARNING, logger="langchain_ragmetrics"):
+        handler = isolated_handler(isolated_setups.crashing_setup)
+        ask(app, handler, range(1))
+        wait_until(lambda: handler.stats.abandoned == 1, "the setup failure")
+        answers = ask(app, handler, range(1, 3))
+        assert handler.flush(CEILING)
+        assert handler.close(CEILING)
+    stats = handler.stats
+    assert answers == ["Answer about item001.", "Answer about item002."]
+    assert (stats.sampled, stats.abandoned, stats.dropped, stats.processed) == (3, 1, 2, 0)
+    warnings = [r.getMessage() for r in caplog.records if "scoring process" in r.getMessage()]
+    assert len(warnings) == 1
+    assert "RuntimeError: no judge configured for this test" in warnings[0]
+
+
+def test_default_setup_uses_the_environments_judge_and_logs_in_the_parent(
+    judge_server: JudgeServer,
+    make_judge: JudgeFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    app = rag_app(judge_server, make_judge)
+    monkeypatch.setenv("OPENAI_BASE_URL", judge_server.base_url)  # the child inherits it
+    monkeypatch.setenv("OPENAI_API_KEY", "test")
+    with (
+        caplog.at_level(logging.INFO, logger="langchain_ragmetrics"),
+        RagMetricsCallbackHandler(isolation="process") as handler,
+    ):
+        ask(app, handler, range(1))
+        assert handler.flush(START)
+        stats = handler.stats
+    assert (stats.scored, stats.processed) == (2, 1)  # relevance and precision
+    logged = [r for r in caplog.records if r.getMessage().startswith("ragmetrics context_")]
+    assert sorted(r.name for r in logged) == ["langchain_ragmetrics.online"] * 2
+    assert {r.ragmetrics["question"] for r in logged} == {question(0)}  # type: ignore[attr-defined]
+    assert all(r.processName != "MainProcess" for r in logged)
+
+
+@pytest.mark.parametrize("reference", ["kept", "dropped"])
+def test_the_exit_hook_flushes_the_child(
+    reference: str, judge_server: JudgeServer, tmp_path: Path
+) -> None:
+    """Exit waits (bounded) for the child, whether the handler is still referenced or not."""
+    jsonl = tmp_path / "scores.jsonl"
+    drop = (
+        "del handler  # collected: the child's own exit registration is left"
+        if (reference == "dropped")
+        else ""
+    )
+    script = f"""
+from functools import partial
+from langchain_openai import ChatOpenAI
+from langchain_ragmetrics import RagMetricsCallbackHandler
+from langchain_ragmetrics.callbacks import ProcessIsolation
+from tests._support import isolated_setups
+from tests._support.rag import build_chain, corpus, make_retriever, question
+
+llm = ChatOpenAI(model="m", base_url={judge_server.base_url!r}, api_key="test")
+chain = build_chain(llm, make_retriever(corpus(10)))
+setup = partial(isolated_setups.jsonl_setup, {judge_server.base_url!r}, {str(jsonl)!r})
+handler = RagMetricsCallbackHandler(isolation=ProcessIsolation(setup=setup), exit_timeout=120)
+for i in range(2):
+    chain.invoke(question(i), config={{"callbacks": [handler]}})
+{drop}
+"""
+    judge_server.script = rag_router()
+    root = Path(__file__).resolve().parents[2]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "LANGSMITH_"))}
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=root,
+        env=env,
+        timeout=300,
+        check=False,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    assert sorted(r["question"] for r in lines(jsonl)) == [question(0), question(1)]
+
+
+def test_options_are_checked_in_the_application(judge_server: JudgeServer) -> None:
+    def local_setup() -> ScoringSetup:  # a local function cannot be pickled
+        return ScoringSetup()
+
+    with pytest.raises(ValueError, match="picklable"):
+        ProcessIsolation(setup=local_setup)
+    with pytest.raises(ValueError, match="cannot be found"):
+        ProcessIsolation(setup="tests._support.isolated_setups:missing")
+    with pytest.raises(ValueError, match="module:function"):
+        ProcessIsolation(setup="no_colon_here")
+    with pytest.raises(ValueError, match="`metrics` is built in the child"):
+        RagMetricsCallbackHandler(isolation="process", metrics=[ContextRelevance()])
+    with pytest.raises(TypeError, match="trace_judge"):
+        RagMetricsCallbackHandler(isolation="process", trace_judge=LangChainTracer())
+    with pytest.raises(TypeError, match="isolation"):
+        RagMetricsCallbackHandler(isolation="processes")  # type: ignore[arg-type]
+    handler = RagMetricsCallbackHandler(isolation="process")
+    assert isinstance(handler._background, IsolatedBackground)
+    assert handler.flush(1)  # nothing was started
+    assert handler.close(1)
+    assert background(handler).children_started == 0
+
+
+def test_a_setup_of_the_wrong_type_is_reported(
+    judge_server: JudgeServer, make_judge: JudgeFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    app = rag_app(judge_server, make_judge)
+    with caplog.at_level(logging.WARNING, logger="langchain_ragmetrics"):
+        handler = isolated_handler("tests._support.isolated_setups:setup_that_returns_nothing")
+        ask(app, handler, range(1))
+        wait_until(lambda: handler.stats.abandoned == 1, "the setup failure")
+        assert handler.close(CEILING)
+    assert any("must return a ScoringSetup" in r.getMessage() for r in caplog.records)
