@@ -247,7 +247,6 @@ def _prepare(
     config: RunnableConfig | None,
     on_result: ResultCallback | None,
     cache: CacheLike = None,
-    preflight: bool = False,
 ) -> _Run:
     prepared = prepare_metrics(metrics, llm=llm, language=language, cache=cache)
     engine = ScoringEngine(
@@ -261,10 +260,15 @@ def _prepare(
     run = _Run(data, prepared, engine, show_progress=show_progress, on_result=on_result)
     check_fields(data, run.columns, prepared)
     _resolve_judges(prepared)
-    preflight_metrics(
-        prepared, call=preflight, samples=data.samples, timeout=DEFAULT_PREFLIGHT_TIMEOUT
-    )
+    preflight_metrics(prepared, call=False)  # no tool calling: refused now, without a call
     return run
+
+
+def _preflight(run: _Run) -> None:
+    """The pre-flight request to each judge (skipped for judges whose calls are all cached)."""
+    preflight_metrics(
+        run.metrics, call=True, samples=run.data.samples, timeout=DEFAULT_PREFLIGHT_TIMEOUT
+    )
 
 
 def evaluate(
@@ -341,8 +345,9 @@ def evaluate(
         config=config,
         on_result=on_result,
         cache=cache,
-        preflight=preflight,
     )
+    if preflight:
+        _preflight(run)
     completed = run.execute()
     return run.result(interrupted=not completed)
 
@@ -381,8 +386,9 @@ async def aevaluate(
         config=config,
         on_result=on_result,
         cache=cache,
-        preflight=preflight,
     )
+    if preflight:  # a blocking check, bounded: off the caller's event loop
+        await asyncio.to_thread(_preflight, run)
     inner = asyncio.ensure_future(run.aexecute())
     try:
         await inner

@@ -1,3 +1,4 @@
+import asyncio
 import socket
 import threading
 import time
@@ -10,7 +11,7 @@ from langchain_openai import ChatOpenAI
 
 from langchain_ragmetrics import ContextRecall, PreflightError, preflight
 from langchain_ragmetrics.errors import RagMetricsError
-from langchain_ragmetrics.evaluation import evaluate
+from langchain_ragmetrics.evaluation import aevaluate, evaluate
 from tests._support.judges import EINSTEIN_CONTEXT, EINSTEIN_REFERENCE, EINSTEIN_VERDICTS
 from tests._support.openai_server import (
     JudgeServer,
@@ -126,3 +127,30 @@ def test_evaluate_with_preflight_stops_before_scoring(
     assert result["context_recall"] == [0.5]
     assert [r.schema_name for r in judge_server.requests] == ["PreflightAnswer", "RecallStatements"]
     assert result.usage.judge_calls == 1  # the check is not part of the run's usage
+
+
+async def test_aevaluate_runs_the_check_off_the_event_loop(
+    judge_server: JudgeServer,
+    make_judge: Callable[..., ChatOpenAI],
+    release: threading.Event,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("langchain_ragmetrics.evaluation._run.DEFAULT_PREFLIGHT_TIMEOUT", 1.0)
+    judge_server.script = router(
+        RecallStatements=EINSTEIN_VERDICTS, PreflightAnswer=lambda _r: reply_hold(release)
+    )
+    ticks = 0
+
+    async def tick() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0.01)
+
+    ticker = asyncio.create_task(tick())
+    try:
+        with pytest.raises(PreflightError, match="did not answer"):
+            await aevaluate(ROWS, [ContextRecall()], llm=make_judge(timeout=None), preflight=True)
+    finally:
+        ticker.cancel()
+    assert ticks > 5  # the loop kept running while the check waited
