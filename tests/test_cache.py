@@ -275,3 +275,20 @@ def test_a_cache_that_breaks_mid_run_falls_back_to_the_judge(
         result = evaluate(ROWS, ["context_recall"], llm=make_judge(), cache=cache)
     assert result["context_recall"] == [0.5, 0.5, 0.5]
     assert judge.count() == 3
+
+
+def test_a_cache_locked_by_another_process_does_not_hold_the_run(
+    judge: JudgeServer, make_judge: Callable[..., ChatOpenAI], tmp_path: Path
+) -> None:
+    path = tmp_path / "v.sqlite3"
+    cache = VerdictCache(path, timeout=0.2)
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")  # another writer that never lets go
+    try:
+        with pytest.warns(RuntimeWarning, match="database is locked"):
+            result = evaluate(ROWS, ["context_recall"], llm=make_judge(), cache=cache)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert result["context_recall"] == [0.5, 0.5, 0.5]  # scored; only the stores were lost
+    assert len(cache) == 0

@@ -594,3 +594,17 @@ def test_help_lists_the_new_commands_and_codes(capsys: pytest.CaptureFixture[str
     for line in ("  8  checked before any paid call", "  9  a --fail-under", " 10  compare:"):
         assert line in out
     assert "--fail-under METRIC=MIN,..." in out
+
+
+def test_report_to_an_unwritable_place(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    results = tmp_path / "r.jsonl"
+    code, _, _ = run(
+        capsys, "evaluate", str(EINSTEIN), "--metrics", "id_based_context_recall", "--out",
+        str(results),
+    )  # fmt: skip
+    assert code == ExitCode.OK
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    code, _, err = run(capsys, "report", str(results), "-o", str(blocker / "report.html"))
+    assert code == ExitCode.ERROR
+    assert f"cannot write {blocker / 'report.html'}" in err
