@@ -212,6 +212,14 @@ class VerdictCache:
         except (sqlite3.Error, CacheError) as exc:
             self._warn(exc)
 
+    def record(self, *, hit: bool) -> None:
+        """Count one lookup in :attr:`hits` or :attr:`misses` (thread-safe)."""
+        with self._lock:
+            if hit:
+                self.hits += 1
+            else:
+                self.misses += 1
+
     def __len__(self) -> int:
         with self._lock:
             row = self._connect().execute("SELECT COUNT(*) FROM verdicts").fetchone()
@@ -221,7 +229,7 @@ class VerdictCache:
         """Forget every stored verdict."""
         with self._lock:
             self._connect().execute("DELETE FROM verdicts")
-        self.hits = self.misses = 0
+            self.hits = self.misses = 0
 
     def close(self) -> None:
         """Close the connection (the object reopens it when used again)."""
@@ -279,8 +287,7 @@ class CachedCall:
                 parsed = None
             if parsed is not None:
                 hit = JudgeOutcome(parsed=parsed, usage=Usage(cache_hits=1))
-                with cache._lock:
-                    cache.hits += 1
+                cache.record(hit=True)
         return cls(cache, key, hit)
 
     def store(self, outcome: JudgeOutcome) -> JudgeOutcome:
@@ -290,6 +297,5 @@ class CachedCall:
             data = parsed.model_dump(mode="json") if hasattr(parsed, "model_dump") else parsed
             self.cache.put(self.key, data)
         outcome.usage = outcome.usage + Usage(cache_misses=1)
-        with self.cache._lock:
-            self.cache.misses += 1
+        self.cache.record(hit=False)
         return outcome

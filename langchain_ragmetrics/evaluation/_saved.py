@@ -103,10 +103,15 @@ class _Header(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     metrics: list[str]
+    """Metric columns, in order."""
     source: str = "dataset"
+    """The dataset's name (``EvaluationResult.source``)."""
     elapsed_s: float = 0.0
+    """Wall time of the run, in seconds."""
     interrupted: bool = False
+    """True when the run was stopped before every job finished."""
     info: RunInfo | None = None
+    """Run metadata, when the run recorded it."""
 
 
 def _short_hash(text: str) -> str:
