@@ -132,7 +132,9 @@ def _check_writable(out: Path) -> str | None:
     return None
 
 
-def _subset(data: LoadedDataset, *, limit: int | None, sample: int | None, seed: int) -> Any:
+def _subset(
+    data: LoadedDataset, *, limit: int | None, sample: int | None, seed: int
+) -> LoadedDataset:
     """The first ``limit`` rows, or ``sample`` rows drawn with ``seed`` (in dataset order)."""
     from dataclasses import replace
 
