@@ -3,7 +3,7 @@
 :class:`LangSmithMonitor` (and the ``ragmetrics monitor`` command) lists the retriever runs
 of a project, joins each with its trace's root run for the question and the answer (the
 same extraction as the online callback and the LangSmith evaluators), scores them through
-the :class:`~langchain_ragmetrics.engine.ScoringEngine` and posts one feedback per metric
+the :class:`~langchain_ragmetrics._engine.ScoringEngine` and posts one feedback per metric
 on each retriever run, with ids derived from (run id, metric) so nothing is ever duplicated.
 
 It is restartable (a SQLite checkpoint of settled (run, metric) pairs) and scales out:
@@ -37,6 +37,7 @@ from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from langchain_ragmetrics._engine import Job, ScoringEngine
 from langchain_ragmetrics._ids import feedback_id
 from langchain_ragmetrics._threads import DaemonThreadPool
 from langchain_ragmetrics.callbacks._mapping import (
@@ -48,7 +49,6 @@ from langchain_ragmetrics.callbacks._records import OnlineResult
 from langchain_ragmetrics.callbacks._sampling import check_rate, is_sampled
 from langchain_ragmetrics.callbacks._setup import check_metrics, untraced
 from langchain_ragmetrics.callbacks.langsmith_feedback import LangSmithFeedbackSink
-from langchain_ragmetrics.engine import Job, ScoringEngine
 from langchain_ragmetrics.errors import RagMetricsError
 from langchain_ragmetrics.integrations._monitor_checkpoint import Checkpoint, CheckpointError
 from langchain_ragmetrics.integrations.langsmith import _documents, _run_metadata
