@@ -84,7 +84,7 @@ def _histogram(metric: str, scores: Sequence[float]) -> str:
         f'<line class="axis" x1="{_PAD}" y1="{base}" x2="{_CHART_W - _PAD}" y2="{base}"/>',
     ]
     for i, count in enumerate(counts):
-        height = (base - 8) * count / top
+        height = (base - 14) * count / top  # headroom for the count label
         x = _PAD + i * width
         low, high = i / _BINS, (i + 1) / _BINS
         parts.append(
@@ -109,6 +109,8 @@ def _cell(value: Any) -> str:
         return "yes" if value else "no"
     if isinstance(value, float):
         return _num(value)
+    if isinstance(value, list) and all(not isinstance(v, (dict, list)) for v in value):
+        return ", ".join(_cell(v) for v in value) or "(none)"
     if isinstance(value, (dict, list)):
         return _e(json.dumps(value, ensure_ascii=False))
     return _e(value)

@@ -128,6 +128,13 @@ def test_histogram_bars_are_drawn(page: tuple[Page, list[str]]) -> None:
             else:
                 assert box["height"] < 1
         assert drawn >= 2
+        frame = chart.bounding_box()
+        assert frame is not None
+        for label in chart.locator("text").all():  # counts and ticks are not clipped
+            box = label.bounding_box()
+            assert box is not None
+            assert frame["y"] <= box["y"]
+            assert box["y"] + box["height"] <= frame["y"] + frame["height"] + 0.5
     # the fullest recall bin (score 1.0: 4 rows) is the tallest bar
     recall_bars = charts.nth(0).locator("rect.bar")
     heights = [(recall_bars.nth(n).bounding_box() or {"height": 0})["height"] for n in range(10)]
