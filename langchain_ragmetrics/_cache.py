@@ -137,6 +137,10 @@ class VerdictCache:
     def __repr__(self) -> str:
         return f"VerdictCache({str(self.path)!r})"
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickle as (path, timeout): another process reopens the same file."""
+        return (_reopen, (self.path, self.timeout))
+
     def _connect(self) -> sqlite3.Connection:
         """The connection of this process (reopened after a fork); call with the lock held."""
         import sqlite3
@@ -237,6 +241,10 @@ class VerdictCache:
             if self._conn is not None and self._pid == os.getpid():
                 self._conn.close()
             self._conn = None
+
+
+def _reopen(path: Path, timeout: float) -> VerdictCache:
+    return VerdictCache(path, timeout=timeout)
 
 
 CacheLike = VerdictCache | str | os.PathLike[str] | bool | None

@@ -292,3 +292,15 @@ def test_a_cache_locked_by_another_process_does_not_hold_the_run(
         holder.close()
     assert result["context_recall"] == [0.5, 0.5, 0.5]  # scored; only the stores were lost
     assert len(cache) == 0
+
+
+def test_a_cache_crosses_process_boundaries_by_path(tmp_path: Path) -> None:
+    import pickle
+
+    cache = VerdictCache(tmp_path / "v.sqlite3", timeout=3.0)
+    cache.put("k", {"v": 1})
+    copy = pickle.loads(pickle.dumps(cache))
+    assert (copy.path, copy.timeout) == (cache.path, 3.0)
+    assert copy.get("k") == {"v": 1}
+    metric = ContextRecall(cache=cache)
+    assert pickle.loads(pickle.dumps(metric)).cache.get("k") == {"v": 1}  # type: ignore[union-attr]
