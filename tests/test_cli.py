@@ -566,6 +566,9 @@ def test_compare_exits_10_on_a_regression(
     code, _, err = run(capsys, "compare", str(EINSTEIN), str(new))
     assert code == ExitCode.INVALID_DATASET
     assert "not a ragmetrics results file" in err
+    code, _, err = run(capsys, "compare", str(tmp_path / "run.csv"), str(new))
+    assert code == ExitCode.USAGE
+    assert "a CSV export cannot be read back as a run" in err
 
 
 def test_report_writes_one_html_file(

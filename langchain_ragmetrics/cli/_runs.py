@@ -17,6 +17,12 @@ def load_run(path: Path) -> EvaluationResult | ExitCode:
     """The run saved in ``path``, or the exit code after printing why it cannot be read."""
     from langchain_ragmetrics.evaluation import EvaluationResult, ResultFileError
 
+    if path.suffix.lower() == ".csv":
+        error(
+            f"{path}: a CSV export cannot be read back as a run; save runs with "
+            "`ragmetrics evaluate ... --out run.jsonl`"
+        )
+        return ExitCode.USAGE
     try:
         return EvaluationResult.load(path)
     except FileNotFoundError:
