@@ -152,7 +152,7 @@ def test_a_changed_row_is_the_only_call(
     cache = VerdictCache(tmp_path / "v.sqlite3")
     evaluate(ROWS, ["context_recall"], llm=make_judge(), cache=cache, show_progress=False)
     judge.reset()
-    changed = [*ROWS[:2], {**ROWS[2], "reference": "Einstein was born in Ulm."}]
+    changed = [*ROWS[:2], {**ROWS[2], "contexts": [EINSTEIN_CONTEXT, "Berlin is in Germany."]}]
     result = evaluate(changed, ["context_recall"], llm=make_judge(), cache=cache)
     assert judge.count() == 1
     assert (result.usage.cache_hits, result.usage.cache_misses) == (2, 1)

@@ -22,6 +22,7 @@ __all__ = [
     "no_key_message",
     "positive_float",
     "positive_int",
+    "split_names",
 ]
 
 
@@ -39,6 +40,7 @@ class ExitCode(IntEnum):
     PREFLIGHT_FAILED = 8
     QUALITY_GATE = 9
     REGRESSION = 10
+    JUDGE_DISAGREES = 11
     INTERRUPTED = 130
 
 
@@ -56,6 +58,8 @@ _MEANING: dict[ExitCode, str] = {
     ExitCode.QUALITY_GATE: "a --fail-under threshold or --max-failed-rate was missed, or every "
     "job failed",
     ExitCode.REGRESSION: "compare: a metric dropped by more than --max-drop",
+    ExitCode.JUDGE_DISAGREES: "check-judge: a metric's agreement with the labels is below "
+    "--min-agreement",
     ExitCode.INTERRUPTED: "Ctrl-C: the partial results were printed (and written with --out)",
 }
 
@@ -75,6 +79,11 @@ def echo(text: str, stream: TextIO | None = None) -> None:
 
 def error(message: str) -> None:
     echo(f"ragmetrics: error: {message}", sys.stderr)
+
+
+def split_names(text: str) -> list[str]:
+    """Comma-separated names, stripped, lower-cased, without blanks or repeats (order kept)."""
+    return list(dict.fromkeys(name.strip().lower() for name in text.split(",") if name.strip()))
 
 
 def positive_int(text: str) -> int:
@@ -124,9 +133,9 @@ def add_judge_options(parser: argparse.ArgumentParser) -> None:
 
 def no_key_message(judged: Sequence[str]) -> str:
     """What to do when LLM-judged metrics were asked for but no judge is configured."""
-    from langchain_ragmetrics.evaluation import is_judged, metric_classes
+    from langchain_ragmetrics.evaluation import metric_names
 
-    plain = [name for name, cls in metric_classes().items() if not is_judged(cls)]
+    plain = metric_names(judged=False)
     return "\n".join(
         [
             f"{', '.join(judged)} need an LLM judge, but OPENAI_API_KEY is not set.",

@@ -18,6 +18,7 @@ from langchain_ragmetrics.cli._common import (
     no_key_message,
     positive_float,
     positive_int,
+    split_names,
 )
 
 if TYPE_CHECKING:
@@ -114,10 +115,6 @@ def register(commands: Any) -> None:
     evaluate.set_defaults(handler=_evaluate_command)
 
 
-def _split_metrics(text: str) -> list[str]:
-    return list(dict.fromkeys(name.strip().lower() for name in text.split(",") if name.strip()))
-
-
 def _check_writable(out: Path) -> str | None:
     """Create ``out``'s parents and prove the file can be written; why not, if it cannot."""
     existed = out.exists()
@@ -211,7 +208,7 @@ def _evaluate_command(args: argparse.Namespace) -> int:  # noqa: PLR0915 - one l
             return ExitCode.USAGE
     metrics = None
     if args.metrics is not None:
-        names = _split_metrics(args.metrics)
+        names = split_names(args.metrics)
         if not names:
             error("--metrics is empty")
             return ExitCode.USAGE

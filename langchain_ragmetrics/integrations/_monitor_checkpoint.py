@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from langchain_ragmetrics.errors import RagMetricsError
+from langchain_ragmetrics.errors import CheckpointError
 
 __all__ = ["Checkpoint", "CheckpointError"]
 
@@ -41,10 +41,6 @@ CREATE TABLE IF NOT EXISTS attempts (
     PRIMARY KEY (run_id, metric)
 );
 """
-
-
-class CheckpointError(RagMetricsError, ValueError):
-    """The checkpoint file cannot be used (unreadable, or written for another project)."""
 
 
 class Checkpoint:

@@ -49,8 +49,8 @@ from langchain_ragmetrics.callbacks._records import OnlineResult
 from langchain_ragmetrics.callbacks._sampling import check_rate, is_sampled
 from langchain_ragmetrics.callbacks._setup import check_metrics, untraced
 from langchain_ragmetrics.callbacks.langsmith_feedback import LangSmithFeedbackSink
-from langchain_ragmetrics.errors import RagMetricsError
-from langchain_ragmetrics.integrations._monitor_checkpoint import Checkpoint, CheckpointError
+from langchain_ragmetrics.errors import CheckpointError, MonitorError
+from langchain_ragmetrics.integrations._monitor_checkpoint import Checkpoint
 from langchain_ragmetrics.integrations.langsmith import _documents, _run_metadata
 from langchain_ragmetrics.metrics._base import BaseRagMetric
 from langchain_ragmetrics.schema import MetricResult, RagSample, Usage
@@ -74,10 +74,6 @@ T = TypeVar("T")
 _SHARD_PERSON = b"ragmetrics-shard"  # a different hash than sampling: shards stay uniform
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
-
-
-class MonitorError(RagMetricsError, RuntimeError):
-    """LangSmith could not be read (the project's runs could not be listed)."""
 
 
 def shard_of(trace_id: UUID, count: int) -> int:
