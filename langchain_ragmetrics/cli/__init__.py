@@ -26,8 +26,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(
         prog="ragmetrics",
-        description="Retrieval-quality metrics for RAG: evaluate a dataset, compare and report saved "
-        "runs, monitor a LangSmith project, check a judge, or run the demo.",
+        description="Retrieval-quality metrics for RAG: evaluate a dataset, compare and report "
+        "saved runs, monitor a LangSmith project, check a judge, or run the demo.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="{" + ",".join(_COMMANDS) + "}")
