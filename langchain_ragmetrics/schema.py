@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from langchain_core.documents import Document
@@ -76,6 +76,15 @@ class Usage(BaseModel):
     def total_tokens(self) -> int:
         """Input plus output tokens."""
         return self.input_tokens + self.output_tokens
+
+    @classmethod
+    def total(cls, usages: Iterable[Usage]) -> Usage:
+        """The sum of many usages in one pass (chaining ``+`` builds a model per step)."""
+        sums = dict.fromkeys(cls.model_fields, 0)
+        for usage in usages:
+            for name in sums:
+                sums[name] += getattr(usage, name)
+        return cls(**sums)
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(

@@ -150,10 +150,6 @@ def _score(row: EvaluationRow, metric: str) -> float | None:
     return result.score
 
 
-def _mean(run: EvaluationResult, metric: str) -> float:
-    return run.aggregates[metric].mean
-
-
 def compare_results(
     base: EvaluationResult, new: EvaluationResult, *, seed: int = 0, resamples: int = 2000
 ) -> Comparison:
@@ -178,6 +174,7 @@ def compare_results(
             "else by question and reference; give both datasets the same ids"
         )
         raise ComparisonError(msg)
+    base_summary, new_summary = base.aggregates, new.aggregates
     metrics: dict[str, MetricComparison] = {}
     worst: list[RowChange] = []
     for metric in common:
@@ -205,8 +202,8 @@ def compare_results(
         low, high = bootstrap_ci(diffs, seed=seed, resamples=resamples)
         metrics[metric] = MetricComparison(
             metric=metric,
-            base_mean=_mean(base, metric),
-            new_mean=_mean(new, metric),
+            base_mean=base_summary[metric].mean,
+            new_mean=new_summary[metric].mean,
             pairs=int(diffs.size),
             diff=float(diffs.mean()) if diffs.size else math.nan,
             ci_low=low,

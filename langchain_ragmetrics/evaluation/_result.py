@@ -162,7 +162,7 @@ class EvaluationResult(BaseModel):
         finite = [s for r in results if r is not None and (s := r.finite_score) is not None]
         scores = np.asarray(finite, dtype=np.float64)
         nan = math.nan
-        usage = sum((r.usage for r in results if r is not None), Usage())
+        usage = Usage.total(r.usage for r in results if r is not None)
         judge = next((r.judge for r in results if r is not None and r.judge), None)
         return MetricSummary(
             metric=metric,
@@ -181,8 +181,8 @@ class EvaluationResult(BaseModel):
     @property
     def usage(self) -> Usage:
         """Tokens and judge calls of the whole evaluation."""
-        return sum(
-            (r.usage for row in self.rows for r in row.results.values() if r is not None), Usage()
+        return Usage.total(
+            r.usage for row in self.rows for r in row.results.values() if r is not None
         )
 
     @property
