@@ -121,3 +121,15 @@ def test_finite_score_is_what_json_and_tables_show(
     score: float | None, shown: float | None
 ) -> None:
     assert MetricResult(metric="m", score=score).finite_score == shown
+
+
+def test_usage_total_equals_chained_addition() -> None:
+    parts = [
+        Usage(input_tokens=i, output_tokens=2 * i, judge_calls=1, cache_hits=i % 2, cache_misses=1)
+        for i in range(5)
+    ]
+    chained = Usage()
+    for part in parts:
+        chained = chained + part
+    assert Usage.total(parts) == chained
+    assert Usage.total([]) == Usage()

@@ -117,7 +117,13 @@ def test_jsonl_sink_writes_one_line_per_result(tmp_path: Path) -> None:
         "reason": "because",
         "error": None,
         "details": {"relevant_indices": [0]},
-        "usage": {"input_tokens": 10, "output_tokens": 2, "judge_calls": 1},
+        "usage": {
+            "input_tokens": 10,
+            "output_tokens": 2,
+            "judge_calls": 1,
+            "cache_hits": 0,
+            "cache_misses": 0,
+        },
         "judge": "judge-model",
         "latency_s": 0.1,
     }
