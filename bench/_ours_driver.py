@@ -32,16 +32,13 @@ SIDE = "ours"
 
 
 def _metrics(base_url: str, side: str = SIDE) -> list[Any]:
-    """The four metrics, each with its own client so the judge can count per metric."""
-    from langchain_ragmetrics import (
-        ContextEntityRecall,
-        ContextPrecision,
-        ContextRecall,
-        ContextRelevance,
-    )
+    """The four LLM-judged metrics, each with its own client so the judge can count per metric."""
+    from langchain_ragmetrics.evaluation import metric_from_name, metric_names
 
-    classes = (ContextRecall, ContextPrecision, ContextEntityRecall, ContextRelevance)
-    return [cls(llm=judge_client(base_url, side, cls.key)) for cls in classes]
+    return [
+        metric_from_name(name, llm=judge_client(base_url, side, name))
+        for name in metric_names(judged=True)
+    ]
 
 
 def run_evaluate(
@@ -63,7 +60,7 @@ def run_evaluate(
             m.key: [math.nan if v is None else float(v) for v in result[m.key]] for m in metrics
         }
 
-    from langchain_ragmetrics.engine import Job, ScoringEngine
+    from langchain_ragmetrics._engine import Job, ScoringEngine
     from langchain_ragmetrics.schema import coerce_sample
 
     samples = [coerce_sample(r) for r in records]

@@ -3,7 +3,7 @@
 What is timed (``time.process_time``, all 50 samples per pass, median of ``--repeats`` passes,
 reported per sample):
 
-* segmentation: ``langchain_ragmetrics.text.segment`` of the five contexts (pysbd, as
+* segmentation: ``langchain_ragmetrics._text.segment`` of the five contexts (pysbd, as
   ContextRelevance does it), for new texts (the package's per-text memo is emptied before each
   pass, which also rebuilds the two pysbd segmenters) and for texts seen before (memo hits);
 * judge input: each judged metric's ``plan()`` (payload JSON; ContextRelevance segments here);
@@ -43,18 +43,16 @@ def _timed(fn: Callable[[], object], repeats: int, per: int) -> dict[str, Any]:
 def build_cases(records: list[dict[str, Any]]) -> dict[str, tuple[Callable[[], object], int]]:
     """The timed callables, each with the number of samples one call covers."""
     from langchain_ragmetrics import (
-        ContextEntityRecall,
-        ContextPrecision,
-        ContextRecall,
         ContextRelevance,
         IDBasedContextPrecision,
         IDBasedContextRecall,
         NonLLMContextPrecision,
         NonLLMContextRecall,
     )
+    from langchain_ragmetrics._text import clear_segmenter_cache, segment
+    from langchain_ragmetrics.evaluation import metric_from_name, metric_names
     from langchain_ragmetrics.metrics.id_based import id_precision, id_recall
     from langchain_ragmetrics.schema import coerce_sample
-    from langchain_ragmetrics.text import clear_segmenter_cache, segment
 
     def cold(fn: Callable[[], object]) -> Callable[[], object]:
         """``fn`` with the segmentation memo emptied first (every text is new again)."""
@@ -87,7 +85,7 @@ def build_cases(records: list[dict[str, Any]]) -> dict[str, tuple[Callable[[], o
             )
     cases["segmentation (5 contexts), texts seen before (memoised)"] = (segment_all, n)
     # A judge is never called here: plan() and score() are pure.
-    judged = [ContextRecall(), ContextPrecision(), ContextEntityRecall(), ContextRelevance()]
+    judged = [metric_from_name(name) for name in metric_names(judged=True)]
     for metric in judged:
         plans = [metric.plan(s) for s in samples]
         answers = []

@@ -19,9 +19,10 @@ from typing import Any
 from _common import base_parser, ensure_ragas_venv, publish, ratio, run_driver, table
 from _judge import BenchJudge
 
+from langchain_ragmetrics.evaluation import metric_names
 from tests._support.openai_server import JudgeServer
 
-METRICS = ("context_recall", "context_precision", "context_entity_recall", "context_relevance")
+METRICS = tuple(metric_names(judged=True))
 CALLS_TARGET = 0.4
 CHARS_TARGET = 0.5
 

@@ -26,6 +26,8 @@ SCRIPTS = (
     ("online", "bench_online.py"),
     ("import", "bench_import.py"),
     ("cpu", "bench_cpu.py"),
+    ("long_context", "bench_long_context.py"),
+    ("monitor", "bench_monitor.py"),
 )
 TITLES = {
     "economy": "Judge economy (per sample)",
@@ -33,6 +35,8 @@ TITLES = {
     "online": "Online overhead",
     "import": "Import cost",
     "cpu": "CPU per sample (deterministic parts)",
+    "long_context": "Long contexts",
+    "monitor": "Monitor worker sizing (100 ms judge)",
 }
 
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from langchain_ragmetrics.errors import DatasetError, MissingFieldError
 from langchain_ragmetrics.schema import _ALIASES, RagSample
 
 __all__ = [
@@ -41,7 +42,6 @@ _LIST_FIELDS = frozenset({"contexts", "context_ids", "reference_contexts", "refe
 _LIST_COLUMNS = frozenset(
     _LIST_FIELDS | {alias for alias, field in _ALIASES.items() if field in _LIST_FIELDS}
 ) | {"ground_truths"}
-_MAX_LISTED = 20
 
 
 @dataclass(frozen=True)
@@ -80,22 +80,6 @@ class RowProblem:
     def __str__(self) -> str:
         field = f", field `{self.field}`" if self.field else ""
         return f"{self.ref.describe(self.source)}{field}: {self.message}"
-
-
-class DatasetError(ValueError):
-    """The dataset cannot be used; ``problems`` lists every bad row (file, row and field)."""
-
-    def __init__(self, message: str, problems: Sequence[RowProblem] = ()) -> None:
-        self.problems = list(problems)
-        lines = [message]
-        lines += [f"  - {p}" for p in self.problems[:_MAX_LISTED]]
-        if len(self.problems) > _MAX_LISTED:
-            lines.append(f"  ... and {len(self.problems) - _MAX_LISTED} more")
-        super().__init__("\n".join(lines))
-
-
-class MissingFieldError(DatasetError):
-    """A metric needs a field (a column) that no row of the dataset has."""
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,125 @@
-"""The package's exceptions: every error we raise on purpose derives from RagMetricsError."""
+"""The package's exceptions: every error we raise on purpose derives from RagMetricsError.
+
+Each one also derives from the builtin a caller would naturally catch (``ValueError`` for bad
+data, ``RuntimeError`` for a judge that cannot be built or answer), so code written against
+the builtins keeps working. They live here, in one public module, and are re-exported where
+they are used (``langchain_ragmetrics``, ``langchain_ragmetrics.evaluation``, ...).
+"""
 
 from __future__ import annotations
 
-__all__ = ["RagMetricsError"]
+import difflib
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from langchain_ragmetrics._dataset import RowProblem
+
+__all__ = [
+    "CalibrationSetError",
+    "CheckpointError",
+    "DatasetError",
+    "DeadlineExceededError",
+    "HookError",
+    "JudgeConfigError",
+    "JudgeError",
+    "JudgeSetupError",
+    "MissingFieldError",
+    "MonitorError",
+    "RagMetricsError",
+    "UnknownMetricError",
+    "UnsupportedLanguageError",
+    "suggest",
+]
+
+_MAX_LISTED = 20
+"""Bad rows spelled out in a DatasetError message (the rest are counted)."""
 
 
 class RagMetricsError(Exception):
     """Base of every exception langchain-ragmetrics raises on purpose (catch this one)."""
+
+
+class JudgeError(RagMetricsError, RuntimeError):
+    """Raised instead of a NaN result when a metric is built with ``raise_on_error=True``."""
+
+
+class JudgeConfigError(RagMetricsError, RuntimeError):
+    """The judge could not be built (e.g. no API key for the default judge)."""
+
+
+class JudgeSetupError(JudgeConfigError):
+    """``evaluate()`` found, before any call, that a judged metric has no usable judge."""
+
+
+class DatasetError(RagMetricsError, ValueError):
+    """The dataset cannot be used; ``problems`` lists every bad row (file, row and field)."""
+
+    def __init__(self, message: str, problems: Sequence[RowProblem] = ()) -> None:
+        self.problems = list(problems)
+        lines = [message]
+        lines += [f"  - {p}" for p in self.problems[:_MAX_LISTED]]
+        if len(self.problems) > _MAX_LISTED:
+            lines.append(f"  ... and {len(self.problems) - _MAX_LISTED} more")
+        super().__init__("\n".join(lines))
+
+
+class CalibrationSetError(RagMetricsError, ValueError):
+    """The shipped calibration set cannot be read (a packaging or editing mistake)."""
+
+
+class MissingFieldError(DatasetError):
+    """A metric needs a field (a column) that no row of the dataset has."""
+
+
+class UnknownMetricError(RagMetricsError, ValueError):
+    """A metric name that no metric has; the message suggests the closest and lists all."""
+
+    def __init__(self, name: str, known: Iterable[str]) -> None:
+        self.name = name
+        """The name as given."""
+        self.known = sorted(known)
+        """Every valid metric name."""
+        self.suggestions = suggest(name, self.known)
+        """The known names closest to ``name``, best first (may be empty)."""
+        guess = " or ".join(map(repr, self.suggestions))
+        hint = f" (did you mean {guess}?)" if guess else ""
+        super().__init__(f"unknown metric {name!r}{hint}; known metrics: {', '.join(self.known)}")
+
+
+class UnsupportedLanguageError(RagMetricsError, ValueError):
+    """A language code pysbd cannot segment; the message names the field and lists the codes."""
+
+    def __init__(self, code: str, *, field: str, supported: Iterable[str]) -> None:
+        self.code = code
+        """The code as given."""
+        self.field = field
+        """Where it came from (``language``, ``--language``, ...)."""
+        listed = ", ".join(sorted(supported))
+        super().__init__(f"`{field}`: unsupported language {code!r}; supported: {listed}")
+
+
+class DeadlineExceededError(RagMetricsError, TimeoutError):
+    """The job's deadline passed (or the engine gave up on it) before a judge request."""
+
+
+class HookError(RagMetricsError, RuntimeError):
+    """``question_from`` or ``answer_from`` raised on the caller's thread (isolated mode)."""
+
+
+class MonitorError(RagMetricsError, RuntimeError):
+    """LangSmith could not be read (the project's runs could not be listed)."""
+
+
+class CheckpointError(RagMetricsError, ValueError):
+    """The monitor's checkpoint file cannot be used (unreadable, or for another project)."""
+
+
+def suggest(name: str, known: Iterable[str], *, limit: int = 2) -> list[str]:
+    """The known names closest to ``name`` (difflib ratio ≥ 0.6), best first, for "did you mean".
+
+    Case, surrounding spaces and ``-`` versus ``_`` are ignored, so ``Context-Recall`` finds
+    ``context_recall``.
+    """
+    norm = name.strip().lower().replace("-", "_").replace(" ", "_")
+    return difflib.get_close_matches(norm, list(known), n=limit, cutoff=0.6)

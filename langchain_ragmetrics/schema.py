@@ -174,7 +174,7 @@ class RagSample(BaseModel):
     def _language(cls, value: str | None) -> str | None:
         if value is None:
             return None
-        from langchain_ragmetrics.text import check_language
+        from langchain_ragmetrics._text import check_language
 
         return check_language(value, field="language")
 
@@ -244,10 +244,12 @@ class MetricResult(BaseModel):
         """True when the metric could not be assessed (no score and no error)."""
         return self.score is None and self.error is None
 
+    @property
+    def finite_score(self) -> float | None:
+        """The score, or None when there is none or it is NaN: what JSON and tables show."""
+        return None if self.score is None or math.isnan(self.score) else self.score
+
     def to_langsmith(self) -> dict[str, Any]:
         """Convert to LangSmith's evaluator result shape ``{key, score, comment}``."""
-        score = self.score
-        if score is not None and math.isnan(score):
-            score = None
         comment = self.reason if self.error is None else f"error: {self.error}"
-        return {"key": self.metric, "score": score, "comment": comment}
+        return {"key": self.metric, "score": self.finite_score, "comment": comment}

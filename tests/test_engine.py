@@ -1,21 +1,56 @@
+"""The scoring engine: order, error capture, slots, backoffs without slots, rate, timeouts."""
+
 import asyncio
+import contextvars
 import math
 import threading
 from collections.abc import Callable
 from typing import Any
 
 import pytest
+from langchain_core.rate_limiters import InMemoryRateLimiter
 
-from langchain_ragmetrics import ContextPrecision, ContextRecall, NonLLMContextRecall, RagSample
-from langchain_ragmetrics.engine import Job, RateLimiter, ScoringEngine, expected_judge_calls
-from tests._support.judges import EINSTEIN_CONTEXT, EINSTEIN_REFERENCE, EINSTEIN_VERDICTS
-from tests._support.openai_server import JudgeServer, reply_hold
+from langchain_ragmetrics import ContextRecall, NonLLMContextRecall, RagSample
+from langchain_ragmetrics._engine import Job, ScoringEngine, make_rate_limiter
+from langchain_ragmetrics._threads import DaemonThreadPool
+from langchain_ragmetrics.metrics import RetryPolicy
+from langchain_ragmetrics.schema import MetricResult
+from tests._support.concurrency import Peak
+from tests._support.judges import EINSTEIN_CONTEXT, EINSTEIN_REFERENCE, EINSTEIN_VERDICTS, payload
+from tests._support.openai_server import JudgeRequest, JudgeServer, reply_error, reply_hold
 
 SAMPLE = RagSample(question="q", contexts=[EINSTEIN_CONTEXT], reference=EINSTEIN_REFERENCE)
+MODES = ["threads", "asyncio"]
+MARK: contextvars.ContextVar[str] = contextvars.ContextVar("MARK", default="unset")
 
 
-async def test_runs_jobs_in_order_and_captures_errors(
-    judge_server: JudgeServer, make_judge: Callable[..., Any]
+def sample(name: str) -> RagSample:
+    return RagSample(question=name, contexts=[EINSTEIN_CONTEXT], reference=EINSTEIN_REFERENCE)
+
+
+def run_jobs(
+    engine: ScoringEngine, jobs: list[Job], mode: str, **options: Any
+) -> list[MetricResult | None]:
+    """Score jobs through ``engine.run`` (threads) or ``engine.arun`` (a fresh loop)."""
+    if mode == "threads":
+        return engine.run(jobs, **options)
+    return list(asyncio.run(engine.arun(jobs, **options)))
+
+
+def hold_the_stuck_one(release: threading.Event) -> Callable[[JudgeRequest], Any]:
+    """Hold the request of the sample named "stuck" until ``release``; answer the others."""
+
+    def script(req: JudgeRequest) -> Any:
+        if payload(req)["question"] == "stuck":
+            return reply_hold(release, EINSTEIN_VERDICTS)
+        return EINSTEIN_VERDICTS
+
+    return script
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_runs_jobs_in_order_and_captures_errors(
+    judge_server: JudgeServer, make_judge: Callable[..., Any], mode: str
 ) -> None:
     judge_server.script = lambda req: EINSTEIN_VERDICTS
     engine = ScoringEngine(max_concurrency=4)
@@ -23,74 +58,216 @@ async def test_runs_jobs_in_order_and_captures_errors(
     bad = RagSample(question="q", contexts=["c"])  # no reference: invalid input
     jobs = [Job(SAMPLE, recall, 0), Job(bad, recall, 1), Job(SAMPLE, recall, 2)]
     seen: list[Any] = []
-    results = await engine.arun(jobs, on_result=lambda job, r: seen.append(job.tag))
-    assert [r.score for r in results][0::2] == [0.5, 0.5]
+    results = run_jobs(engine, jobs, mode, on_result=lambda job, r: seen.append(job.tag))
+    assert [r.score for r in results if r is not None][0::2] == [0.5, 0.5]
+    assert results[1] is not None
     assert math.isnan(results[1].score or 0.0)
     assert "ContextRecall needs `reference`" in (results[1].error or "")
     assert sorted(seen) == [0, 1, 2]
-    assert engine.stats.finished == 3
-    assert engine.stats.failed == 1
+    assert (engine.stats.started, engine.stats.finished, engine.stats.failed) == (3, 3, 1)
     assert engine.stats.usage.judge_calls == 2
 
 
-async def test_concurrency_is_bounded(
-    judge_server: JudgeServer, make_judge: Callable[..., Any]
+@pytest.mark.parametrize("mode", MODES)
+def test_concurrency_is_bounded_and_used(
+    judge_server: JudgeServer, make_judge: Callable[..., Any], mode: str
 ) -> None:
-    release = threading.Event()
-    judge_server.script = lambda req: reply_hold(release, EINSTEIN_VERDICTS)
+    peak = Peak(width=3, total=8, answer=lambda req: EINSTEIN_VERDICTS)
+    judge_server.script = peak
     engine = ScoringEngine(max_concurrency=3)
     recall = ContextRecall(llm=make_judge())
-    task = asyncio.create_task(engine.arun([Job(SAMPLE, recall) for _ in range(8)]))
-    for _ in range(200):
-        await asyncio.sleep(0.01)
-        if judge_server.count() >= 3:
-            break
-    await asyncio.sleep(0.1)
-    assert judge_server.count() == 3  # the other five wait on the engine's semaphore
-    release.set()
-    results = await task
-    assert [r.score for r in results] == [0.5] * 8
+    results = run_jobs(engine, [Job(sample(f"#{i}"), recall) for i in range(8)], mode)
+    assert [r.score for r in results if r is not None] == [0.5] * 8
+    assert peak.peak == 3
 
 
-async def test_timeout_becomes_nan(
-    judge_server: JudgeServer, make_judge: Callable[..., Any]
+@pytest.mark.parametrize("mode", MODES)
+def test_a_backoff_gives_the_slot_to_the_next_job(
+    judge_server: JudgeServer, make_judge: Callable[..., Any], mode: str
+) -> None:
+    first = threading.Event()
+
+    def script(req: JudgeRequest) -> Any:
+        if payload(req)["question"] == "A" and not first.is_set():
+            first.set()  # A's first attempt fails; the server asks for a 0.5 s pause
+            return reply_error(503, "busy", headers={"Retry-After": "0.5"})
+        return EINSTEIN_VERDICTS
+
+    judge_server.script = script
+    engine = ScoringEngine(max_concurrency=1)  # one slot: B can only run in A's backoff
+    recall = ContextRecall(llm=make_judge(), retry=RetryPolicy(max_retries=1))
+    results = run_jobs(engine, [Job(sample("A"), recall), Job(sample("B"), recall)], mode)
+    assert [r.score for r in results if r is not None] == [0.5, 0.5]
+    order = [payload(r)["question"] for r in judge_server.requests]
+    assert order == ["A", "B", "A"]  # B was sent while A waited; A retried after it
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_rate_limiter_meters_every_request_retries_included(
+    judge_server: JudgeServer, make_judge: Callable[..., Any], mode: str
+) -> None:
+    judge_server.script = lambda req: (
+        reply_error(500) if len(judge_server.requests) % 2 else EINSTEIN_VERDICTS
+    )
+    engine = ScoringEngine(max_concurrency=2, rate_limit_per_minute=60_000)
+    spent: list[bool] = []
+    limiter = engine.gate.rate_limiter
+    assert isinstance(limiter, InMemoryRateLimiter)
+    original = limiter.acquire if mode == "threads" else limiter.aacquire
+
+    if mode == "threads":
+
+        def acquire(*, blocking: bool = True) -> bool:
+            spent.append(True)
+            return original(blocking=blocking)  # type: ignore[no-any-return]
+
+        limiter.acquire = acquire  # type: ignore[method-assign]
+    else:
+
+        async def aacquire(*, blocking: bool = True) -> bool:
+            spent.append(True)
+            return await original(blocking=blocking)  # type: ignore[no-any-return,misc]
+
+        limiter.aacquire = aacquire  # type: ignore[method-assign]
+    recall = ContextRecall(llm=make_judge(), retry=RetryPolicy(initial_backoff=0))
+    results = run_jobs(engine, [Job(sample(f"#{i}"), recall) for i in range(3)], mode)
+    assert [r.score for r in results if r is not None] == [0.5] * 3
+    assert judge_server.count() == 6  # each job: one 500, one answer
+    assert len(spent) == judge_server.count()
+
+
+def test_rate_limiter_settings() -> None:
+    limiter = make_rate_limiter(120)
+    assert isinstance(limiter, InMemoryRateLimiter)
+    assert limiter.requests_per_second == 2.0
+    assert limiter.available_tokens == limiter.max_bucket_size == 2.0  # starts without a wait
+    assert make_rate_limiter(None) is None
+    with pytest.raises(ValueError, match="rate_limit_per_minute"):
+        make_rate_limiter(0)
+    assert ScoringEngine(rate_limit_per_minute=30).limiter.requests_per_second == 0.5
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_timeout_becomes_nan_and_frees_the_slot(
+    judge_server: JudgeServer, make_judge: Callable[..., Any], mode: str
 ) -> None:
     release = threading.Event()
-    judge_server.script = lambda req: reply_hold(release, EINSTEIN_VERDICTS)
-    engine = ScoringEngine(timeout=0.2)
-    (result,) = await engine.arun([Job(SAMPLE, ContextRecall(llm=make_judge()))])
-    release.set()
-    assert math.isnan(result.score or 0.0)
-    assert result.error == "timed out after 0.2s"
+    judge_server.script = hold_the_stuck_one(release)
+    engine = ScoringEngine(max_concurrency=1, timeout=0.3)
+    recall = ContextRecall(llm=make_judge())
+    try:
+        jobs = [Job(sample("stuck"), recall), Job(sample("next"), recall)]
+        results = run_jobs(engine, jobs, mode)
+    finally:
+        release.set()
+    stuck, after = results
+    assert stuck is not None
+    assert math.isnan(stuck.score or 0.0)
+    assert stuck.error == "timed out after 0.3s"
+    assert after is not None
+    assert after.score == 0.5  # the only slot went on to the next job
     assert engine.stats.timed_out == 1
 
 
-async def test_raise_exceptions() -> None:
+@pytest.mark.parametrize("mode", MODES)
+def test_no_retry_sleeps_past_the_job_deadline(
+    judge_server: JudgeServer, make_judge: Callable[..., Any], mode: str
+) -> None:
+    judge_server.script = lambda req: reply_error(503, "busy", headers={"Retry-After": "20"})
+    engine = ScoringEngine(timeout=10)
+    recall = ContextRecall(llm=make_judge(), retry=RetryPolicy(max_backoff=60))
+    (result,) = run_jobs(engine, [Job(SAMPLE, recall)], mode)
+    assert result is not None
+    assert "busy" in (result.error or "")  # given up at once: 20 s would pass the deadline
+    assert judge_server.count() == 1
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_raise_exceptions(mode: str) -> None:
     engine = ScoringEngine(raise_exceptions=True)
     with pytest.raises(ValueError, match="needs `reference_contexts`"):
-        await engine.arun([Job(RagSample(contexts=["c"]), NonLLMContextRecall())])
-
-
-def test_expected_judge_calls() -> None:
-    sample = RagSample(contexts=["a", "b", "c"], reference="r")
-    assert expected_judge_calls(Job(sample, ContextRecall())) == 1
-    assert expected_judge_calls(Job(sample, ContextPrecision(per_context=True))) == 3
-    assert expected_judge_calls(Job(sample, NonLLMContextRecall())) == 0
-
-
-async def test_rate_limiter_uses_the_clock() -> None:
-    now = [0.0]
-    limiter = RateLimiter(60, clock=lambda: now[0])  # one call per second, burst of one
-    await limiter.acquire()
-    waiter = asyncio.create_task(limiter.acquire())
-    await asyncio.sleep(0.05)
-    assert not waiter.done()
-    now[0] = 1.0
-    await asyncio.wait_for(waiter, 2)
-    with pytest.raises(ValueError, match="rate_limit_per_minute"):
-        RateLimiter(0)
+        run_jobs(engine, [Job(RagSample(contexts=["c"]), NonLLMContextRecall())], mode)
 
 
 def test_bad_concurrency() -> None:
     with pytest.raises(ValueError, match="max_concurrency"):
         ScoringEngine(max_concurrency=0)
+
+
+def test_run_works_in_the_callers_context_and_calls_back_on_its_thread(
+    judge_server: JudgeServer, make_judge: Callable[..., Any]
+) -> None:
+    judge_server.script = lambda req: EINSTEIN_VERDICTS
+    marks: list[str] = []
+    callers: list[threading.Thread] = []
+
+    class Marked(ContextRecall):
+        def _evaluate(self, sample: RagSample, config: Any) -> MetricResult:
+            marks.append(MARK.get())
+            return super()._evaluate(sample, config)
+
+    token = MARK.set("caller")
+    try:
+        ScoringEngine(max_concurrency=2).run(
+            [Job(sample(f"#{i}"), Marked(llm=make_judge())) for i in range(3)],
+            on_result=lambda job, r: callers.append(threading.current_thread()),
+        )
+    finally:
+        MARK.reset(token)
+    assert marks == ["caller"] * 3
+    assert callers == [threading.current_thread()] * 3
+
+
+def test_stop_ends_the_run_and_keeps_what_finished(
+    judge_server: JudgeServer, make_judge: Callable[..., Any]
+) -> None:
+    release = threading.Event()
+    judge_server.script = lambda req: (
+        EINSTEIN_VERDICTS if payload(req)["question"] == "#0" else reply_hold(release, {})
+    )
+    stop = threading.Event()
+    recall = ContextRecall(llm=make_judge())
+    try:
+        results = ScoringEngine(max_concurrency=1).run(
+            [Job(sample(f"#{i}"), recall) for i in range(4)],
+            on_result=lambda job, r: stop.set(),
+            stop=stop,
+        )
+    finally:
+        release.set()
+    assert [r.score if r else None for r in results] == [0.5, None, None, None]
+
+
+def test_keyboard_interrupt_from_a_callback_propagates_after_stopping(
+    judge_server: JudgeServer, make_judge: Callable[..., Any]
+) -> None:
+    judge_server.script = lambda req: EINSTEIN_VERDICTS
+
+    def interrupt(job: Job, result: MetricResult) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        ScoringEngine(max_concurrency=1).run(
+            [Job(sample(f"#{i}"), ContextRecall(llm=make_judge())) for i in range(5)],
+            on_result=interrupt,
+        )
+    assert judge_server.count() < 5
+
+
+async def test_ascore_on_an_executor_frees_the_slot_of_a_timed_out_call(
+    judge_server: JudgeServer, make_judge: Callable[..., Any]
+) -> None:
+    release = threading.Event()
+    judge_server.script = hold_the_stuck_one(release)
+    pool = DaemonThreadPool(name="test-judges", size=2)
+    pool.start()
+    engine = ScoringEngine(max_concurrency=1, timeout=0.3, executor=pool)
+    recall = ContextRecall(llm=make_judge())
+    try:
+        stuck = await engine.ascore(Job(sample("stuck"), recall))
+        after = await engine.ascore(Job(sample("next"), recall))  # would time out without a slot
+    finally:
+        release.set()
+        pool.stop(10)
+    assert stuck.error == "timed out after 0.3s"
+    assert after.score == 0.5

@@ -100,3 +100,12 @@ def test_usage_adds_up() -> None:
     )
     assert (total.input_tokens, total.output_tokens, total.judge_calls) == (4, 6, 3)
     assert total.total_tokens == 10
+
+
+@pytest.mark.parametrize(
+    ("score", "shown"), [(0.25, 0.25), (0.0, 0.0), (math.nan, None), (None, None)]
+)
+def test_finite_score_is_what_json_and_tables_show(
+    score: float | None, shown: float | None
+) -> None:
+    assert MetricResult(metric="m", score=score).finite_score == shown

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from langchain_ragmetrics import ContextRelevance, RagSample
+from langchain_ragmetrics._engine import Job, ScoringEngine
 from langchain_ragmetrics._threads import DaemonThreadPool
-from langchain_ragmetrics.engine import Job, ScoringEngine
 from tests._support.judges import keyword_relevance
 from tests._support.openai_server import JudgeServer
 

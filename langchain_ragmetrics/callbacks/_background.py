@@ -13,6 +13,7 @@ from functools import partial
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.runnables import RunnableConfig
 
+from langchain_ragmetrics._engine import ScoringEngine
 from langchain_ragmetrics._threads import DaemonThreadPool
 from langchain_ragmetrics.callbacks._pipeline import (
     AnswerFrom,
@@ -25,7 +26,6 @@ from langchain_ragmetrics.callbacks._setup import judge_callbacks, untraced
 from langchain_ragmetrics.callbacks._stats import Counters, FailureLog
 from langchain_ragmetrics.callbacks._worker import BackgroundWorker, deadline_after, remaining
 from langchain_ragmetrics.callbacks.sinks import BaseSink
-from langchain_ragmetrics.engine import ScoringEngine
 from langchain_ragmetrics.metrics._base import BaseRagMetric
 
 __all__ = ["Background"]

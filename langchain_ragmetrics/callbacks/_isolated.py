@@ -37,7 +37,7 @@ from langchain_ragmetrics.callbacks._records import Capture
 from langchain_ragmetrics.callbacks._stats import Counters, FailureLog
 from langchain_ragmetrics.callbacks._worker import deadline_after, remaining
 from langchain_ragmetrics.callbacks.sinks import BaseSink
-from langchain_ragmetrics.errors import RagMetricsError
+from langchain_ragmetrics.errors import HookError
 from langchain_ragmetrics.metrics._base import BaseRagMetric
 from langchain_ragmetrics.schema import Usage, _document_id
 
@@ -149,10 +149,6 @@ class ProcessIsolation(BaseModel):
             )
             raise ValueError(msg) from exc
         return value
-
-
-class HookError(RagMetricsError, RuntimeError):
-    """``question_from`` or ``answer_from`` raised on the caller's thread (isolated mode)."""
 
 
 def _resolve(path: str) -> Callable[[], ScoringSetup]:

@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from langchain_core.runnables import RunnableConfig
 
+from langchain_ragmetrics._engine import Job, ScoringEngine
 from langchain_ragmetrics._threads import DaemonThreadPool
 from langchain_ragmetrics.callbacks._mapping import (
     REFERENCE_FIELDS,
@@ -29,7 +30,6 @@ from langchain_ragmetrics.callbacks._mapping import (
 from langchain_ragmetrics.callbacks._records import Capture, OnlineResult
 from langchain_ragmetrics.callbacks._stats import Counters, FailureLog
 from langchain_ragmetrics.callbacks.sinks import BaseSink
-from langchain_ragmetrics.engine import Job, ScoringEngine
 from langchain_ragmetrics.metrics._base import BaseRagMetric
 from langchain_ragmetrics.schema import MetricResult, RagSample
 
@@ -190,6 +190,7 @@ class ScoringPipeline:
                 sample=sample,
                 result=result,
                 timestamp=now,
+                otel_context=capture.otel_context,
             )
             for result in results
         ]

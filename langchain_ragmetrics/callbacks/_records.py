@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -49,10 +48,8 @@ class Capture:
     """The root run's input."""
     root_outputs: Any
     """The root run's output (None when the retriever is the root)."""
-
-
-def _finite(score: float | None) -> float | None:
-    return None if score is None or math.isnan(score) else score
+    otel_context: Any = None
+    """The OpenTelemetry ``SpanContext`` active when the retriever started (None without one)."""
 
 
 class OnlineResult(BaseModel):
@@ -81,6 +78,9 @@ class OnlineResult(BaseModel):
     """The metric's result (score NaN = failed, None = skipped)."""
     timestamp: datetime
     """When the result was produced (UTC)."""
+    otel_context: Any = Field(default=None, exclude=True, repr=False)
+    """The OpenTelemetry ``SpanContext`` active when the retriever started (None without one):
+    the OpenTelemetry sink parents its events to it."""
 
     @property
     def metric(self) -> str:
@@ -116,7 +116,7 @@ class OnlineResult(BaseModel):
             "tags": list(self.tags),
             "question": self.sample.question,
             "metric": result.metric,
-            "score": _finite(result.score),
+            "score": result.finite_score,
             "skipped": result.skipped,
             "reason": result.reason,
             "error": result.error,

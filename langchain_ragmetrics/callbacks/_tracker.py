@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
+from langchain_ragmetrics.callbacks._otel import current_span_context
 from langchain_ragmetrics.callbacks._records import Capture
 
 __all__ = ["FinishedTrace", "TraceTracker"]
@@ -31,6 +32,7 @@ class _Retrieval:
     tags: Sequence[str]
     metadata: Mapping[str, Any]
     documents: Sequence[Any] | None = None
+    otel_context: Any = None
 
 
 @dataclass
@@ -121,7 +123,13 @@ class TraceTracker:
             if retrieval is not None:
                 query, name, tags = retrieval
                 trace.retrievals[run_id] = _Retrieval(
-                    run_id, parent_run_id, query, name, tags, metadata or _EMPTY
+                    run_id,
+                    parent_run_id,
+                    query,
+                    name,
+                    tags,
+                    metadata or _EMPTY,
+                    otel_context=current_span_context(),
                 )
         return evicted
 
@@ -213,6 +221,7 @@ class TraceTracker:
                 root_metadata=trace.metadata,
                 root_inputs=trace.inputs,
                 root_outputs=None if r.run_id == trace.root_id else outputs,
+                otel_context=r.otel_context,
             )
             for r in trace.retrievals.values()
             if r.documents is not None

@@ -3,7 +3,7 @@
 On the caller's thread the handler only records and correlates callback events and, when
 a trace's root run ends, enqueues one record per retrieval of that trace. A background
 worker (its own thread and event loop) builds samples, runs the metrics through the
-:class:`~langchain_ragmetrics.engine.ScoringEngine` and hands results to the sinks.
+:class:`~langchain_ragmetrics._engine.ScoringEngine` and hands results to the sinks.
 """
 
 from __future__ import annotations

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Sequence
 from enum import IntEnum
@@ -22,6 +21,7 @@ __all__ = [
     "no_key_message",
     "positive_float",
     "positive_int",
+    "split_names",
 ]
 
 
@@ -36,6 +36,7 @@ class ExitCode(IntEnum):
     INVALID_DATASET = 5
     MISSING_COLUMNS = 6
     NO_API_KEY = 7
+    JUDGE_DISAGREES = 11
     INTERRUPTED = 130
 
 
@@ -48,6 +49,8 @@ _MEANING: dict[ExitCode, str] = {
     ExitCode.INVALID_DATASET: "the dataset cannot be read or has malformed rows (all listed)",
     ExitCode.MISSING_COLUMNS: "a metric needs a column that no row has",
     ExitCode.NO_API_KEY: "an LLM-judged metric was asked for but no judge is configured",
+    ExitCode.JUDGE_DISAGREES: "check-judge: a metric's agreement with the labels is below "
+    "--min-agreement",
     ExitCode.INTERRUPTED: "Ctrl-C: the partial results were printed (and written with --out)",
 }
 
@@ -67,6 +70,11 @@ def echo(text: str, stream: TextIO | None = None) -> None:
 
 def error(message: str) -> None:
     echo(f"ragmetrics: error: {message}", sys.stderr)
+
+
+def split_names(text: str) -> list[str]:
+    """Comma-separated names, stripped, lower-cased, without blanks or repeats (order kept)."""
+    return list(dict.fromkeys(name.strip().lower() for name in text.split(",") if name.strip()))
 
 
 def positive_int(text: str) -> int:
@@ -105,9 +113,9 @@ def add_judge_options(parser: argparse.ArgumentParser) -> None:
 
 def no_key_message(judged: Sequence[str]) -> str:
     """What to do when LLM-judged metrics were asked for but no judge is configured."""
-    from langchain_ragmetrics.evaluation import is_judged, metric_classes
+    from langchain_ragmetrics.evaluation import metric_names
 
-    plain = [name for name, cls in metric_classes().items() if not is_judged(cls)]
+    plain = metric_names(judged=False)
     return "\n".join(
         [
             f"{', '.join(judged)} need an LLM judge, but OPENAI_API_KEY is not set.",
@@ -122,17 +130,10 @@ def no_key_message(judged: Sequence[str]) -> str:
 
 
 def build_judge(model: str, base_url: str | None, *, max_retries: int = 0) -> BaseChatModel | None:
-    """A ChatOpenAI from the options and environment; None when no key or base URL is set.
+    """``make_judge`` for the CLI: None when no judge is configured (no key, no base URL)."""
+    from langchain_ragmetrics.metrics._judge import JudgeConfigError, make_judge
 
-    A base URL without a key is taken as a local server (Ollama, vLLM) that needs none.
-    ``max_retries`` is 0 for judges: retrying is the metrics' job (``RetryPolicy``).
-    """
-    base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
-    api_key = os.environ.get("OPENAI_API_KEY") or ("not-needed" if base_url else None)
-    if api_key is None:
+    try:
+        return make_judge(model, base_url=base_url, max_retries=max_retries)
+    except JudgeConfigError:
         return None
-    from langchain_openai import ChatOpenAI
-
-    return ChatOpenAI(
-        model=model, base_url=base_url, api_key=api_key, temperature=0, max_retries=max_retries
-    )

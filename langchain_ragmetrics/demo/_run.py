@@ -9,6 +9,7 @@ LLM-judged ones.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
 from collections.abc import Sequence
@@ -20,32 +21,25 @@ from langchain_core.runnables import Runnable, RunnableConfig, RunnablePassthrou
 from langchain_core.vectorstores import InMemoryVectorStore
 
 from langchain_ragmetrics.callbacks import InMemorySink, OnlineResult, RagMetricsCallbackHandler
-from langchain_ragmetrics.cli._common import build_judge
 from langchain_ragmetrics.demo._answerer import CONTEXT_MARK, QUESTION_MARK, extractive_answerer
 from langchain_ragmetrics.demo._corpus import Corpus, load_corpus
 from langchain_ragmetrics.demo._embeddings import LexicalEmbeddings
-from langchain_ragmetrics.metrics import (
-    BaseRagMetric,
-    ContextEntityRecall,
-    ContextPrecision,
-    ContextRecall,
-    ContextRelevance,
-    IDBasedContextPrecision,
-    IDBasedContextRecall,
-    NonLLMContextPrecision,
-    NonLLMContextRecall,
-)
+from langchain_ragmetrics.errors import JudgeConfigError
+from langchain_ragmetrics.evaluation import metric_from_name, metric_names
+from langchain_ragmetrics.metrics._judge import make_judge
 
 if TYPE_CHECKING:
     from langchain_core.documents import Document
     from langchain_core.language_models import BaseChatModel
+
+    from langchain_ragmetrics.metrics import BaseRagMetric
 
 __all__ = ["TOP_K", "build_chain", "demo_metrics", "run_demo"]
 
 TOP_K = 2
 """Documents retrieved per question."""
 _FLUSH_TIMEOUT_S = 300.0
-_LLM_METRICS = ("context_recall", "context_precision", "context_entity_recall", "context_relevance")
+_LLM_METRICS = tuple(metric_names(judged=True))
 
 
 def _format_docs(docs: list[Document]) -> str:
@@ -77,20 +71,10 @@ def build_chain(corpus: Corpus, answerer: Runnable[Any, Any]) -> Runnable[str, s
 
 def demo_metrics(judge: BaseChatModel | None) -> list[BaseRagMetric]:
     """The deterministic metrics, plus the LLM-judged ones when there is a judge."""
-    metrics: list[BaseRagMetric] = [
-        IDBasedContextRecall(),
-        IDBasedContextPrecision(),
-        NonLLMContextRecall(),
-        NonLLMContextPrecision(),
-    ]
+    names = metric_names(judged=False)
     if judge is not None:
-        metrics += [
-            ContextRecall(llm=judge),
-            ContextPrecision(llm=judge),
-            ContextEntityRecall(llm=judge),
-            ContextRelevance(llm=judge),
-        ]
-    return metrics
+        names += metric_names(judged=True)
+    return [metric_from_name(name, llm=judge) for name in names]
 
 
 class _Printer:
@@ -178,11 +162,15 @@ def run_demo(
     """
     say = _Printer(out or sys.stdout)
     corpus = load_corpus()
-    judge = None if offline else build_judge(model, base_url)
+    judge: BaseChatModel | None = None
+    if not offline:
+        with contextlib.suppress(JudgeConfigError):
+            judge = make_judge(model, base_url=base_url)
     why = "--offline" if offline else "no OPENAI_API_KEY or OPENAI_BASE_URL is set"
     answerer: Runnable[Any, Any] | None = None
     if judge is not None:
-        answerer = build_judge(model, base_url, max_retries=2)  # the same model, client retries
+        # The same model answers; it is no judge, so the SDK's retries are its only layer.
+        answerer = make_judge(model, base_url=base_url, max_retries=2)
     chain = build_chain(corpus, answerer if answerer is not None else extractive_answerer())
     sink = InMemorySink()
     handler = RagMetricsCallbackHandler(

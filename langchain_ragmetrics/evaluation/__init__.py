@@ -1,16 +1,17 @@
 """Offline evaluation: score a dataset with metrics and read the results as a table."""
 
-from langchain_ragmetrics._dataset import (
+from langchain_ragmetrics._dataset import RowProblem, load_dataset
+from langchain_ragmetrics.errors import (
     DatasetError,
+    JudgeSetupError,
     MissingFieldError,
-    RowProblem,
-    load_dataset,
+    UnknownMetricError,
 )
 from langchain_ragmetrics.evaluation._registry import (
-    UnknownMetricError,
     is_judged,
     metric_classes,
     metric_from_name,
+    metric_names,
 )
 from langchain_ragmetrics.evaluation._result import (
     EvaluationResult,
@@ -19,7 +20,6 @@ from langchain_ragmetrics.evaluation._result import (
     Status,
 )
 from langchain_ragmetrics.evaluation._run import (
-    JudgeSetupError,
     ResultCallback,
     aevaluate,
     evaluate,
@@ -42,4 +42,5 @@ __all__ = [
     "load_dataset",
     "metric_classes",
     "metric_from_name",
+    "metric_names",
 ]

@@ -1,9 +1,14 @@
-"""Metric names: the ``.key`` of each metric class, for the CLI and ``evaluate(metrics=[...])``."""
+"""The one list of built-in metrics, by name (the ``.key`` of each class).
+
+Everything that enumerates metrics reads it: the package root, the CLI, ``evaluate(metrics=
+["context_recall", ...])``, the demo and the benchmarks.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+from langchain_ragmetrics.errors import UnknownMetricError
 from langchain_ragmetrics.metrics import (
     BaseRagMetric,
     ContextEntityRecall,
@@ -17,7 +22,7 @@ from langchain_ragmetrics.metrics import (
     NonLLMContextRecall,
 )
 
-__all__ = ["UnknownMetricError", "is_judged", "metric_classes", "metric_from_name"]
+__all__ = ["UnknownMetricError", "is_judged", "metric_classes", "metric_from_name", "metric_names"]
 
 _CLASSES: tuple[type[BaseRagMetric], ...] = (
     ContextRecall,
@@ -31,18 +36,16 @@ _CLASSES: tuple[type[BaseRagMetric], ...] = (
 )
 
 
-class UnknownMetricError(ValueError):
-    """A metric name that no metric class has; the message lists the known names."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.known = sorted(metric_classes())
-        super().__init__(f"unknown metric {name!r}; known metrics: {', '.join(self.known)}")
-
-
 def metric_classes() -> dict[str, type[BaseRagMetric]]:
     """Every built-in metric class by its key (``context_recall`` -> ``ContextRecall``)."""
     return {cls.key: cls for cls in _CLASSES}
+
+
+def metric_names(*, judged: bool | None = None) -> list[str]:
+    """Names of the built-in metrics in registry order; ``judged`` keeps only LLM / non-LLM ones."""
+    return [
+        key for key, cls in metric_classes().items() if judged is None or is_judged(cls) == judged
+    ]
 
 
 def is_judged(metric: BaseRagMetric | type[BaseRagMetric]) -> bool:
@@ -61,6 +64,6 @@ def metric_from_name(name: str, **options: Any) -> BaseRagMetric:
     """
     cls = metric_classes().get(name.strip().lower())
     if cls is None:
-        raise UnknownMetricError(name)
+        raise UnknownMetricError(name, metric_classes())
     kept = {k: v for k, v in options.items() if k in cls.model_fields and v is not None}
     return cls(**kept)

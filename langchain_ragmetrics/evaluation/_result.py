@@ -59,10 +59,6 @@ def status_of(result: MetricResult | None) -> Status:
     return "scored"
 
 
-def _finite(score: float | None) -> float | None:
-    return None if score is None or math.isnan(score) else score
-
-
 def _json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, default=str)
 
@@ -168,7 +164,7 @@ class EvaluationResult(BaseModel):
     def _summarise(self, metric: str) -> MetricSummary:
         results = self.results_of(metric)
         statuses = [status_of(r) for r in results]
-        finite = [s for r in results if r is not None and (s := _finite(r.score)) is not None]
+        finite = [s for r in results if r is not None and (s := r.finite_score) is not None]
         scores = np.asarray(finite, dtype=np.float64)
         nan = math.nan
         usage = sum((r.usage for r in results if r is not None), Usage())
@@ -285,7 +281,7 @@ class EvaluationResult(BaseModel):
         if result is None:
             return {"status": "not_run", "score": None, "error": NOT_RUN_ERROR}
         data = result.model_dump(mode="json")
-        data["score"] = _finite(result.score)
+        data["score"] = result.finite_score
         return {"status": status_of(result), **data}
 
     def to_csv(self, path: str | os.PathLike[str]) -> Path:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -14,15 +15,14 @@ from langchain_ragmetrics._dataset import (
     MissingFieldError,
     read_dataset,
 )
+from langchain_ragmetrics._engine import Job, ScoringEngine
 from langchain_ragmetrics._progress import Progress
-from langchain_ragmetrics._threads import DaemonThreadPool
-from langchain_ragmetrics.engine import Job, ScoringEngine
-from langchain_ragmetrics.evaluation._loop import run_cancellable
+from langchain_ragmetrics._text import check_language
+from langchain_ragmetrics.errors import JudgeSetupError
 from langchain_ragmetrics.evaluation._registry import metric_from_name
 from langchain_ragmetrics.evaluation._result import EvaluationResult, EvaluationRow, column_names
 from langchain_ragmetrics.metrics import BaseRagMetric, JudgedMetric
 from langchain_ragmetrics.schema import _ALIASES, MetricResult
-from langchain_ragmetrics.text import check_language
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
@@ -37,10 +37,6 @@ _LOCAL_SERVER_HINT = (
     "point OPENAI_BASE_URL at an OpenAI-compatible server such as "
     "Ollama (http://localhost:11434/v1) or vLLM (http://localhost:8000/v1)"
 )
-
-
-class JudgeSetupError(RuntimeError):
-    """An LLM-judged metric has no judge and the default one cannot be built (no API key)."""
 
 
 def prepare_metrics(
@@ -144,12 +140,12 @@ class _Run:
         self.metrics = metrics
         self.columns = column_names([m.metric_name for m in metrics])
         self.engine = engine
-        self.pool = engine.executor if isinstance(engine.executor, DaemonThreadPool) else None
         self.show_progress = show_progress
         self.on_result = on_result
         self.results: dict[tuple[int, int], MetricResult] = {}
         self.stop_requested = False
         self.elapsed = 0.0
+        self._stop = threading.Event()
         self._task: asyncio.Task[Any] | None = None
         self._progress: Progress | None = None
 
@@ -162,8 +158,9 @@ class _Run:
         ]
 
     def stop(self) -> None:
-        """Cancel the unfinished jobs (what Ctrl-C does)."""
+        """Stop starting jobs and give up on the unfinished ones (what Ctrl-C does)."""
         self.stop_requested = True
+        self._stop.set()
         if self._task is not None:
             self._task.cancel()
 
@@ -178,22 +175,35 @@ class _Run:
             except KeyboardInterrupt:
                 self.stop()
 
-    async def execute(self) -> None:
-        """Score every job; keeps the results of finished jobs if cancelled."""
+    def execute(self) -> bool:
+        """Score every job on the engine's threads; False when Ctrl-C stopped the run.
+
+        The calling thread only waits (no event loop), so this works the same inside a
+        running loop (Jupyter). Finished results are kept when the run is interrupted.
+        """
+        jobs = self.jobs()
+        self._progress = Progress(len(jobs), self.columns, enabled=self.show_progress)
+        start = time.perf_counter()
+        try:
+            self.engine.run(jobs, on_result=self._record, stop=self._stop)
+        except KeyboardInterrupt:
+            self.stop()
+        finally:
+            self.elapsed = time.perf_counter() - start
+            self._progress.close()
+        return not self.stop_requested
+
+    async def aexecute(self) -> None:
+        """Score every job on the running loop; keeps the results of finished jobs if cancelled."""
         self._task = asyncio.current_task()
         jobs = self.jobs()
         self._progress = Progress(len(jobs), self.columns, enabled=self.show_progress)
         start = time.perf_counter()
-        if self.pool is not None:
-            self.pool.start()
         try:
             await self.engine.arun(jobs, on_result=self._record)
         finally:
             self.elapsed = time.perf_counter() - start
             self._progress.close()
-            if self.pool is not None:
-                # Calls still running after an interrupt finish on their daemon threads.
-                self.pool.shutdown(wait=False, cancel_futures=True)
 
     def result(self, *, interrupted: bool) -> EvaluationResult:
         """Assemble the EvaluationResult; unfinished jobs are marked as not run."""
@@ -228,7 +238,6 @@ def _prepare(
     raise_exceptions: bool,
     config: RunnableConfig | None,
     on_result: ResultCallback | None,
-    threaded: bool,
 ) -> _Run:
     prepared = prepare_metrics(metrics, llm=llm, language=language)
     engine = ScoringEngine(
@@ -237,9 +246,6 @@ def _prepare(
         rate_limit_per_minute=rate_limit_per_minute,
         raise_exceptions=raise_exceptions,
         config=config,
-        executor=(
-            DaemonThreadPool(name="ragmetrics-evaluate", size=max_concurrency) if threaded else None
-        ),
     )
     data = read_dataset(dataset)
     run = _Run(data, prepared, engine, show_progress=show_progress, on_result=on_result)
@@ -264,14 +270,14 @@ def evaluate(
 ) -> EvaluationResult:
     """Score every sample of a dataset with every metric.
 
-    All (sample x metric) jobs go through one :class:`~langchain_ragmetrics.engine.ScoringEngine`
-    under a single concurrency limit. The engine runs on a long-lived background event loop
-    and calls each metric's sync ``invoke`` on ``max_concurrency`` daemon threads, so it works
-    the same from a script and from inside a running event loop (Jupyter, no nest_asyncio),
-    and never touches async HTTP clients bound to another loop (langchain-openai shares one
-    per base URL). A failed job becomes a NaN score with its error and the run goes on;
-    Ctrl-C stops the run and returns what was scored so far (``result.interrupted`` is True,
-    unfinished jobs are "not run").
+    All (sample x metric) jobs go through one :class:`~langchain_ragmetrics._engine.ScoringEngine`:
+    each metric's sync ``invoke`` runs on worker threads while the calling thread waits, so it
+    works the same from a script and from inside a running event loop (Jupyter, no
+    nest_asyncio), and never touches async HTTP clients bound to another loop (langchain-openai
+    shares one per base URL). ``max_concurrency`` bounds the judge requests in flight; a job
+    waiting out a retry backoff holds none. A failed job becomes a NaN score with its error and
+    the run goes on; Ctrl-C stops the run and returns what was scored so far
+    (``result.interrupted`` is True, unfinished jobs are "not run").
 
     Args:
         dataset: RagSamples or dicts (RAGAS column names accepted), a dict of columns, a path
@@ -279,9 +285,10 @@ def evaluate(
         metrics: Metric objects, or names such as ``"context_recall"``.
         llm: Judge for the LLM-judged metrics that have none (metrics are copied, not changed).
         language: Default language for metrics and samples that do not set one (``"ja"``).
-        max_concurrency: Jobs scored at the same time.
+        max_concurrency: Judge requests in flight at the same time.
         timeout: Seconds before one job is abandoned (it becomes NaN); None for no limit.
-        rate_limit_per_minute: Upper bound on judge calls per minute; None for no limit.
+        rate_limit_per_minute: Upper bound on judge requests per minute, retries included
+            (langchain-core's ``InMemoryRateLimiter``); None for no limit.
         show_progress: Show a progress bar (only on a terminal or in a notebook).
         raise_exceptions: Raise the first job error instead of recording it as NaN.
         config: RunnableConfig for the metric runs (callbacks, tags, metadata).
@@ -310,9 +317,8 @@ def evaluate(
         raise_exceptions=raise_exceptions,
         config=config,
         on_result=on_result,
-        threaded=True,
     )
-    completed = run_cancellable(run.execute)
+    completed = run.execute()
     return run.result(interrupted=not completed)
 
 
@@ -347,9 +353,8 @@ async def aevaluate(
         raise_exceptions=raise_exceptions,
         config=config,
         on_result=on_result,
-        threaded=False,
     )
-    inner = asyncio.ensure_future(run.execute())
+    inner = asyncio.ensure_future(run.aexecute())
     try:
         await inner
     except asyncio.CancelledError:

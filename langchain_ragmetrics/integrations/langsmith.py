@@ -54,7 +54,6 @@ __all__ = [
     "QUESTION_KEYS",
     "REFERENCE_KEYS",
     "RagMetricEvaluator",
-    "as_langsmith_evaluator",
     "metric_to_langsmith_evaluator",
 ]
 
@@ -268,7 +267,3 @@ def metric_to_langsmith_evaluator(metric: BaseRagMetric, **options: Any) -> RagM
             ``question_key``, ``answer_key``, ``contexts_key``, ``reference_key``, ``prepare``).
     """
     return RagMetricEvaluator(metric, **options)
-
-
-as_langsmith_evaluator = metric_to_langsmith_evaluator
-"""Short alias of :func:`metric_to_langsmith_evaluator`."""

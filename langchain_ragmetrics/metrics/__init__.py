@@ -1,17 +1,37 @@
-"""The context metrics, each a LangChain Runnable ``RagSample | dict -> MetricResult``."""
+"""The context metrics, each a LangChain Runnable ``RagSample | dict -> MetricResult``.
 
+Each LLM-judged metric ends in a pure scorer (``score_context_recall``, ...): call it with
+hand-written verdicts to check a score without any judge.
+"""
+
+from langchain_ragmetrics.errors import JudgeError
 from langchain_ragmetrics.metrics._base import (
     BaseRagMetric,
     JudgedMetric,
-    JudgeError,
     Plan,
     Verdict,
 )
 from langchain_ragmetrics.metrics._judge import RetryPolicy
-from langchain_ragmetrics.metrics.context_entity_recall import ContextEntityRecall
-from langchain_ragmetrics.metrics.context_precision import ContextPrecision
-from langchain_ragmetrics.metrics.context_recall import ContextRecall
-from langchain_ragmetrics.metrics.context_relevance import ContextRelevance
+from langchain_ragmetrics.metrics.context_entity_recall import (
+    ContextEntityRecall,
+    score_entity_recall,
+)
+from langchain_ragmetrics.metrics.context_precision import (
+    ContextPrecision,
+    SingleContextVerdict,
+    score_context_precision,
+)
+from langchain_ragmetrics.metrics.context_recall import (
+    ContextRecall,
+    RecallStatements,
+    StatementVerdict,
+    score_context_recall,
+)
+from langchain_ragmetrics.metrics.context_relevance import (
+    ContextRelevance,
+    ContextSentence,
+    score_context_relevance,
+)
 from langchain_ragmetrics.metrics.id_based import IDBasedContextPrecision, IDBasedContextRecall
 from langchain_ragmetrics.metrics.string_similarity import (
     NonLLMContextPrecision,
@@ -24,6 +44,7 @@ __all__ = [
     "ContextPrecision",
     "ContextRecall",
     "ContextRelevance",
+    "ContextSentence",
     "IDBasedContextPrecision",
     "IDBasedContextRecall",
     "JudgeError",
@@ -31,6 +52,13 @@ __all__ = [
     "NonLLMContextPrecision",
     "NonLLMContextRecall",
     "Plan",
+    "RecallStatements",
     "RetryPolicy",
+    "SingleContextVerdict",
+    "StatementVerdict",
     "Verdict",
+    "score_context_precision",
+    "score_context_recall",
+    "score_context_relevance",
+    "score_entity_recall",
 ]

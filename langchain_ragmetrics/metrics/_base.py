@@ -21,6 +21,8 @@ from langchain_core.runnables.config import get_executor_for_config, patch_confi
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 from typing_extensions import override
 
+from langchain_ragmetrics._text import check_language, language_name
+from langchain_ragmetrics.errors import JudgeError
 from langchain_ragmetrics.metrics._judge import (
     JudgeCall,
     JudgeOutcome,
@@ -28,18 +30,13 @@ from langchain_ragmetrics.metrics._judge import (
     RetryPolicy,
     acall_judge,
     call_judge,
-    default_judge,
     judge_name,
+    make_judge,
 )
 from langchain_ragmetrics.prompts._common import to_payload
 from langchain_ragmetrics.schema import MetricInput, MetricResult, RagSample, Usage, coerce_sample
-from langchain_ragmetrics.text import check_language, language_name
 
 __all__ = ["BaseRagMetric", "JudgeError", "JudgedMetric", "Plan", "Verdict"]
-
-
-class JudgeError(RuntimeError):
-    """Raised instead of a NaN result when a metric is built with ``raise_on_error=True``."""
 
 
 @dataclass
@@ -98,12 +95,6 @@ class BaseRagMetric(RunnableSerializable[MetricInput, MetricResult]):
     @override
     def OutputType(self) -> type[MetricResult]:
         return MetricResult
-
-    def as_langsmith_evaluator(self, **options: Any) -> Any:
-        """This metric as a LangSmith ``RunEvaluator`` (see ``integrations.langsmith``)."""
-        from langchain_ragmetrics.integrations.langsmith import metric_to_langsmith_evaluator
-
-        return metric_to_langsmith_evaluator(self, **options)
 
     def sample_language(self, sample: RagSample) -> str:
         """The language a sample is judged in: its own, else the metric's, else English."""
@@ -242,7 +233,7 @@ class JudgedMetric(BaseRagMetric):
         if self.llm is not None:
             return self.llm
         if self._default_llm is None:
-            self._default_llm = default_judge()
+            self._default_llm = make_judge()
         return self._default_llm
 
     @override

@@ -1,9 +1,18 @@
-"""Calling a chat model for a structured verdict: retries, parse checks and usage accounting."""
+"""Calling a chat model for a structured verdict: the judge factory, retries, parse checks.
+
+This module is the package's one retry layer. Judges built by :func:`make_judge` have the
+openai SDK's own retries off, so a request is sent at most ``1 + RetryPolicy.max_retries``
+times. Errors are classified by type (langchain-core's standard model exceptions, which
+langchain-openai's errors subclass) and HTTP status; ``Retry-After`` is honoured.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import email.utils
+import os
 import random
+import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -11,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from langchain_ragmetrics._gate import Admission, DeadlineExceededError, current_admission
+from langchain_ragmetrics.errors import JudgeConfigError
 from langchain_ragmetrics.schema import Usage
 
 if TYPE_CHECKING:
@@ -28,37 +39,66 @@ __all__ = [
     "RetryPolicy",
     "acall_judge",
     "call_judge",
-    "default_judge",
     "is_transient",
     "judge_name",
+    "make_judge",
+    "retry_after",
 ]
 
 DEFAULT_JUDGE_MODEL = "gpt-4o-mini"
 DEFAULT_JUDGE_TIMEOUT = 60.0
 _TRANSIENT_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
-_TRANSIENT_NAMES = ("Timeout", "APIConnectionError", "ConnectError", "RemoteProtocolError")
+_LOCAL_KEY = "not-needed"  # local OpenAI-compatible servers (Ollama, vLLM) ignore the key
 
 
-class JudgeConfigError(RuntimeError):
-    """The judge could not be built (e.g. no API key for the default judge)."""
+def make_judge(
+    model: str = DEFAULT_JUDGE_MODEL,
+    *,
+    base_url: str | None = None,
+    api_key: str | None = None,
+    timeout: float = DEFAULT_JUDGE_TIMEOUT,
+    max_retries: int = 0,
+) -> BaseChatModel:
+    """The package's one judge factory: a ``ChatOpenAI`` at temperature 0 with a bounded timeout.
 
+    Used by the metrics' default judge, the CLI and the demo, so every judge we build has the
+    same timeout and no SDK retries (``RetryPolicy`` is the only retry layer). langchain-openai
+    is imported only now, which keeps ``import langchain_ragmetrics`` light.
 
-def default_judge() -> BaseChatModel:
-    """Build the default judge, importing langchain-openai only now (keeps import light).
+    Args:
+        model: Model name.
+        base_url: OpenAI-compatible endpoint; default ``$OPENAI_BASE_URL``, else OpenAI.
+        api_key: Default ``$OPENAI_API_KEY``; with a base URL and no key, a placeholder (local
+            servers such as Ollama or vLLM need none).
+        timeout: Seconds per HTTP request.
+        max_retries: The SDK's own retries; keep 0 for judges. Only a model that is not a
+            judge (the demo's answering model, which has no other retry layer) sets more.
 
-    ``ChatOpenAI`` reads ``OPENAI_API_KEY`` and ``OPENAI_BASE_URL`` from the environment.
+    Raises:
+        JudgeConfigError: No API key and no base URL, or ChatOpenAI rejected the settings.
     """
+    base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
+    api_key = api_key or os.environ.get("OPENAI_API_KEY") or (_LOCAL_KEY if base_url else None)
+    if api_key is None:
+        msg = (
+            f"no judge for ChatOpenAI(model={model!r}): OPENAI_API_KEY is not set. Set it, or "
+            "OPENAI_BASE_URL (any OPENAI_API_KEY, or none) to use a local OpenAI-compatible "
+            "server, or pass llm=<any chat model> to the metric."
+        )
+        raise JudgeConfigError(msg)
     from langchain_openai import ChatOpenAI
 
     try:
-        # A bounded timeout: a hung judge must not hold a worker (or interpreter exit) forever.
-        return ChatOpenAI(model=DEFAULT_JUDGE_MODEL, temperature=0, timeout=DEFAULT_JUDGE_TIMEOUT)
-    except Exception as exc:
-        msg = (
-            f"could not build the default judge ChatOpenAI(model={DEFAULT_JUDGE_MODEL!r}): {exc}. "
-            "Set OPENAI_API_KEY, or OPENAI_BASE_URL (with any OPENAI_API_KEY) to use a local "
-            "OpenAI-compatible server, or pass llm=<any chat model> to the metric."
+        return ChatOpenAI(
+            model=model,
+            base_url=base_url,
+            api_key=api_key,
+            temperature=0,
+            timeout=timeout,
+            max_retries=max_retries,
         )
+    except Exception as exc:
+        msg = f"could not build the judge ChatOpenAI(model={model!r}): {exc}"
         raise JudgeConfigError(msg) from exc
 
 
@@ -77,32 +117,94 @@ class RetryPolicy(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     max_retries: int = Field(default=3, ge=0)
-    """Retries after a transient error (HTTP 429, 5xx, timeouts, dropped connections)."""
+    """Retries after a transient error (HTTP 429, 5xx, timeouts, refused or lost connections)."""
     parse_retries: int = Field(default=1, ge=0)
     """Retries after an answer that fails to parse or validate."""
     initial_backoff: float = Field(default=1.0, ge=0)
     """Seconds before the first transient retry; doubles each time, with jitter."""
     max_backoff: float = Field(default=30.0, ge=0)
-    """Upper bound of one backoff sleep, in seconds."""
+    """Upper bound of one backoff sleep, in seconds (a longer ``Retry-After`` is cut to it)."""
 
     def backoff(self, attempt: int) -> float:
-        """Sleep before transient retry number ``attempt`` (0-based), with full jitter."""
+        """Sleep before transient retry number ``attempt`` (0-based), with jitter."""
         ceiling = min(self.max_backoff, self.initial_backoff * (2**attempt))
         return float(ceiling * (0.5 + random.random() / 2))  # noqa: S311 - jitter, not crypto
 
+    def delay(self, attempt: int, exc: BaseException) -> float:
+        """The sleep before retrying after ``exc``: its ``Retry-After`` if any, else backoff."""
+        hinted = retry_after(exc)
+        if hinted is not None:
+            return min(self.max_backoff, hinted)
+        return self.backoff(attempt)
 
-def is_transient(exc: BaseException) -> bool:
-    """True for errors worth retrying: rate limits, server errors, timeouts, lost connections."""
-    if isinstance(exc, (TimeoutError, ConnectionError)):
-        return True
+
+def _status_of(exc: BaseException) -> int | None:
     status = getattr(exc, "status_code", None)
     if isinstance(status, int):
+        return status
+    status = getattr(getattr(exc, "response", None), "status_code", None)
+    return status if isinstance(status, int) else None
+
+
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    """Connection and timeout errors of the HTTP stacks already imported (none imported here)."""
+    found: list[type[BaseException]] = [TimeoutError, ConnectionError]
+    openai = sys.modules.get("openai")
+    if openai is not None:
+        found.append(openai.APIConnectionError)  # APITimeoutError is a subclass
+    for name in ("httpx", "httpx2"):
+        module = sys.modules.get(name)
+        error = getattr(module, "TransportError", None)
+        if isinstance(error, type) and issubclass(error, BaseException):
+            found.append(error)
+    return tuple(found)
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True for errors worth retrying: rate limits, server errors, timeouts, connections.
+
+    By type first: langchain-core's ``ModelError`` says itself whether it is retryable
+    (``ModelRateLimitError``, ``ModelAPIError``, ``ModelConnectionError``,
+    ``ModelTimeoutError`` are; langchain-openai's errors subclass them). Then by HTTP status
+    (408, 409, 429, 5xx) for providers that raise their SDK's own errors, then the transport
+    errors of the openai SDK and httpx and the builtin ``TimeoutError`` / ``ConnectionError``.
+    """
+    from langchain_core.exceptions import ModelError
+
+    if isinstance(exc, ModelError):
+        return bool(exc.is_retryable)
+    status = _status_of(exc)
+    if status is not None:
         return status in _TRANSIENT_STATUS
-    response = getattr(exc, "response", None)
-    status = getattr(response, "status_code", None)
-    if isinstance(status, int) and status in _TRANSIENT_STATUS:
-        return True
-    return any(part in type(exc).__name__ for part in _TRANSIENT_NAMES)
+    return isinstance(exc, _transport_errors())
+
+
+def retry_after(exc: BaseException) -> float | None:
+    """Seconds the server asked us to wait (``retry-after-ms`` or ``Retry-After``), or None.
+
+    ``Retry-After`` may be a number of seconds or an HTTP date.
+    """
+    headers = getattr(getattr(exc, "response", None), "headers", None)
+    if headers is None:
+        return None
+    try:
+        millis = headers.get("retry-after-ms")
+        if millis is not None:
+            return max(0.0, float(millis) / 1000)
+        value = headers.get("retry-after")
+    except (TypeError, ValueError, AttributeError):
+        return None
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(str(value))
+    except (TypeError, ValueError, IndexError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
 
 
 @dataclass
@@ -197,7 +299,7 @@ def _usage_of(raw: Any) -> Usage:
 
 
 class _Attempts:
-    """Shared bookkeeping of the retry loop (sync and async variants drive it)."""
+    """Shared bookkeeping of the retry loop (the sync and async loops drive it)."""
 
     def __init__(self, call: JudgeCall, policy: RetryPolicy) -> None:
         self.call = call
@@ -206,13 +308,17 @@ class _Attempts:
         self.transient_used = 0
         self.parse_used = 0
 
-    def on_exception(self, exc: Exception) -> float | JudgeOutcome:
+    def on_exception(self, exc: Exception, admission: Admission | None) -> float | JudgeOutcome:
         """Return a sleep before retrying, or the final failed outcome."""
+        if isinstance(exc, DeadlineExceededError):  # never sent: costs no request
+            return JudgeOutcome(error=f"{type(exc).__name__}: {exc}", usage=self.usage)
         self.usage = self.usage + Usage(judge_calls=1)
         if is_transient(exc) and self.transient_used < self.policy.max_retries:
-            delay = self.policy.backoff(self.transient_used)
-            self.transient_used += 1
-            return delay
+            delay = self.policy.delay(self.transient_used, exc)
+            left = None if admission is None else admission.remaining()
+            if left is None or delay < left:
+                self.transient_used += 1
+                return delay
         return JudgeOutcome(error=f"{type(exc).__name__}: {exc}", usage=self.usage)
 
     def on_output(self, output: Any) -> JudgeOutcome | None:
@@ -244,18 +350,34 @@ class _Attempts:
 def call_judge(
     runner: JudgeRunner, call: JudgeCall, config: RunnableConfig | None, policy: RetryPolicy
 ) -> JudgeOutcome:
-    """Run one judge call synchronously with bounded retries; never raises for judge faults."""
+    """Run one judge call synchronously with bounded retries; never raises for judge faults.
+
+    Under the scoring engine each HTTP attempt spends one request of the engine's rate limit,
+    and the job gives its concurrency slot back while it sleeps out a backoff.
+    """
     state = _Attempts(call, policy)
+    admission = current_admission()
+    messages = runner.prompt.format_messages(**call.variables)
+    delay: float | None = None
     while True:
         try:
-            messages = runner.prompt.format_messages(**call.variables)
-            output = runner.parse(runner.model.invoke(messages, config))
+            if admission is None:
+                if delay is not None:
+                    time.sleep(delay)
+                output = runner.model.invoke(messages, config)
+            else:
+                if delay is not None:
+                    admission.sleep(delay)  # without the engine's slot
+                with admission.request():
+                    output = runner.model.invoke(messages, config)
+            output = runner.parse(output)
         except Exception as exc:
-            step = state.on_exception(exc)
+            step = state.on_exception(exc, admission)
             if isinstance(step, JudgeOutcome):
                 return step
-            time.sleep(step)
+            delay = step
             continue
+        delay = None
         outcome = state.on_output(output)
         if outcome is not None:
             return outcome
@@ -266,16 +388,28 @@ async def acall_judge(
 ) -> JudgeOutcome:
     """Async twin of :func:`call_judge`."""
     state = _Attempts(call, policy)
+    admission = current_admission()
+    messages = runner.prompt.format_messages(**call.variables)
+    delay: float | None = None
     while True:
         try:
-            messages = runner.prompt.format_messages(**call.variables)
-            output = runner.parse(await runner.model.ainvoke(messages, config))
+            if admission is None:
+                if delay is not None:
+                    await asyncio.sleep(delay)
+                output = await runner.model.ainvoke(messages, config)
+            else:
+                if delay is not None:
+                    await admission.asleep(delay)  # without the engine's slot
+                async with admission.arequest():
+                    output = await runner.model.ainvoke(messages, config)
+            output = runner.parse(output)
         except Exception as exc:
-            step = state.on_exception(exc)
+            step = state.on_exception(exc, admission)
             if isinstance(step, JudgeOutcome):
                 return step
-            await asyncio.sleep(step)
+            delay = step
             continue
+        delay = None
         outcome = state.on_output(output)
         if outcome is not None:
             return outcome

@@ -3,20 +3,22 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
 from langchain_core.prompts import ChatPromptTemplate
 from pydantic import BaseModel, ConfigDict, Field
 from typing_extensions import override
 
+from langchain_ragmetrics._text import Truncation, cap_texts, segment
 from langchain_ragmetrics.metrics._base import JudgedMetric, Plan, Verdict
 from langchain_ragmetrics.prompts import context_relevance as prompts
 from langchain_ragmetrics.schema import RagSample
 from langchain_ragmetrics.scoring import relevance_ratio
-from langchain_ragmetrics.text import segment
 
 __all__ = [
+    "DEFAULT_MAX_CONTEXT_CHARS",
+    "DEFAULT_MAX_SAMPLE_CHARS",
     "ContextRelevance",
     "ContextSentence",
     "RelevantSentences",
@@ -24,6 +26,12 @@ __all__ = [
     "score_context_relevance",
     "split_contexts",
 ]
+
+
+DEFAULT_MAX_CONTEXT_CHARS = 20_000
+"""Characters of one context that ContextRelevance segments and sends to the judge."""
+DEFAULT_MAX_SAMPLE_CHARS = 60_000
+"""Characters of all contexts of one sample that ContextRelevance segments and sends."""
 
 
 class RelevantSentences(BaseModel):
@@ -74,8 +82,25 @@ def score_context_relevance(
         "relevant_indices": picked,
         "relevant_sentences": [sentences[i].text for i in picked if 0 <= i < len(sentences)],
     }
-    summary = f"{len(picked)} of {len(sentences)} context sentences are needed for the question."
+    if picked:
+        summary = (
+            f"{len(picked)} of {len(sentences)} context sentences are needed to answer the "
+            f"question, so relevance = {len(picked)}/{len(sentences)} = {score:.2f}."
+        )
+    else:
+        summary = (
+            f"None of the {len(sentences)} context sentences is needed to answer the question, "
+            "so relevance is 0."
+        )
     return Verdict(score, f"{summary} {reason}".strip(), details)
+
+
+@dataclass
+class _Prepared:
+    """What the scorer needs after the judge call: the numbered sentences, and any cut."""
+
+    sentences: list[ContextSentence]
+    truncated: list[Truncation] = field(default_factory=list)
 
 
 class ContextRelevance(JudgedMetric):
@@ -83,11 +108,22 @@ class ContextRelevance(JudgedMetric):
 
     Contexts are split into sentences with pysbd in the sample's language; the judge picks
     sentence indices, so counts are exact and nothing is copied back.
+
+    Long contexts are capped before segmentation: at most ``max_context_chars`` of each
+    context and ``max_sample_chars`` of all of them are segmented and judged (later contexts
+    are cut first). The score then covers the kept text, and ``details["truncated"]`` lists
+    each context that was cut (``index``, ``chars``, ``kept``). The cap also bounds the CPU
+    one sample can take (segmentation is linear in length: about 0.8 s for 100 KB).
     """
 
     key: ClassVar[str] = "context_relevance"
     requires: ClassVar[tuple[str, ...]] = ("question",)
     output_schema: ClassVar[type[BaseModel]] = RelevantSentences
+
+    max_context_chars: int | None = Field(default=DEFAULT_MAX_CONTEXT_CHARS, gt=0)
+    """Characters of each context that are segmented and judged; None: no cap."""
+    max_sample_chars: int | None = Field(default=DEFAULT_MAX_SAMPLE_CHARS, gt=0)
+    """Characters of all the sample's contexts that are segmented and judged; None: no cap."""
 
     @classmethod
     @override
@@ -96,18 +132,35 @@ class ContextRelevance(JudgedMetric):
 
     @override
     def plan(self, sample: RagSample) -> Plan | Verdict:
-        sentences = split_contexts(sample.contexts, self.sample_language(sample))
+        contexts, truncated = cap_texts(
+            sample.contexts,
+            max_chars_each=self.max_context_chars,
+            max_chars_total=self.max_sample_chars,
+        )
+        sentences = split_contexts(contexts, self.sample_language(sample))
         if not sentences:
-            return score_context_relevance([], [], "No context sentences were retrieved.")
+            verdict = score_context_relevance([], [], "No context sentences were retrieved.")
+            return _note_truncation(verdict, truncated)
         data = {
             "question": sample.question or "",
             "sentences": [{"index": s.index, "text": s.text} for s in sentences],
         }
         count = len(sentences)
         call = self.ask(sample, data, check=lambda answer: check_sentence_indices(answer, count))
-        return Plan([call], sentences)
+        return Plan([call], _Prepared(sentences, truncated))
 
     @override
     def score(self, plan: Plan, answers: Sequence[Any]) -> Verdict:
         answer: RelevantSentences = answers[0]
-        return score_context_relevance(plan.state, answer.relevant_sentence_indices, answer.reason)
+        state: _Prepared = plan.state
+        verdict = score_context_relevance(
+            state.sentences, answer.relevant_sentence_indices, answer.reason
+        )
+        return _note_truncation(verdict, state.truncated)
+
+
+def _note_truncation(verdict: Verdict, truncated: Sequence[Truncation]) -> Verdict:
+    """Record in the details which contexts the size cap shortened (nothing when none)."""
+    if truncated:
+        verdict.details["truncated"] = [asdict(t) for t in truncated]
+    return verdict

@@ -46,6 +46,8 @@ __all__ = [
     "decode_body",
     "parse_multipart",
     "project_id_for",
+    "run_matches_query",
+    "runs_page",
 ]
 
 _T = TypeVar("_T")
@@ -249,6 +251,8 @@ class LangSmithStub(LoopbackServer):
         self._feedback_log: list[tuple[str, dict[str, Any]]] = []
         self._projects: dict[str, dict[str, Any]] = {}
         self._fail_rules: list[_FailRule] = []
+        self.page_size = 100
+        """Runs per ``/runs/query`` page (the query's ``limit`` lowers it)."""
 
     # ------------------------------------------------------------- accessors
 
@@ -543,29 +547,15 @@ class LangSmithStub(LoopbackServer):
             return 200, self._run_view(run)
 
     def _query_runs(self, req: StubRequest, _m: re.Match[str]) -> tuple[int, object]:
-        """Minimal ``/runs/query``: filter on id, trace, session, parent_run, is_root, run_type."""
+        """``/runs/query``: filters (see :func:`run_matches_query`) and cursor pagination."""
         body = req.body if isinstance(req.body, dict) else {}
-        ids = {str(i) for i in body.get("id") or []}
-        sessions = {str(s) for s in body.get("session") or []}
         with self._lock:
             views = [self._run_view(r) for r in self._runs.values()]
-        selected = [
-            v
-            for v in views
-            if (not ids or v["id"] in ids)
-            and (not sessions or str(v.get("session_id")) in sessions)
-            and (body.get("trace") is None or str(v.get("trace_id")) == str(body["trace"]))
-            and (
-                body.get("parent_run") is None
-                or str(v.get("parent_run_id")) == str(body["parent_run"])
-            )
-            and (
-                body.get("is_root") is None
-                or (v.get("parent_run_id") is None) == bool(body["is_root"])
-            )
-            and (body.get("run_type") is None or v.get("run_type") == body["run_type"])
-        ]
-        return 200, {"runs": selected, "cursors": {"next": None}}
+        selected = sorted(
+            (v for v in views if run_matches_query(v, body)),
+            key=lambda v: (str(v.get("start_time")), v["id"]),
+        )
+        return 200, runs_page(selected, body, self.page_size)
 
     # -------------------------------------------------------------- feedback
 
@@ -725,3 +715,51 @@ class LangSmithStub(LoopbackServer):
             "created_at": _now(),
             "tenant_handle": "stub",
         }
+
+
+# --------------------------------------------------------------------------- #
+# Run queries (``POST /runs/query``): filters and cursor pagination
+# --------------------------------------------------------------------------- #
+
+
+def _parse_time(value: Any) -> dt.datetime | None:
+    """An aware datetime from an ISO string (naive values are taken as UTC)."""
+    if value is None:
+        return None
+    parsed = value if isinstance(value, dt.datetime) else dt.datetime.fromisoformat(str(value))
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.timezone.utc)
+
+
+def run_matches_query(view: Mapping[str, Any], body: Mapping[str, Any]) -> bool:
+    """Whether a run passes the query's filters, as the SDK's ``list_runs`` sends them.
+
+    Understood: ``id``, ``session``, ``trace``, ``parent_run``, ``is_root``, ``run_type``,
+    ``error`` and ``start_time`` (runs that started at or after it).
+    """
+    ids = {str(i) for i in body.get("id") or []}
+    sessions = {str(s) for s in body.get("session") or []}
+    checks = (
+        not ids or view["id"] in ids,
+        not sessions or str(view.get("session_id")) in sessions,
+        body.get("trace") is None or str(view.get("trace_id")) == str(body["trace"]),
+        body.get("parent_run") is None or str(view.get("parent_run_id")) == str(body["parent_run"]),
+        body.get("is_root") is None or (view.get("parent_run_id") is None) == bool(body["is_root"]),
+        body.get("run_type") is None or view.get("run_type") == body["run_type"],
+        body.get("error") is None or bool(view.get("error")) == bool(body["error"]),
+    )
+    if not all(checks):
+        return False
+    since = _parse_time(body.get("start_time"))
+    started = _parse_time(view.get("start_time"))
+    return since is None or (started is not None and started >= since)
+
+
+def runs_page(
+    selected: list[dict[str, Any]], body: Mapping[str, Any], page_size: int
+) -> dict[str, Any]:
+    """One page of ``selected`` from the body's ``cursor`` (an offset), with the next cursor."""
+    offset = int(body.get("cursor") or 0)
+    size = min(page_size, int(body.get("limit") or page_size))
+    page = selected[offset : offset + size]
+    more = offset + size < len(selected)
+    return {"runs": page, "cursors": {"next": str(offset + size) if more else None}}

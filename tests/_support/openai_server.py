@@ -414,6 +414,8 @@ class Reply:
         tool_name: Function name for the tool call (defaults to the requested one).
         finish_reason: Overrides the finish reason of the answer.
         content_type: Content type used with ``raw_body``.
+        headers: Extra response headers (e.g. ``Retry-After``); on a 429 they replace the
+            default ``retry-after-ms: 1``.
     """
 
     obj: Any = None
@@ -428,6 +430,7 @@ class Reply:
     tool_name: str | None = None
     finish_reason: str | None = None
     content_type: str = "application/json"
+    headers: dict[str, str] | None = None
 
 
 class _ModelLike(Protocol):
@@ -445,9 +448,15 @@ Script: TypeAlias = Callable[[JudgeRequest], ReplyValue]
 """A script decides the answer to each chat-completion request."""
 
 
-def reply_error(status: int = 500, message: str | None = None) -> Reply:
-    """Answer with an OpenAI-style error body and the given HTTP status."""
-    return Reply(status=status, error_message=message or f"scripted {status} from JudgeServer")
+def reply_error(
+    status: int = 500, message: str | None = None, *, headers: dict[str, str] | None = None
+) -> Reply:
+    """Answer with an OpenAI-style error body, the given HTTP status and extra headers."""
+    return Reply(
+        status=status,
+        error_message=message or f"scripted {status} from JudgeServer",
+        headers=headers,
+    )
 
 
 def reply_garbage(text: str = '{"score": 0.5, "reason": "unterminated') -> Reply:
@@ -763,8 +772,8 @@ class JudgeServer(LoopbackServer):
                 self._stats.errors += 1
             extra = (
                 {"retry-after-ms": "1", "retry-after": "0"}
-                if reply.status == HTTPStatus.TOO_MANY_REQUESTS
-                else {}
+                if reply.status == HTTPStatus.TOO_MANY_REQUESTS and reply.headers is None
+                else reply.headers or {}
             )
             handler.send_json(
                 reply.status, _error_payload(reply.status, reply.error_message), extra

@@ -247,7 +247,7 @@ def test_rate_limit_reaches_the_engine() -> None:
         metrics=[ContextRelevance()], sinks=[], rate_limit_per_minute=120
     )
     assert handler.engine.limiter is not None
-    assert handler.engine.limiter.rate == 2.0
+    assert handler.engine.limiter.requests_per_second == 2.0
     assert handler.close()
 
 

@@ -13,11 +13,12 @@ from langchain_core.prompts import ChatPromptTemplate
 from langchain_ragmetrics.cli import ExitCode, main
 from langchain_ragmetrics.demo import load_corpus
 from langchain_ragmetrics.demo._answerer import CONTEXT_MARK, QUESTION_MARK, extractive_answerer
+from langchain_ragmetrics.evaluation import metric_names
 from tests._support.lexical_judge import lexical_judge
 from tests._support.openai_server import JudgeServer
 
 ROOT = Path(__file__).resolve().parents[2]
-LLM_METRICS = ("context_recall", "context_precision", "context_entity_recall", "context_relevance")
+LLM_METRICS = tuple(metric_names(judged=True))
 
 
 def metric_line(out: str, question_no: int, metric: str) -> list[str]:
@@ -88,14 +89,14 @@ def test_llm_mode_answers_with_the_model_and_adds_the_judged_metrics(
     assert judge_server.stats.by_schema == {
         "RecallStatements": 6,
         "ContextVerdicts": 6,
-        "EntityLists": 6,
+        "EntityList": 12,  # reference and passages read in two independent calls
         "RelevantSentences": 6,
     }
-    assert judge_server.count(None) == 30  # 6 answers + 24 judge calls
+    assert judge_server.count(None) == 36  # 6 answers + 30 judge calls
     assert metric_line(out, 4, "context_precision") == ["context_precision", "0.50"]
     assert metric_line(out, 5, "context_recall") == ["context_recall", "0.00"]
     assert mean_of(out, "context_recall") == "0.83"
-    assert "judge calls: 24." in out
+    assert "judge calls: 30." in out
     assert {r.headers["authorization"] for r in judge_server.requests} == {"Bearer not-needed"}
 
 

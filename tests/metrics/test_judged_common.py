@@ -1,25 +1,55 @@
 """Behaviour every LLM-judged metric shares: one call per sample, data-only contexts, defaults."""
 
+import socket
+import threading
 from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
+from email.utils import format_datetime
 from typing import Any
 
+import httpx
+import openai
 import pytest
-
-from langchain_ragmetrics import (
-    ContextEntityRecall,
-    ContextPrecision,
-    ContextRecall,
-    ContextRelevance,
+from langchain_core.exceptions import ModelAuthenticationError, ModelTimeoutError
+from langchain_openai.chat_models.base import (
+    OpenAIAPIError,
+    OpenAIConnectionError,
+    OpenAIInvalidRequestError,
+    OpenAIRateLimitError,
 )
-from langchain_ragmetrics.metrics import JudgedMetric
-from tests._support.judges import EINSTEIN_VERDICTS, keyword_precision, keyword_relevance, payload
-from tests._support.openai_server import JudgeRequest, JudgeServer, router
+
+from langchain_ragmetrics import ContextEntityRecall, ContextRecall
+from langchain_ragmetrics.cli._common import build_judge
+from langchain_ragmetrics.evaluation import metric_classes
+from langchain_ragmetrics.metrics import JudgedMetric, RetryPolicy
+from langchain_ragmetrics.metrics._judge import (
+    DEFAULT_JUDGE_TIMEOUT,
+    JudgeConfigError,
+    is_transient,
+    make_judge,
+    retry_after,
+)
+from tests._support.judges import (
+    EINSTEIN_REFERENCE,
+    EINSTEIN_VERDICTS,
+    keyword_precision,
+    keyword_recall,
+    keyword_relevance,
+    payload,
+)
+from tests._support.openai_server import (
+    JudgeRequest,
+    JudgeServer,
+    reply_error,
+    reply_garbage,
+    reply_hold,
+    reply_raw_body,
+    router,
+    sequence,
+)
 
 METRICS: list[type[JudgedMetric]] = [
-    ContextRecall,
-    ContextPrecision,
-    ContextEntityRecall,
-    ContextRelevance,
+    cls for cls in metric_classes().values() if issubclass(cls, JudgedMetric)
 ]
 NASTY = [
     "{question} {reference} {{payload}} }{ {language} {0} %s",
@@ -37,26 +67,35 @@ SAMPLE = {
 
 def smart_judge() -> Callable[[JudgeRequest], Any]:
     return router(
-        RecallStatements=lambda req: EINSTEIN_VERDICTS,
+        RecallStatements=keyword_recall("Japanese"),
         ContextVerdicts=keyword_precision("日本語"),
-        EntityLists=lambda req: {"reference_entities": ["Japanese"], "passage_entities": []},
+        EntityList=lambda req: {"entities": [{"name": "Japanese"}]},
         RelevantSentences=keyword_relevance("日本語"),
     )
 
 
+# Entity recall reads the reference and the passages in two independent calls by default.
+CALLS = {ContextEntityRecall: 2}
+
+
 @pytest.mark.parametrize("metric_cls", METRICS)
-def test_one_call_per_sample_and_contexts_stay_data(
+def test_calls_per_sample_and_contexts_stay_data(
     judge_server: JudgeServer, make_judge: Callable[..., Any], metric_cls: type[JudgedMetric]
 ) -> None:
     judge_server.script = smart_judge()
     result = metric_cls(llm=make_judge()).invoke(SAMPLE)
     assert result.error is None
     assert result.score is not None
-    assert judge_server.count() == 1
-    assert result.usage.judge_calls == 1
-    request = judge_server.requests[0]
+    calls = CALLS.get(metric_cls, 1)
+    assert judge_server.count() == calls
+    assert result.usage.judge_calls == calls
+    # the call that carries the passages (entity recall sends the reference on its own too)
+    request = next(
+        r for r in judge_server.requests if payload(r).get("text") != SAMPLE["reference"]
+    )
     sent = payload(request)
     texts = sent.get("passages") or [s["text"] for s in sent.get("sentences", [])]
+    texts = texts or [sent.get("text", "")]
     flat = "".join(t if isinstance(t, str) else t["text"] for t in texts)
     squeezed = "".join(flat.split())
     for nasty in NASTY[:3]:  # passed verbatim (sentence-split for relevance), inside the JSON data
@@ -71,7 +110,7 @@ async def test_abatch_counts_one_call_per_sample(
     judge_server.script = smart_judge()
     results = await metric_cls(llm=make_judge()).abatch([SAMPLE] * 5)
     assert all(r.error is None for r in results)
-    assert judge_server.count() == 5
+    assert judge_server.count() == 5 * CALLS.get(metric_cls, 1)
 
 
 @pytest.mark.parametrize("metric_cls", METRICS)
@@ -88,6 +127,7 @@ def test_default_judge_reads_openai_env(
     assert judge_server.requests[0].model == "gpt-4o-mini"
     assert judge_server.requests[0].body.get("temperature") == 0
     assert metric.judge.request_timeout == 60.0  # type: ignore[attr-defined]
+    assert metric.judge.max_retries == 0  # type: ignore[attr-defined]  # RetryPolicy retries
 
 
 def test_default_judge_without_key_explains_how_to_fix() -> None:
@@ -108,3 +148,159 @@ def test_prompts_and_schemas_are_exposed() -> None:
         metric = cls()
         assert set(metric.prompt.input_variables) == {"payload", "language"}
         assert cls.output_schema.model_json_schema()["properties"]
+
+
+# --------------------------------------------------------------------------- one judge factory
+
+
+def test_one_factory_for_metrics_cli_and_demo(
+    judge_server: JudgeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    judge: Any = make_judge("m", base_url=judge_server.base_url, timeout=7)
+    assert (judge.model_name, judge.request_timeout, judge.max_retries) == ("m", 7, 0)
+    assert judge.temperature == 0
+    cli: Any = build_judge("m", judge_server.base_url)
+    assert (cli.request_timeout, cli.max_retries) == (DEFAULT_JUDGE_TIMEOUT, 0)
+    assert build_judge("m", None) is None  # no key, no base URL: the CLI explains what to set
+    with pytest.raises(JudgeConfigError, match="OPENAI_API_KEY"):
+        make_judge()
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    default: Any = make_judge()
+    assert (default.request_timeout, default.max_retries) == (DEFAULT_JUDGE_TIMEOUT, 0)
+
+
+# --------------------------------------------------------------------------- the retry layer
+# Through the real ChatOpenAI built by make_judge (SDK retries off) against the loopback server:
+# the server counts every HTTP attempt, so one retry layer means exactly 1 + max_retries.
+
+FAST = RetryPolicy(max_retries=2, initial_backoff=0)
+# Four reference sentences, so that EINSTEIN_VERDICTS (one per sentence index) fit it.
+SIMPLE = {"question": "q", "contexts": ["c"], "reference": EINSTEIN_REFERENCE}
+
+
+def recall_against(url: str, *, policy: RetryPolicy = FAST, timeout: float = 10) -> ContextRecall:
+    return ContextRecall(llm=make_judge("judge-model", base_url=url, timeout=timeout), retry=policy)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_a_refused_connection_is_retried() -> None:
+    result = recall_against(f"http://127.0.0.1:{free_port()}/v1").invoke(SIMPLE)
+    assert result.failed
+    assert "OpenAIConnectionError" in (result.error or "")
+    assert result.usage.judge_calls == 1 + FAST.max_retries
+
+
+@pytest.mark.parametrize("status", [500, 503, 429])
+def test_server_errors_are_retried_exactly_max_retries_times(
+    judge_server: JudgeServer, status: int
+) -> None:
+    judge_server.script = lambda req: reply_error(status, "scripted failure")
+    result = recall_against(judge_server.base_url).invoke(SIMPLE)
+    assert result.failed
+    assert "scripted failure" in (result.error or "")
+    assert judge_server.count() == 1 + FAST.max_retries  # never the SDK's retries on top
+    assert result.usage.judge_calls == judge_server.count()
+
+
+def test_a_transient_error_then_an_answer_scores(judge_server: JudgeServer) -> None:
+    judge_server.script = sequence(reply_error(502), reply_error(500), EINSTEIN_VERDICTS)
+    result = recall_against(judge_server.base_url).invoke(SIMPLE)
+    assert result.score == 0.5
+    assert judge_server.count() == 3
+    assert result.usage.judge_calls == 3
+
+
+def test_a_bad_request_is_not_retried(judge_server: JudgeServer) -> None:
+    judge_server.script = lambda req: reply_error(400, "bad request")
+    result = recall_against(judge_server.base_url).invoke(SIMPLE)
+    assert "bad request" in (result.error or "")
+    assert judge_server.count() == 1
+
+
+def test_retry_after_is_honoured(judge_server: JudgeServer) -> None:
+    judge_server.script = sequence(
+        reply_error(429, "slow down", headers={"Retry-After": "0.4"}), EINSTEIN_VERDICTS
+    )
+    policy = RetryPolicy(max_retries=1, initial_backoff=0)
+    result = recall_against(judge_server.base_url, policy=policy).invoke(SIMPLE)
+    assert result.score == 0.5
+    first, second = judge_server.requests
+    assert second.received_at - first.received_at >= 0.4  # waited as asked, not 0 s
+
+
+def test_a_hang_past_the_client_timeout_is_retried(judge_server: JudgeServer) -> None:
+    release = threading.Event()
+    judge_server.script = lambda req: reply_hold(release, EINSTEIN_VERDICTS)
+    try:
+        result = recall_against(judge_server.base_url, timeout=0.3).invoke(SIMPLE)
+    finally:
+        release.set()
+    assert result.failed
+    assert "Timeout" in (result.error or "")
+    assert judge_server.count() == 1 + FAST.max_retries
+
+
+def test_malformed_json_uses_the_parse_retries_only(judge_server: JudgeServer) -> None:
+    judge_server.script = lambda req: reply_garbage()
+    result = recall_against(judge_server.base_url).invoke(SIMPLE)
+    assert "invalid judge output: malformed tool call" in (result.error or "")
+    assert judge_server.count() == 1 + FAST.parse_retries
+
+
+def test_a_body_that_is_not_json_is_a_clear_final_error(judge_server: JudgeServer) -> None:
+    judge_server.script = lambda req: reply_raw_body("<html>gateway error</html>", "text/html")
+    result = recall_against(judge_server.base_url).invoke(SIMPLE)
+    assert result.failed
+    assert "Unexpected response type" in (result.error or "")
+    assert judge_server.count() == 1  # not a transient HTTP error: not retried
+
+
+def _response(status: int, headers: dict[str, str] | None = None) -> httpx.Response:
+    request = httpx.Request("POST", "http://127.0.0.1/v1/chat/completions")
+    return httpx.Response(status, headers=headers, request=request)
+
+
+def test_errors_are_classified_by_type_and_status() -> None:
+    request = httpx.Request("POST", "http://127.0.0.1/v1/chat/completions")
+    transient = [
+        OpenAIConnectionError(request=request),  # a refused connection: was missed by name
+        OpenAIRateLimitError("slow", response=_response(429), body=None),
+        OpenAIAPIError("down", response=_response(500), body=None),
+        ModelTimeoutError("took too long"),
+        openai.APITimeoutError(request=request),
+        openai.ConflictError("busy", response=_response(409), body=None),
+        httpx.ConnectError("refused"),
+        ConnectionResetError(),
+        TimeoutError(),
+    ]
+    final = [
+        OpenAIInvalidRequestError("bad", response=_response(400), body=None),
+        ModelAuthenticationError("no key"),
+        openai.NotFoundError("no model", response=_response(404), body=None),
+        ValueError("not an HTTP error"),
+        type("LooksLikeATimeoutError", (Exception,), {})(),  # names do not count
+    ]
+    assert [is_transient(e) for e in transient] == [True] * len(transient)
+    assert [is_transient(e) for e in final] == [False] * len(final)
+
+
+def test_retry_after_headers() -> None:
+    def error(headers: dict[str, str]) -> Exception:
+        return openai.RateLimitError("slow", response=_response(429, headers), body=None)
+
+    soon = datetime.now(timezone.utc) + timedelta(seconds=30)
+    assert retry_after(error({"retry-after-ms": "250"})) == 0.25
+    assert retry_after(error({"retry-after": "2"})) == 2.0
+    assert (retry_after(error({"retry-after": format_datetime(soon, usegmt=True)})) or 0) >= 25
+    assert retry_after(error({"retry-after": "soon"})) is None
+    assert retry_after(error({})) is None
+    assert retry_after(ValueError()) is None
+    policy = RetryPolicy(max_backoff=5)
+    assert policy.delay(0, error({"retry-after": "3600"})) == 5  # capped by max_backoff
+    assert policy.delay(0, error({"retry-after": "0.5"})) == 0.5
+    assert 0.5 <= policy.delay(0, ValueError()) <= 1.0  # no hint: our jittered backoff

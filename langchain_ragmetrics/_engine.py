@@ -1,0 +1,389 @@
+"""The scoring engine: (sample x metric) jobs, per-request admission, timeouts, error capture.
+
+``evaluate()``, ``aevaluate()`` and the online callback's worker all run their jobs through a
+:class:`ScoringEngine`, so the package has a single concurrency system:
+
+* a job holds one of ``max_concurrency`` slots while it works and gives it back while it
+  sleeps out a retry backoff (:class:`~langchain_ragmetrics._gate.Admission`), so retries
+  cost little throughput; ``rate_limit_per_minute`` meters every judge request, retries
+  included, with langchain-core's ``InMemoryRateLimiter``;
+* :meth:`ScoringEngine.run` scores jobs on threads with each metric's sync ``invoke`` (no
+  event loop: it works the same from a script, a notebook or an async web handler, and it
+  never touches async HTTP clients that belong to another loop);
+* :meth:`ScoringEngine.arun` / :meth:`ScoringEngine.ascore` score on the caller's event loop
+  with ``ainvoke``, or with ``invoke`` on an executor when one is given (the online worker).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import math
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langchain_core.runnables.config import merge_configs
+
+from langchain_ragmetrics._gate import Admission, Gate, admitted
+from langchain_ragmetrics.metrics._base import BaseRagMetric
+from langchain_ragmetrics.schema import MetricResult, RagSample, Usage
+
+__all__ = ["EngineStats", "Job", "ScoringEngine", "make_rate_limiter"]
+
+_WAIT_POLL_S = 0.2  # bounded waits keep the caller's thread interruptible by Ctrl-C
+
+
+@dataclass(frozen=True)
+class Job:
+    """One metric on one sample; ``tag`` is the caller's own handle (row index, trace id ...).
+
+    ``config`` is merged over the engine's config for this job only (e.g. run metadata).
+    """
+
+    sample: RagSample
+    metric: BaseRagMetric
+    tag: Any = None
+    config: RunnableConfig | None = None
+
+
+@dataclass
+class EngineStats:
+    """Running totals of an engine (read them at any time)."""
+
+    started: int = 0
+    finished: int = 0
+    failed: int = 0
+    timed_out: int = 0
+    usage: Usage = field(default_factory=Usage)
+
+
+def make_rate_limiter(per_minute: float | None) -> Any:
+    """langchain-core's ``InMemoryRateLimiter`` for ``per_minute`` requests (None: no limit).
+
+    The bucket starts full and holds one second of requests (at least one), so a run starts
+    at once and never bursts above the rate for longer than a second.
+    """
+    if per_minute is None:
+        return None
+    if per_minute <= 0:
+        msg = "`rate_limit_per_minute` must be positive"
+        raise ValueError(msg)
+    from langchain_core.rate_limiters import InMemoryRateLimiter
+
+    per_second = per_minute / 60.0
+    limiter = InMemoryRateLimiter(
+        requests_per_second=per_second,
+        check_every_n_seconds=min(0.1, 1 / per_second),
+        max_bucket_size=max(1.0, per_second),
+    )
+    limiter.available_tokens = limiter.max_bucket_size
+    return limiter
+
+
+class _JobTimeoutError(TimeoutError):
+    """A job of :meth:`ScoringEngine.run` passed its deadline."""
+
+
+class _Batch:
+    """Shared state of one :meth:`ScoringEngine.run`: the job cursor, the jobs in flight."""
+
+    def __init__(self, jobs: Sequence[Job], spawn: Callable[[], None]) -> None:
+        self.jobs = jobs
+        self.spawn = spawn
+        self.lock = threading.Lock()
+        self.cursor = 0
+        self.waiting = 0  # workers waiting for a slot
+        self.running: dict[int, tuple[float, Admission]] = {}
+        self.done: set[int] = set()
+        self.outbox: queue.SimpleQueue[tuple[int, MetricResult | BaseException]] = (
+            queue.SimpleQueue()
+        )
+        self.stop = threading.Event()
+
+    @property
+    def exhausted(self) -> bool:
+        """No job is left to start."""
+        return self.stop.is_set() or self.cursor >= len(self.jobs)
+
+    def take(self, admission: Admission) -> int | None:
+        """The next job index for a worker holding a slot (None when none is left)."""
+        with self.lock:
+            if self.exhausted:
+                return None
+            index = self.cursor
+            self.cursor += 1
+            deadline = math.inf if admission.deadline is None else admission.deadline
+            self.running[index] = (deadline, admission)
+            return index
+
+    def spare(self) -> None:
+        """A slot came free mid-job (a backoff, an abandoned job): make sure a worker takes it."""
+        with self.lock:
+            start = self.waiting == 0 and not self.exhausted
+            if start:
+                self.waiting += 1  # counted until it waits for the slot itself
+        if start:
+            self.spawn()
+
+    def settle(self, index: int, outcome: MetricResult | BaseException) -> bool:
+        """Record a job's outcome once (a late result after its timeout is dropped)."""
+        with self.lock:
+            if index in self.done:
+                return False
+            self.done.add(index)
+            self.running.pop(index, None)
+        self.outbox.put((index, outcome))
+        return True
+
+    def overdue(self) -> tuple[list[tuple[int, Admission]], float]:
+        """Jobs past their deadline, and the seconds until the next deadline (capped)."""
+        now = time.monotonic()
+        with self.lock:
+            late = [(i, a) for i, (deadline, a) in self.running.items() if deadline <= now]
+            upcoming = [d for d, _ in self.running.values() if d > now]
+        wait = min([_WAIT_POLL_S, *(d - now for d in upcoming)])
+        return late, max(wait, 0.001)
+
+
+class ScoringEngine:
+    """Runs jobs with bounded concurrency and rate, a per-job timeout and per-job error capture.
+
+    A job never raises out of the engine (unless ``raise_exceptions``): invalid input, a
+    timeout or a bug become a result with ``score=NaN`` and ``error`` set.
+
+    Args:
+        max_concurrency: Jobs at work at once; a job sleeping out a retry backoff gives its
+            slot back meanwhile.
+        timeout: Seconds before a job is abandoned (it becomes NaN); None for no limit.
+        rate_limit_per_minute: Judge requests per minute, retries included; None for no limit.
+        raise_exceptions: Raise a job's error instead of recording it as NaN.
+        config: RunnableConfig for every metric run (callbacks, tags, metadata).
+        executor: Where :meth:`ascore` runs each metric's sync ``invoke`` instead of
+            ``ainvoke`` on the loop (the online worker: async model clients are often shared
+            process-wide and must not be used from a second event loop).
+    """
+
+    def __init__(
+        self,
+        *,
+        max_concurrency: int = 16,
+        timeout: float | None = None,
+        rate_limit_per_minute: float | None = None,
+        raise_exceptions: bool = False,
+        config: RunnableConfig | None = None,
+        executor: Executor | None = None,
+    ) -> None:
+        if max_concurrency < 1:
+            msg = "`max_concurrency` must be at least 1"
+            raise ValueError(msg)
+        self.max_concurrency = max_concurrency
+        self.timeout = timeout
+        self.raise_exceptions = raise_exceptions
+        self.config: RunnableConfig = config or {}
+        self.executor = executor
+        self.limiter = make_rate_limiter(rate_limit_per_minute)
+        """The ``InMemoryRateLimiter`` metering judge requests (None without a rate limit)."""
+        self.gate = Gate(max_concurrency, self.limiter)
+        self.stats = EngineStats()
+        self._stats_lock = threading.Lock()
+
+    # ------------------------------------------------------------------ one job
+
+    def _config(self, job: Job) -> RunnableConfig:
+        return self.config if job.config is None else merge_configs(self.config, job.config)
+
+    def _deadline(self) -> float | None:
+        return None if self.timeout is None else time.monotonic() + self.timeout
+
+    def _begin(self) -> float:
+        with self._stats_lock:
+            self.stats.started += 1
+        return time.perf_counter()
+
+    def _finish(
+        self, job: Job, outcome: MetricResult | BaseException, start: float | None
+    ) -> MetricResult:
+        """Turn a job's outcome into its result (raising it when asked to) and count it."""
+        timed_out = isinstance(outcome, (asyncio.TimeoutError, _JobTimeoutError))
+        if timed_out:
+            with self._stats_lock:
+                self.stats.timed_out += 1
+        if isinstance(outcome, BaseException):
+            if self.raise_exceptions or not isinstance(outcome, Exception):
+                raise outcome
+            if timed_out and self.timeout is not None:
+                error = f"timed out after {self.timeout:g}s"
+            else:
+                error = f"{type(outcome).__name__}: {outcome}"
+            result = MetricResult(metric=job.metric.metric_name, score=math.nan, error=error)
+        else:
+            result = outcome
+        if result.latency_s is None and start is not None:
+            result.latency_s = time.perf_counter() - start
+        with self._stats_lock:
+            self.stats.finished += 1
+            self.stats.failed += int(result.failed)
+            self.stats.usage = self.stats.usage + result.usage
+        return result
+
+    def _invoke(self, job: Job, admission: Admission) -> MetricResult:
+        """Run the metric's sync ``invoke`` as this admission's job, then free its slot."""
+        try:
+            with admitted(admission):
+                return job.metric.invoke(job.sample, self._config(job))
+        finally:
+            admission.close()
+
+    def _invoke_in_slot(self, job: Job, admission: Admission) -> MetricResult:
+        """Take a slot on this thread (an executor's), then run the job."""
+        try:
+            admission.enter()
+        except BaseException:
+            admission.close()
+            raise
+        return self._invoke(job, admission)
+
+    async def _ainvoke(self, job: Job, admission: Admission) -> MetricResult:
+        try:
+            with admitted(admission):
+                call = job.metric.ainvoke(job.sample, self._config(job))
+                return await asyncio.wait_for(call, self.timeout)
+        finally:
+            admission.close()
+
+    async def ascore(self, job: Job) -> MetricResult:
+        """Score one job under the engine's limits; never raises unless asked to."""
+        start = self._begin()
+        try:
+            if self.executor is None:
+                slots = self.gate.loop_slots()
+                await slots.acquire()
+                admission = Admission(self.gate, self._deadline(), holding=True, loop_slots=slots)
+                outcome: MetricResult | BaseException = await self._ainvoke(job, admission)
+            else:
+                admission = Admission(self.gate, self._deadline())
+                # Carry the loop's context into the thread, as asyncio.to_thread does.
+                run = partial(contextvars.copy_context().run, self._invoke_in_slot, job, admission)
+                future = asyncio.get_running_loop().run_in_executor(self.executor, run)
+                try:
+                    outcome = await asyncio.wait_for(future, self.timeout)
+                finally:
+                    admission.close()  # a call left running past its timeout frees its slot
+        except Exception as exc:
+            outcome = exc
+        return self._finish(job, outcome, start)
+
+    # ------------------------------------------------------------------ many jobs
+
+    async def arun(
+        self,
+        jobs: Iterable[Job],
+        *,
+        on_result: Callable[[Job, MetricResult], None] | None = None,
+    ) -> list[MetricResult]:
+        """Score all jobs on this event loop; results come back in job order.
+
+        ``on_result`` is called as each job finishes (progress bars, sinks). Cancelling the
+        awaiting task cancels the unfinished jobs and propagates ``CancelledError``: what was
+        finished before is only in what ``on_result`` received (``aevaluate`` keeps it).
+        """
+
+        async def one(job: Job) -> MetricResult:
+            result = await self.ascore(job)
+            if on_result is not None:
+                on_result(job, result)
+            return result
+
+        return list(await asyncio.gather(*(one(job) for job in jobs)))
+
+    def run(
+        self,
+        jobs: Iterable[Job],
+        *,
+        on_result: Callable[[Job, MetricResult], None] | None = None,
+        stop: threading.Event | None = None,
+    ) -> list[MetricResult | None]:
+        """Score all jobs on worker threads and wait; results come back in job order.
+
+        Jobs start in order, ``max_concurrency`` at a time; when one sleeps out a retry
+        backoff another worker takes its slot. The calling thread only waits and calls
+        ``on_result`` (callbacks run one at a time, on the caller's thread); workers run in
+        a copy of the caller's context. A job over ``timeout`` is recorded as NaN at its
+        deadline, its slot goes to the next job and the abandoned call sends no further
+        request. Setting ``stop`` ends the run: no new job starts, unfinished ones are left to
+        their daemon threads and stay None. Ctrl-C (or a ``KeyboardInterrupt`` from
+        ``on_result``) does the same and propagates.
+        """
+        job_list = list(jobs)
+        results: list[MetricResult | None] = [None] * len(job_list)
+        if not job_list:
+            return results
+        context = contextvars.copy_context()
+
+        def spawn() -> None:
+            threading.Thread(
+                target=context.copy().run,
+                args=(self._work, batch),
+                name="ragmetrics-job",
+                daemon=True,
+            ).start()
+
+        batch = _Batch(job_list, spawn)
+        workers = batch.waiting = min(len(job_list), self.max_concurrency)
+        for _ in range(workers):
+            spawn()
+        try:
+            while len(batch.done) < len(job_list) or not batch.outbox.empty():
+                if stop is not None and stop.is_set():
+                    break
+                late, wait = batch.overdue()
+                for index, admission in late:
+                    if batch.settle(index, _JobTimeoutError()):
+                        admission.close()  # its slot goes to the next job
+                        batch.spare()
+                try:
+                    index, outcome = batch.outbox.get(timeout=wait)
+                except queue.Empty:
+                    continue
+                result = results[index] = self._finish(job_list[index], outcome, None)
+                if on_result is not None:
+                    on_result(job_list[index], result)
+        finally:
+            batch.stop.set()
+        return results
+
+    def _work(self, batch: _Batch) -> None:
+        """A worker thread: take a slot, take the next job, run it; until none is left."""
+        counted = True  # ``spare`` counted this worker as waiting already
+        while not batch.exhausted:
+            if not counted:
+                with batch.lock:
+                    batch.waiting += 1
+            counted = False
+            got = self.gate.slots.acquire(timeout=_WAIT_POLL_S)
+            with batch.lock:
+                batch.waiting -= 1
+            if not got:
+                continue
+            admission = Admission(self.gate, self._deadline(), holding=True, on_park=batch.spare)
+            index = batch.take(admission)
+            if index is None:
+                admission.close()
+                return
+            with self._stats_lock:
+                self.stats.started += 1
+            try:
+                outcome: MetricResult | BaseException = self._invoke(batch.jobs[index], admission)
+            except Exception as exc:
+                outcome = exc
+            except BaseException as exc:  # delivered to the waiting thread, never lost
+                batch.settle(index, exc)
+                return
+            batch.settle(index, outcome)

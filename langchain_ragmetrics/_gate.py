@@ -1,0 +1,231 @@
+"""Admission of jobs and judge requests: concurrency slots, the request rate, backoff sleeps.
+
+The scoring engine gives each job an :class:`Admission` through a context variable. The job
+holds one of the engine's slots while it works and gives it back while it sleeps out a retry
+backoff (:meth:`Admission.sleep`), so a job waiting to retry costs no concurrency; the rate
+limiter (langchain-core's ``InMemoryRateLimiter``) meters every HTTP attempt, retries
+included (:meth:`Admission.request`). Outside the engine (a metric invoked on its own) there
+is no admission and nothing is limited.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+import weakref
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextvars import ContextVar
+from typing import TYPE_CHECKING
+
+from langchain_ragmetrics.errors import DeadlineExceededError
+
+if TYPE_CHECKING:
+    from langchain_core.rate_limiters import BaseRateLimiter
+
+__all__ = [
+    "Admission",
+    "DeadlineExceededError",
+    "Gate",
+    "admitted",
+    "current_admission",
+]
+
+_RATE_POLL_S = 0.05
+
+
+class Gate:
+    """The engine's limits: ``max_concurrency`` working jobs, ``rate_limiter``'s request rate.
+
+    Threads share one counting semaphore; each event loop gets its own ``asyncio.Semaphore``
+    of the same size (an engine runs its jobs on threads or on one loop, not both at once).
+    """
+
+    def __init__(self, max_concurrency: int, rate_limiter: BaseRateLimiter | None = None) -> None:
+        if max_concurrency < 1:
+            msg = "`max_concurrency` must be at least 1"
+            raise ValueError(msg)
+        self.max_concurrency = max_concurrency
+        self.rate_limiter = rate_limiter
+        self.slots = threading.BoundedSemaphore(max_concurrency)
+        self._loop_slots: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, asyncio.Semaphore
+        ] = weakref.WeakKeyDictionary()
+
+    def loop_slots(self) -> asyncio.Semaphore:
+        """The slots of the running event loop."""
+        loop = asyncio.get_running_loop()
+        slots = self._loop_slots.get(loop)
+        if slots is None:
+            slots = self._loop_slots[loop] = asyncio.Semaphore(self.max_concurrency)
+        return slots
+
+
+class Admission:
+    """One job's standing with the gate: whether it holds a slot, and its deadline.
+
+    A job may run several judge calls at once (``per_context`` metrics); they share the job's
+    slot, which is given back only while all of them sleep.
+
+    Args:
+        gate: The engine's gate.
+        deadline: ``time.monotonic()`` after which the job sends no more requests.
+        holding: Whether the job already holds a slot (taken by the engine before it started).
+        on_park: Called (on a thread) when the job gives its slot back to sleep: the engine
+            may start another worker so the slot does not idle.
+        loop_slots: The event loop's slots for an async job (None: the threads' semaphore).
+    """
+
+    def __init__(
+        self,
+        gate: Gate,
+        deadline: float | None = None,
+        *,
+        holding: bool = False,
+        on_park: Callable[[], object] | None = None,
+        loop_slots: asyncio.Semaphore | None = None,
+    ) -> None:
+        self.gate = gate
+        self.deadline = deadline
+        self._on_park = on_park
+        self._loop_slots = loop_slots
+        self._state = threading.Lock()
+        self._turn = threading.Lock()  # one sibling call at a time takes the slot back
+        self._active = 1
+        self._held = holding
+        self._closed = False
+
+    def remaining(self) -> float | None:
+        """Seconds left before the deadline (None without one), never negative."""
+        return None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
+
+    def _check(self) -> None:
+        if self._closed:
+            raise DeadlineExceededError("the engine gave up on this job")
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            raise DeadlineExceededError("the job's deadline passed")
+
+    # ----------------------------------------------------------------- requests
+
+    @contextlib.contextmanager
+    def request(self) -> Iterator[None]:
+        """Around one HTTP attempt on a thread: spend one request of the rate limit."""
+        self._check()
+        limiter = self.gate.rate_limiter
+        if limiter is not None:
+            while not limiter.acquire(blocking=False):
+                time.sleep(_RATE_POLL_S)
+                self._check()
+        yield
+
+    @contextlib.asynccontextmanager
+    async def arequest(self) -> AsyncIterator[None]:
+        """Async twin of :meth:`request`."""
+        self._check()
+        limiter = self.gate.rate_limiter
+        if limiter is not None:
+            while not await limiter.aacquire(blocking=False):
+                await asyncio.sleep(_RATE_POLL_S)
+                self._check()
+        yield
+
+    # ----------------------------------------------------------------- backoff
+
+    def sleep(self, seconds: float) -> None:
+        """Sleep out a backoff without the slot, then take a slot again (thread)."""
+        self._park()
+        try:
+            time.sleep(seconds)
+        finally:
+            self._unpark()
+
+    async def asleep(self, seconds: float) -> None:
+        """Async twin of :meth:`sleep`."""
+        self._park()
+        try:
+            await asyncio.sleep(seconds)
+        finally:
+            await self._aunpark()
+
+    def _park(self) -> None:
+        with self._state:
+            self._active -= 1
+            release = self._active == 0 and self._held
+            if release:
+                self._held = False
+        if release:
+            self._release()
+            if self._on_park is not None:
+                self._on_park()
+
+    def enter(self) -> None:
+        """Take a slot for the job on this thread (DeadlineExceededError at the deadline)."""
+        with self._turn:
+            with self._state:
+                if self._held or self._closed:
+                    return
+            self._took(self.gate.slots.acquire(timeout=self.remaining()))
+
+    def _unpark(self) -> None:
+        with self._turn:
+            with self._state:
+                self._active += 1
+                if self._held or self._closed:
+                    return
+            ok = self.gate.slots.acquire(timeout=self.remaining())
+            if not ok:
+                with self._state:
+                    self._active -= 1
+            self._took(ok)
+
+    async def _aunpark(self) -> None:
+        with self._state:
+            self._active += 1
+            if self._held or self._closed:
+                return
+        slots = self._loop_slots or self.gate.loop_slots()
+        await slots.acquire()
+        self._took(ok=True)
+
+    def _took(self, ok: bool) -> None:
+        """Record a slot just taken (or give it back when the job was closed meanwhile)."""
+        if not ok:
+            raise DeadlineExceededError("the job's deadline passed waiting for a slot")
+        with self._state:
+            give_back = self._closed or self._held
+            self._held = True if not give_back else self._held
+        if give_back:
+            self._release()
+
+    def _release(self) -> None:
+        if self._loop_slots is not None:
+            self._loop_slots.release()
+        else:
+            self.gate.slots.release()
+
+    def close(self) -> None:
+        """The job is over (finished, or abandoned at its deadline): give the slot back."""
+        with self._state:
+            self._closed = True
+            release, self._held = self._held, False
+        if release:
+            self._release()
+
+
+_CURRENT: ContextVar[Admission | None] = ContextVar("ragmetrics_admission", default=None)
+
+
+def current_admission() -> Admission | None:
+    """The admission of the job running in this context, if the engine runs it."""
+    return _CURRENT.get()
+
+
+@contextlib.contextmanager
+def admitted(admission: Admission | None) -> Iterator[None]:
+    """Run the block as (part of) a job with this admission."""
+    token = _CURRENT.set(admission)
+    try:
+        yield
+    finally:
+        _CURRENT.reset(token)

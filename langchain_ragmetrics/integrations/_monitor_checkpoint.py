@@ -1,0 +1,144 @@
+"""The monitor's checkpoint: which (run, metric) pairs are settled, in a small SQLite file.
+
+A pair is written once its feedback was accepted by LangSmith (or it needed none), in its
+own transaction, so a worker killed at any point resumes with exactly the unsettled pairs.
+An *intent* is written just before a feedback is sent: a restarted worker asks LangSmith
+whether those few were received instead of sending them again. Failed attempts are counted
+so a sample the judge can never score stops being retried.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+from langchain_ragmetrics.errors import CheckpointError
+
+__all__ = ["Checkpoint", "CheckpointError"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS settled (
+    run_id TEXT NOT NULL,
+    metric TEXT NOT NULL,
+    outcome TEXT NOT NULL,
+    settled_at REAL NOT NULL,
+    PRIMARY KEY (run_id, metric)
+);
+CREATE TABLE IF NOT EXISTS intents (
+    run_id TEXT NOT NULL,
+    metric TEXT NOT NULL,
+    PRIMARY KEY (run_id, metric)
+);
+CREATE TABLE IF NOT EXISTS attempts (
+    run_id TEXT NOT NULL,
+    metric TEXT NOT NULL,
+    failures INTEGER NOT NULL,
+    PRIMARY KEY (run_id, metric)
+);
+"""
+
+
+class Checkpoint:
+    """A thread-safe SQLite record of settled (run, metric) pairs.
+
+    Args:
+        path: The file (created with its directory's permissions); ``":memory:"`` keeps
+            it in memory (no restart safety).
+        project: The LangSmith project; a file written for another project is refused.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, project: str) -> None:
+        self.path = str(path)
+        if self.path != ":memory:":
+            parent = Path(self.path).parent
+            if not parent.is_dir():
+                msg = f"checkpoint directory {parent} does not exist"
+                raise CheckpointError(msg)
+        self._lock = threading.Lock()
+        try:
+            self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            # Commits reach the OS at once (a killed worker loses nothing) without an fsync
+            # each; only a power cut could lose the last few, which are then scored again.
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(_SCHEMA)
+            row = self._db.execute("SELECT value FROM meta WHERE key = 'project'").fetchone()
+        except sqlite3.DatabaseError as exc:
+            msg = f"checkpoint {self.path} cannot be used: {exc}"
+            raise CheckpointError(msg) from exc
+        if row is None:
+            self._db.execute("INSERT INTO meta VALUES ('project', ?)", (project,))
+        elif row[0] != project:
+            msg = (
+                f"checkpoint {self.path} belongs to project {row[0]!r}, not {project!r}; "
+                "use another --checkpoint file"
+            )
+            raise CheckpointError(msg)
+
+    def settled(self, run_ids: Iterable[str]) -> dict[str, set[str]]:
+        """The settled metrics of each of ``run_ids`` (runs with none are absent)."""
+        ids = list(dict.fromkeys(run_ids))
+        found: dict[str, set[str]] = {}
+        with self._lock:
+            for start in range(0, len(ids), 500):
+                chunk = ids[start : start + 500]
+                marks = ",".join("?" * len(chunk))
+                rows = self._db.execute(
+                    f"SELECT run_id, metric FROM settled WHERE run_id IN ({marks})",  # noqa: S608
+                    chunk,
+                ).fetchall()
+                for run_id, metric in rows:
+                    found.setdefault(run_id, set()).add(metric)
+        return found
+
+    def settle(self, run_id: str, metric: str, outcome: str) -> None:
+        """Record a pair as settled (committed before returning)."""
+        with self._lock:
+            self._db.execute(
+                "INSERT OR REPLACE INTO settled VALUES (?, ?, ?, ?)",
+                (run_id, metric, outcome, time.time()),
+            )
+            for table in ("attempts", "intents"):
+                self._db.execute(
+                    f"DELETE FROM {table} WHERE run_id = ? AND metric = ?",  # noqa: S608
+                    (run_id, metric),
+                )
+
+    def intend(self, run_id: str, metric: str) -> None:
+        """Record that a pair's feedback is about to be sent (committed before returning)."""
+        with self._lock:
+            self._db.execute("INSERT OR IGNORE INTO intents VALUES (?, ?)", (run_id, metric))
+
+    def intended(self, run_id: str) -> set[str]:
+        """Metrics of a run whose feedback was being sent when the last worker stopped."""
+        with self._lock:
+            rows = self._db.execute("SELECT metric FROM intents WHERE run_id = ?", (run_id,))
+            return {metric for (metric,) in rows.fetchall()}
+
+    def failed_attempt(self, run_id: str, metric: str) -> int:
+        """Count one more failure of a pair; returns the failures so far."""
+        with self._lock:
+            self._db.execute(
+                "INSERT INTO attempts VALUES (?, ?, 1) ON CONFLICT(run_id, metric) "
+                "DO UPDATE SET failures = failures + 1",
+                (run_id, metric),
+            )
+            row = self._db.execute(
+                "SELECT failures FROM attempts WHERE run_id = ? AND metric = ?", (run_id, metric)
+            ).fetchone()
+        return int(row[0])
+
+    def count(self) -> int:
+        """Settled pairs in the file."""
+        with self._lock:
+            return int(self._db.execute("SELECT COUNT(*) FROM settled").fetchone()[0])
+
+    def close(self) -> None:
+        """Close the file (idempotent)."""
+        with self._lock:
+            self._db.close()

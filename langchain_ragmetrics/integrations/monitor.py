@@ -1,0 +1,646 @@
+"""Score the retriever runs a LangSmith project already holds, off the application's machines.
+
+:class:`LangSmithMonitor` (and the ``ragmetrics monitor`` command) lists the retriever runs
+of a project, joins each with its trace's root run for the question and the answer (the
+same extraction as the online callback and the LangSmith evaluators), scores them through
+the :class:`~langchain_ragmetrics._engine.ScoringEngine` and posts one feedback per metric
+on each retriever run, with ids derived from (run id, metric) so nothing is ever duplicated.
+
+It is restartable (a SQLite checkpoint of settled (run, metric) pairs) and scales out:
+``shard=(i, n)`` keeps the runs whose trace id hashes to ``i``, so ``n`` workers share a
+project with every run scored exactly once; sampling uses the online handler's trace-id
+hash, so both pick the same traces at the same rate.
+
+Example::
+
+    from langchain_ragmetrics.integrations.monitor import LangSmithMonitor
+
+    summary = LangSmithMonitor("my-rag-app", since="24h", shard=(0, 3)).run()
+    print(summary.render())
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import math
+import re
+import threading
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from datetime import datetime, timedelta, timezone
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from uuid import UUID
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from langchain_ragmetrics._engine import Job, ScoringEngine
+from langchain_ragmetrics._ids import feedback_id
+from langchain_ragmetrics._threads import DaemonThreadPool
+from langchain_ragmetrics.callbacks._mapping import (
+    default_answer,
+    default_question,
+    references_in,
+)
+from langchain_ragmetrics.callbacks._records import OnlineResult
+from langchain_ragmetrics.callbacks._sampling import check_rate, is_sampled
+from langchain_ragmetrics.callbacks._setup import check_metrics, check_sinks, untraced
+from langchain_ragmetrics.callbacks.langsmith_feedback import LangSmithFeedbackSink
+from langchain_ragmetrics.callbacks.sinks import BaseSink
+from langchain_ragmetrics.errors import CheckpointError, MonitorError
+from langchain_ragmetrics.integrations._monitor_checkpoint import Checkpoint
+from langchain_ragmetrics.integrations.langsmith import _documents, _run_metadata
+from langchain_ragmetrics.metrics._base import BaseRagMetric
+from langchain_ragmetrics.schema import MetricResult, RagSample, Usage
+
+if TYPE_CHECKING:
+    from langsmith import Client
+    from langsmith.schemas import Run
+
+__all__ = [
+    "CheckpointError",
+    "LangSmithMonitor",
+    "MonitorError",
+    "MonitorSummary",
+    "monitor",
+    "parse_shard",
+    "parse_since",
+    "shard_of",
+]
+
+T = TypeVar("T")
+_PAGE = 100  # runs read from the listing at a time
+_SHARD_PERSON = b"ragmetrics-shard"  # a different hash than sampling: shards stay uniform
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def shard_of(trace_id: UUID, count: int) -> int:
+    """The shard (0 to ``count - 1``) a trace belongs to: a hash of its id, stable forever.
+
+    Independent of the sampling hash, so sampling at 10 % still spreads over every shard.
+    """
+    digest = hashlib.blake2b(trace_id.bytes, digest_size=8, person=_SHARD_PERSON).digest()
+    return int.from_bytes(digest, "big") % count
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``"I/N"`` (0 <= I < N) as ``(I, N)``.
+
+    Raises:
+        ValueError: Naming the expected form.
+    """
+    index, sep, count = text.partition("/")
+    try:
+        shard = (int(index), int(count)) if sep else None
+    except ValueError:
+        shard = None
+    if shard is None or shard[1] < 1 or not 0 <= shard[0] < shard[1]:
+        msg = f"`shard` must be I/N with 0 <= I < N (e.g. 0/3), got {text!r}"
+        raise ValueError(msg)
+    return shard
+
+
+def parse_since(value: str | timedelta | datetime) -> datetime:
+    """The start of the window: ``"24h"``/``"30m"``/``"7d"``, a timedelta, or a datetime."""
+    now = datetime.now(timezone.utc)
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+    if isinstance(value, timedelta):
+        return now - value
+    match = _DURATION.match(value)
+    if match is None:
+        msg = f"`since` must be a duration such as 30m, 24h or 7d, got {value!r}"
+        raise ValueError(msg)
+    return now - timedelta(**{_UNITS[match[2]]: float(match[1])})
+
+
+class MonitorSummary(BaseModel):
+    """What a monitor run did; ``render()`` gives the exit summary."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    project: str
+    """The LangSmith project."""
+    shard: tuple[int, int] = (0, 1)
+    """This worker's shard ``(index, count)``."""
+    polls: int = 0
+    """Times the project was listed."""
+    runs_listed: int = 0
+    """Retriever runs returned by LangSmith (every shard)."""
+    runs_seen: int = 0
+    """Retriever runs of this shard."""
+    runs_sampled_out: int = 0
+    """Runs of this shard left out by sampling."""
+    runs_already_scored: int = 0
+    """Runs whose metrics were all settled by an earlier run (checkpoint)."""
+    runs_waiting: int = 0
+    """Runs left for a later poll: their run or trace had not finished yet."""
+    runs_scored: int = 0
+    """Runs scored in this run."""
+    runs_skipped: int = 0
+    """Runs not scored because the retriever or its trace raised."""
+    results_scored: int = 0
+    """Metric results with a score."""
+    results_failed: int = 0
+    """Metric results that failed (judge error, timeout ...)."""
+    results_skipped: int = 0
+    """Metric results that could not be assessed (e.g. no reference)."""
+    feedback_sent: int = 0
+    """Feedback accepted by LangSmith."""
+    feedback_failed: int = 0
+    """Feedback LangSmith did not accept in time (retried on the next poll or run)."""
+    errors: list[str] = Field(default_factory=list)
+    """Listing errors (LangSmith unreachable, 5xx, timeouts)."""
+    usage: Usage = Field(default_factory=Usage)
+    """Judge tokens and calls."""
+
+    def render(self) -> str:
+        """The human-readable summary printed when the monitor exits."""
+        index, count = self.shard
+        lines = [
+            f"ragmetrics monitor: project {self.project!r}, shard {index}/{count}, "
+            f"{self.polls} poll{'s' if self.polls != 1 else ''}",
+            f"  runs seen {self.runs_seen} (of {self.runs_listed} listed), scored "
+            f"{self.runs_scored}, already scored {self.runs_already_scored}, sampled out "
+            f"{self.runs_sampled_out}, skipped {self.runs_skipped}, waiting {self.runs_waiting}",
+            f"  results scored {self.results_scored}, failed {self.results_failed}, "
+            f"skipped {self.results_skipped}",
+            f"  feedback sent {self.feedback_sent}, failed {self.feedback_failed}; judge calls "
+            f"{self.usage.judge_calls}, tokens {self.usage.input_tokens} in / "
+            f"{self.usage.output_tokens} out",
+        ]
+        lines += [f"  error: {e}" for e in self.errors[-5:]]
+        return "\n".join(lines)
+
+
+def _failed(result: MetricResult) -> bool:
+    return result.failed or (result.score is not None and math.isnan(result.score))
+
+
+def _uuid(value: Any) -> UUID | None:
+    return None if value is None else UUID(str(value))
+
+
+class LangSmithMonitor:
+    """Scores the retriever runs of a LangSmith project and posts feedback on them.
+
+    Args:
+        project_name: The project the application traces to.
+        client: A ``langsmith.Client``; default one from the environment with
+            ``request_timeout`` as its HTTP timeout.
+        metrics: Default ``[ContextRelevance(), ContextPrecision()]`` (as the handler).
+        sinks: Extra sinks that also receive every settled result, e.g. an
+            ``OpenTelemetrySink`` for the score metrics (LangSmith feedback is always sent).
+        since: How far back to look on the first poll (``"24h"``, a timedelta, a datetime).
+        shard: ``(index, count)``: score only the traces whose id hashes to ``index``.
+        sample_rate: Fraction of traces scored (the online handler's hash).
+        checkpoint: SQLite file of settled pairs; default
+            ``.ragmetrics-monitor-<project>-<i>of<n>.sqlite`` in the working directory.
+        question_from: ``"query"`` (the retriever's query) or ``"input"`` (the root input).
+        max_concurrency: Runs scored at once (judge jobs are bounded by the engine too).
+        rate_limit_per_minute: Optional cap on judge calls per minute.
+        timeout: Seconds allowed per metric job.
+        request_timeout: Seconds allowed per LangSmith call (list page, feedback).
+        follow: Keep polling for new runs until :meth:`stop` (or ``max_polls``).
+        poll_interval: Seconds between polls when following.
+        max_polls: Stop after this many polls (None: no bound).
+        lookback: Later polls re-list this far before the previous poll, for late arrivals.
+        max_attempts: Failed results are retried on later polls and runs; after this many
+            failures the failure itself is posted (``error=True``) and the pair settled.
+    """
+
+    def __init__(
+        self,
+        project_name: str,
+        *,
+        client: Client | None = None,
+        metrics: Sequence[BaseRagMetric] | None = None,
+        sinks: Sequence[BaseSink] = (),
+        since: str | timedelta | datetime = "24h",
+        shard: tuple[int, int] | str = (0, 1),
+        sample_rate: float = 1.0,
+        checkpoint: str | Path | None = None,
+        question_from: Literal["query", "input"] = "query",
+        max_concurrency: int = 8,
+        rate_limit_per_minute: float | None = None,
+        timeout: float | None = 120.0,
+        request_timeout: float = 30.0,
+        follow: bool = False,
+        poll_interval: float = 30.0,
+        max_polls: int | None = None,
+        lookback: timedelta = timedelta(minutes=10),
+        max_attempts: int = 3,
+    ) -> None:
+        if not project_name:
+            msg = "`project_name` must name a LangSmith project"
+            raise ValueError(msg)
+        if question_from not in ("query", "input"):
+            msg = f"`question_from` must be 'query' or 'input', got {question_from!r}"
+            raise ValueError(msg)
+        for name, value in (
+            ("max_concurrency", max_concurrency),
+            ("max_attempts", max_attempts),
+            ("max_polls", max_polls or 1),
+        ):
+            if value < 1:
+                msg = f"`{name}` must be at least 1, got {value!r}"
+                raise ValueError(msg)
+        for name, number in (
+            ("request_timeout", request_timeout),
+            ("poll_interval", poll_interval),
+        ):
+            if number <= 0:
+                msg = f"`{name}` must be positive, got {number!r}"
+                raise ValueError(msg)
+        self.project_name = project_name
+        self.shard = parse_shard(shard if isinstance(shard, str) else f"{shard[0]}/{shard[1]}")
+        self.since = parse_since(since)
+        self.sample_rate = check_rate(sample_rate)
+        self.metrics = check_metrics(metrics)
+        self.sinks = check_sinks(sinks)
+        self.question_from = question_from
+        self.max_concurrency = max_concurrency
+        self.request_timeout = request_timeout
+        self.follow = follow
+        self.poll_interval = poll_interval
+        self.max_polls = max_polls
+        self.lookback = lookback
+        self.max_attempts = max_attempts
+        index, count = self.shard
+        safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", project_name)
+        self.checkpoint_path = Path(
+            checkpoint or f".ragmetrics-monitor-{safe}-{index}of{count}.sqlite"
+        )
+        self.engine = ScoringEngine(
+            max_concurrency=max_concurrency,
+            timeout=timeout,
+            rate_limit_per_minute=rate_limit_per_minute,
+        )
+        self._client = client
+        self._feedback = LangSmithFeedbackSink(client, run="retriever", project_name=project_name)
+        self._pool = DaemonThreadPool(name="ragmetrics-monitor-io", size=4)
+        self._judge_pool = DaemonThreadPool(name="ragmetrics-monitor-judge")
+        self._stop = threading.Event()
+        self._wake: tuple[asyncio.AbstractEventLoop, asyncio.Event] | None = None
+        self._pending: dict[str, datetime] = {}
+        self._last_poll: datetime | None = None
+        self._roots: dict[str, Run | None] = {}
+        self.summary = MonitorSummary(project=project_name, shard=self.shard)
+
+    # ------------------------------------------------------------------ public
+
+    @property
+    def client(self) -> Client:
+        """The LangSmith client (built from the environment on first use)."""
+        if self._client is None:
+            from langsmith import Client
+            from urllib3.util.retry import Retry
+
+            millis = int(self.request_timeout * 1000)
+            retry = Retry(
+                total=1,
+                backoff_factor=0.2,
+                status_forcelist=[429, 500, 502, 503, 504],
+                allowed_methods=None,
+                raise_on_status=False,
+            )
+            self._client = Client(timeout_ms=(millis, millis), retry_config=retry)
+            self._feedback = LangSmithFeedbackSink(
+                self._client, run="retriever", project_name=self.project_name
+            )
+        return self._client
+
+    def run(self) -> MonitorSummary:
+        """Poll (once, or until stopped when following) and return the summary."""
+        return asyncio.run(self.arun())
+
+    async def arun(self) -> MonitorSummary:
+        """:meth:`run` on the running event loop."""
+        wake = asyncio.Event()
+        self._wake = (asyncio.get_running_loop(), wake)
+        checkpoint = Checkpoint(self.checkpoint_path, project=self.project_name)
+        # Blocking LangSmith calls and the metrics' sync ``invoke`` run on daemon threads:
+        # each run() has its own event loop, while async model clients are shared per
+        # process and tied to the loop that first used them.
+        size = self.max_concurrency
+        self._pool = DaemonThreadPool(name="ragmetrics-monitor-io", size=max(4, size))
+        self._judge_pool = DaemonThreadPool(name="ragmetrics-monitor-judge", size=size)
+        self.engine.executor = self._judge_pool
+        self._pool.start()
+        self._judge_pool.start()
+        try:
+            with untraced():
+                while not self._stop.is_set():
+                    await self._poll(checkpoint)
+                    if not self.follow or (
+                        self.max_polls is not None and self.summary.polls >= self.max_polls
+                    ):
+                        break
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        await asyncio.wait_for(wake.wait(), self.poll_interval)
+        finally:
+            for sink in self.sinks:
+                with contextlib.suppress(Exception):
+                    close = partial(sink.close, self.request_timeout)
+                    await self._io(close, f"closing {sink.name}")
+            self._wake = None
+            checkpoint.close()
+            self._pool.stop(0)
+            self._judge_pool.stop(0)
+        return self.summary
+
+    def stop(self) -> None:
+        """Finish the current poll and return (thread-safe)."""
+        self._stop.set()
+        wake = self._wake
+        if wake is not None:
+            with contextlib.suppress(RuntimeError):
+                wake[0].call_soon_threadsafe(wake[1].set)
+
+    # ------------------------------------------------------------------ polling
+
+    async def _io(self, fn: Callable[[], T], what: str) -> T:
+        """A blocking LangSmith call on the I/O threads, abandoned after the request timeout."""
+        future = self._pool.submit(fn)
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(future), self.request_timeout)
+        except asyncio.TimeoutError:
+            msg = f"{what}: no answer from LangSmith within {self.request_timeout:g}s"
+            raise TimeoutError(msg) from None
+
+    def _window_start(self) -> datetime:
+        if self._last_poll is None:
+            return self.since
+        start = self._last_poll - self.lookback
+        if self._pending:
+            start = min(start, *self._pending.values())
+        return max(self.since, start)
+
+    async def _poll(self, checkpoint: Checkpoint) -> None:
+        """List the window page by page; score while the next page is read.
+
+        At most two pages of runs are in flight, so memory stays bounded on large projects
+        and the judge never idles at a page boundary.
+        """
+        started = datetime.now(timezone.utc)
+        since = self._window_start()
+        self.summary.polls += 1
+        gate = asyncio.Semaphore(self.max_concurrency)
+        inflight: set[asyncio.Task[None]] = set()
+        try:
+            runs = await self._io(partial(self._open_listing, since), "listing runs")
+            while True:
+                batch = await self._io(partial(self._next_batch, runs), "listing runs")
+                if not batch:
+                    break
+                inflight.update(await self._batch(batch, checkpoint, gate))
+                while len(inflight) > _PAGE:
+                    done, inflight = await asyncio.wait(
+                        inflight, return_when=asyncio.FIRST_COMPLETED
+                    )
+                    for task in done:
+                        task.result()  # a LangSmith error ends the poll
+            await asyncio.gather(*inflight)
+        except Exception as exc:
+            self.summary.errors.append(f"{type(exc).__name__}: {exc}")
+            for task in inflight:
+                task.cancel()
+            await asyncio.gather(*inflight, return_exceptions=True)
+            return
+        self._last_poll = started
+        self.summary.runs_waiting = len(self._pending)
+
+    def _open_listing(self, since: datetime) -> Iterator[Run]:
+        with warnings.catch_warnings():
+            # list_runs() is deprecated in langsmith 0.15 (runs.query replaces it) but is
+            # the call every supported langsmith version has.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return iter(
+                self.client.list_runs(
+                    project_name=self.project_name, run_type="retriever", start_time=since
+                )
+            )
+
+    def _next_batch(self, runs: Iterator[Run], size: int = _PAGE) -> list[Run]:
+        batch: list[Run] = []
+        for run in runs:
+            batch.append(run)
+            if len(batch) >= size:
+                break
+        return batch
+
+    def _roots_of(self, trace_ids: list[str]) -> dict[str, Run]:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            found = self.client.list_runs(project_name=self.project_name, run_ids=trace_ids)
+            return {str(run.id): run for run in found}
+
+    async def _batch(
+        self, batch: list[Run], checkpoint: Checkpoint, gate: asyncio.Semaphore
+    ) -> list[asyncio.Task[None]]:
+        """Filter a page (shard, sampling, checkpoint), read its roots, start its runs."""
+        summary = self.summary
+        summary.runs_listed += len(batch)
+        index, count = self.shard
+        mine: list[Run] = []
+        for run in batch:
+            trace_id = _uuid(run.trace_id) or run.id
+            if shard_of(trace_id, count) != index:
+                continue
+            summary.runs_seen += 1
+            if not is_sampled(trace_id, self.sample_rate):
+                summary.runs_sampled_out += 1
+                continue
+            mine.append(run)
+        settled = checkpoint.settled(str(r.id) for r in mine)
+        keys = {m.metric_name for m in self.metrics}
+        todo = []
+        for run in mine:
+            if settled.get(str(run.id), set()) >= keys:
+                summary.runs_already_scored += 1
+                self._pending.pop(str(run.id), None)
+            else:
+                todo.append(run)
+        if not todo:
+            return []
+        missing = sorted(
+            {str(r.trace_id) for r in todo if r.trace_id and str(r.trace_id) not in self._roots}
+        )
+        if missing:
+            roots = await self._io(partial(self._roots_of, missing), "reading root runs")
+            for trace in missing:
+                root = roots.get(trace)
+                if root is not None and root.end_time is not None:
+                    self._roots[trace] = root
+            while len(self._roots) > 10_000:
+                self._roots.pop(next(iter(self._roots)))
+
+        async def one(run: Run) -> None:
+            async with gate:
+                await self._run(run, settled.get(str(run.id), set()), checkpoint)
+
+        return [asyncio.ensure_future(one(run)) for run in todo]
+
+    # ------------------------------------------------------------------ one run
+
+    def _sample(self, run: Run, root: Run | None) -> RagSample:
+        inputs = run.inputs or {}
+        query = inputs.get("query") if isinstance(inputs.get("query"), str) else None
+        query = query or default_question(inputs) or ""
+        answer = None
+        if root is not None and root.id != run.id:
+            answer = default_answer(root.outputs or {})
+        question = query
+        if self.question_from == "input" and root is not None:
+            question = default_question(root.inputs) or query
+        root_meta = _run_metadata(root) if root is not None else {}
+        return RagSample.model_validate(
+            {
+                "question": question,
+                "contexts": _documents((run.outputs or {}).get("documents")),
+                "answer": answer,
+                **references_in({**root_meta, **_run_metadata(run)}),
+            }
+        )
+
+    async def _score(self, metric: BaseRagMetric, sample: RagSample, run_id: str) -> MetricResult:
+        try:
+            metric.validate_sample(sample)
+        except ValueError as exc:
+            return MetricResult(metric=metric.metric_name, score=None, reason=f"skipped: {exc}")
+        return await self.engine.ascore(Job(sample, metric, tag=run_id))
+
+    async def _run(self, run: Run, done: set[str], checkpoint: Checkpoint) -> None:
+        summary = self.summary
+        run_id = str(run.id)
+        trace = str(run.trace_id or run.id)
+        root = run if run.parent_run_id is None else self._roots.get(trace)
+        errored = bool(run.error) or bool(root is not None and root.error)
+        if not errored and (run.end_time is None or root is None):
+            started = run.start_time
+            self._pending[run_id] = started.replace(tzinfo=started.tzinfo or timezone.utc)
+            return
+        self._pending.pop(run_id, None)
+        todo = [m for m in self.metrics if m.metric_name not in done]
+        todo = await self._already_sent(run_id, todo, checkpoint)
+        if not todo:
+            summary.runs_already_scored += 1
+            return
+        if errored:
+            summary.runs_skipped += 1
+            for metric in todo:
+                checkpoint.settle(run_id, metric.metric_name, "trace-error")
+            return
+        try:
+            sample = self._sample(run, root)
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            results = [
+                MetricResult(metric=m.metric_name, score=math.nan, error=error) for m in todo
+            ]
+            sample = RagSample(question=str((run.inputs or {}).get("query") or ""))
+        else:
+            results = list(await asyncio.gather(*(self._score(m, sample, run_id) for m in todo)))
+        summary.runs_scored += 1
+        for result in results:
+            summary.usage = summary.usage + result.usage
+            await self._settle(run, root, sample, result, checkpoint)
+
+    async def _already_sent(
+        self, run_id: str, todo: list[BaseRagMetric], checkpoint: Checkpoint
+    ) -> list[BaseRagMetric]:
+        """Settle the pairs whose feedback a killed worker sent but did not record."""
+        intended = checkpoint.intended(run_id) & {m.metric_name for m in todo}
+        if not intended:
+            return todo
+        for metric in sorted(intended):
+            if await self._io(partial(self._exists, run_id, metric), "reading feedback"):
+                checkpoint.settle(run_id, metric, "sent-before-restart")
+        done = checkpoint.settled([run_id]).get(run_id, set())
+        return [m for m in todo if m.metric_name not in done]
+
+    def _exists(self, run_id: str, metric: str) -> bool:
+        from langsmith.utils import LangSmithNotFoundError
+
+        try:
+            self.client.read_feedback(feedback_id(run_id, metric))
+        except LangSmithNotFoundError:
+            return False
+        return True
+
+    async def _settle(
+        self,
+        run: Run,
+        root: Run | None,
+        sample: RagSample,
+        result: MetricResult,
+        checkpoint: Checkpoint,
+    ) -> None:
+        summary = self.summary
+        run_id, metric = str(run.id), result.metric
+        if _failed(result):
+            summary.results_failed += 1
+            if checkpoint.failed_attempt(run_id, metric) < self.max_attempts:
+                return  # retried on the next poll or run
+        else:
+            summary.results_scored += int(result.score is not None)
+        item = OnlineResult(
+            trace_id=_uuid(run.trace_id),
+            root_run_id=root.id if root is not None else run.id,
+            run_id=run.id,
+            parent_run_id=run.parent_run_id,
+            retriever=run.name,
+            tags=list(run.tags or []),
+            query=sample.question or "",
+            sample=sample,
+            result=result,
+            timestamp=datetime.now(timezone.utc),
+        )
+        if result.skipped:
+            summary.results_skipped += 1
+            checkpoint.settle(run_id, metric, "skipped")
+            await self._to_sinks(item)
+            return
+        checkpoint.intend(run_id, metric)
+        try:
+            await self._io(partial(self._send, item), "sending feedback")
+        except Exception:
+            summary.feedback_failed += 1
+            return
+        summary.feedback_sent += 1
+        checkpoint.settle(run_id, metric, "failed" if _failed(result) else "scored")
+        await self._to_sinks(item)
+
+    async def _to_sinks(self, item: OnlineResult) -> None:
+        """Hand a settled result to the extra sinks (a failing sink is counted, not fatal)."""
+        for sink in self.sinks:
+            try:
+                await self._io(partial(sink.emit, item), f"sink {sink.name}")
+            except Exception as exc:
+                self.summary.errors.append(f"sink {sink.name}: {type(exc).__name__}: {exc}")
+
+    def _send(self, item: OnlineResult) -> None:
+        """Post one feedback and wait for LangSmith's answer (no background batching)."""
+        from langsmith.utils import LangSmithConflictError
+
+        client = self.client
+        kwargs = self._feedback.feedback_kwargs(item)
+        if kwargs is None:  # pragma: no cover - skipped results never get here
+            return
+        kwargs.pop("trace_id", None)  # with a trace id the SDK would batch in the background
+        kwargs["feedback_id"] = feedback_id(item.run_id, item.result.metric)
+        with contextlib.suppress(LangSmithConflictError):  # already there: sent before
+            client.create_feedback(
+                **kwargs,
+                session_id=self._feedback.project_id(),
+                stop_after_attempt=1,  # retrying is the next poll's job, not a blocked thread's
+            )
+
+
+def monitor(project_name: str, **options: Any) -> MonitorSummary:
+    """Run a :class:`LangSmithMonitor` and return its summary (options as the class's)."""
+    return LangSmithMonitor(project_name, **options).run()

@@ -1,0 +1,46 @@
+"""Fill the LangSmith stub with real traces: a RAG chain traced by LangChain's own tracer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import langsmith
+from langchain_core.tracers import LangChainTracer
+
+from tests._support.langsmith_stub import LangSmithStub
+from tests._support.rag import question
+
+__all__ = ["retriever_runs", "trace_questions"]
+
+
+def trace_questions(
+    stub: LangSmithStub, chain: Any, project: str, items: range, **invoke: Any
+) -> list[dict[str, Any]]:
+    """Ask ``chain`` about each item with a tracer to ``project``; returns the retriever runs.
+
+    Waits until the stub holds every trace (root and retriever finished).
+    """
+    client = langsmith.Client(api_url=stub.url, api_key="test")
+    tracer = LangChainTracer(project_name=project, client=client)
+    try:
+        for i in items:
+            chain.invoke(question(i), config={"callbacks": [tracer], **invoke})
+        tracer.wait_for_futures()
+        client.flush()
+    finally:
+        client.close(timeout=10)
+    wanted = {question(i) for i in items}
+
+    def arrived() -> list[dict[str, Any]]:
+        runs = [r for r in retriever_runs(stub) if r["inputs"].get("query") in wanted]
+        done = [r for r in runs if r.get("end_time") and stub.run(r["trace_id"])]
+        roots = [stub.run(r["trace_id"]) or {} for r in done]
+        finished = len(done) == len(wanted) and all(root.get("end_time") for root in roots)
+        return runs if finished else []
+
+    return stub.wait_for(arrived, timeout=30)
+
+
+def retriever_runs(stub: LangSmithStub) -> list[dict[str, Any]]:
+    """Every retriever run the stub holds."""
+    return [r for r in stub.runs() if r.get("run_type") == "retriever"]

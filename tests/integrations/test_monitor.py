@@ -1,0 +1,366 @@
+"""LangSmithMonitor against the loopback LangSmith stub holding real traces of a RAG chain."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import langsmith
+import pytest
+from langchain_openai import ChatOpenAI
+
+from langchain_ragmetrics import ContextPrecision, ContextRecall, ContextRelevance
+from langchain_ragmetrics._ids import feedback_id
+from langchain_ragmetrics.callbacks._sampling import is_sampled
+from langchain_ragmetrics.integrations.monitor import (
+    CheckpointError,
+    LangSmithMonitor,
+    MonitorSummary,
+    parse_shard,
+    parse_since,
+    shard_of,
+)
+from tests._support.langsmith_stub import LangSmithStub
+from tests._support.openai_server import JudgeServer
+from tests._support.rag import FAST, RagApp, items_in, rag_app
+from tests._support.traces import trace_questions
+
+JudgeFactory = Callable[..., ChatOpenAI]
+PROJECT = "rag-prod"
+CEILING_S = 15.0
+"""Generous bound for 'did not hang' where LangSmith never answers."""
+
+
+@pytest.fixture
+def app(judge_server: JudgeServer, make_judge: JudgeFactory) -> RagApp:
+    return rag_app(judge_server, make_judge, max_retries=2)
+
+
+def make_monitor(
+    app: RagApp, client: langsmith.Client, tmp_path: Path, **options: Any
+) -> LangSmithMonitor:
+    settings: dict[str, Any] = {
+        "client": client,
+        "metrics": [ContextRelevance(llm=app.llm, retry=FAST)],
+        "checkpoint": tmp_path / "monitor.sqlite",
+        "request_timeout": 5.0,
+        **options,
+    }
+    return LangSmithMonitor(PROJECT, **settings)
+
+
+def expected_relevance(run: dict[str, Any]) -> float:
+    """The rag_app judge's relevance: share of retrieved facts about the asked item."""
+    asked = items_in(run["inputs"]["query"])
+    docs = run["outputs"]["documents"]
+    return sum(1 for d in docs if items_in(str(d)) & asked) / len(docs)
+
+
+def stored(stub: LangSmithStub, key: str = "context_relevance") -> dict[str, dict[str, Any]]:
+    """Feedback the stub holds, by run id (asserting one per run)."""
+    found = stub.feedback(key=key)
+    by_run = {item["run_id"]: item for item in found}
+    assert len(by_run) == len(found), "two feedback on one run"
+    return by_run
+
+
+def test_scores_every_retriever_run_once_with_stable_feedback_ids(
+    app: RagApp, langsmith_stub: LangSmithStub, langsmith_client: langsmith.Client, tmp_path: Path
+) -> None:
+    runs = trace_questions(langsmith_stub, app.chain, PROJECT, range(6))
+    summary = make_monitor(app, langsmith_client, tmp_path).run()
+    assert summary.runs_seen == summary.runs_scored == summary.results_scored == 6
+    assert summary.feedback_sent == 6
+    assert summary.errors == []
+    feedback = stored(langsmith_stub)
+    assert set(feedback) == {r["id"] for r in runs}
+    for run in runs:
+        item = feedback[run["id"]]
+        assert item["id"] == str(feedback_id(run["id"], "context_relevance"))
+        assert item["score"] == expected_relevance(run)
+        assert item["feedback_source"]["type"] == "model"
+    # the question came from the retriever query and the answer from the root run
+    judged = [r for r in app.server.requests if r.schema_name == "RelevantSentences"]
+    assert len(judged) == 6
+    # a second run finds everything settled and sends nothing
+    again = make_monitor(app, langsmith_client, tmp_path).run()
+    assert again.runs_already_scored == 6
+    assert again.feedback_sent == again.runs_scored == 0
+    assert len(langsmith_stub.requests_to("POST", "/feedback")) == 6
+
+
+def test_three_shards_cover_every_run_exactly_once_across_pages(
+    app: RagApp, langsmith_stub: LangSmithStub, langsmith_client: langsmith.Client, tmp_path: Path
+) -> None:
+    runs = trace_questions(langsmith_stub, app.chain, PROJECT, range(15))
+    langsmith_stub.page_size = 4
+    summaries = [
+        make_monitor(
+            app, langsmith_client, tmp_path, shard=f"{i}/3", checkpoint=tmp_path / f"s{i}.db"
+        ).run()
+        for i in range(3)
+    ]
+    assert [s.runs_listed for s in summaries] == [15, 15, 15]
+    assert sum(s.runs_seen for s in summaries) == 15
+    assert all(s.runs_seen > 0 for s in summaries)  # 15 traces hash onto all three shards
+    posted = Counter(f["run_id"] for f in langsmith_stub.feedback())
+    assert set(posted) == {r["id"] for r in runs}
+    assert set(posted.values()) == {1}
+    for summary in summaries:
+        assert summary.feedback_sent == summary.runs_seen
+    cursors = [
+        r.body.get("cursor")
+        for r in langsmith_stub.requests_to("POST", "/runs/query")
+        if r.body.get("run_type") == "retriever"
+    ]
+    assert cursors.count(None) == 3
+    assert "12" in cursors
+    for summary, index in zip(summaries, range(3), strict=True):
+        assert summary.shard == (index, 3)
+
+
+def test_sampling_matches_the_online_handlers_hash(
+    app: RagApp, langsmith_stub: LangSmithStub, langsmith_client: langsmith.Client, tmp_path: Path
+) -> None:
+    runs = trace_questions(langsmith_stub, app.chain, PROJECT, range(12))
+    summary = make_monitor(app, langsmith_client, tmp_path, sample_rate=0.5).run()
+    chosen = {r["id"] for r in runs if is_sampled(UUID(r["trace_id"]), 0.5)}
+    assert 0 < len(chosen) < 12
+    assert set(stored(langsmith_stub)) == chosen
+    assert summary.runs_sampled_out == 12 - len(chosen)
+
+
+def test_follow_picks_up_runs_that_arrive_later(
+    app: RagApp, langsmith_stub: LangSmithStub, langsmith_client: langsmith.Client, tmp_path: Path
+) -> None:
+    first = trace_questions(langsmith_stub, app.chain, PROJECT, range(3))
+    worker = make_monitor(app, langsmith_client, tmp_path, follow=True, poll_interval=0.05)
+    result: list[MonitorSummary] = []
+    thread = threading.Thread(target=lambda: result.append(worker.run()), daemon=True)
+    thread.start()
+    try:
+        langsmith_stub.wait_for_feedback(3, timeout=30)
+        later = trace_questions(langsmith_stub, app.chain, PROJECT, range(3, 7))
+        langsmith_stub.wait_for_feedback(7, timeout=30)
+    finally:
+        worker.stop()
+        thread.join(30)
+    assert not thread.is_alive()
+    (summary,) = result
+    assert summary.polls >= 2
+    assert set(stored(langsmith_stub)) == {r["id"] for r in first + later}
+    assert len(langsmith_stub.requests_to("POST", "/feedback")) == 7
+
+
+def test_max_polls_bounds_following(
+    app: RagApp, langsmith_stub: LangSmithStub, langsmith_client: langsmith.Client, tmp_path: Path
+) -> None:
+    trace_questions(langsmith_stub, app.chain, PROJECT, range(2))
+    summary = make_monitor(
+        app, langsmith_client, tmp_path, follow=True, poll_interval=0.01, max_polls=3
+    ).run()
+    assert summary.polls == 3
+    assert summary.feedback_sent == 2
+    assert summary.runs_already_scored == 4  # polls 2 and 3 found both settled
+
+
+def test_references_from_run_metadata_and_skips(
+    app: RagApp, langsmith_stub: LangSmithStub, langsmith_client: langsmith.Client, tmp_path: Path
+) -> None:
+    trace_questions(
+        langsmith_stub, app.chain, PROJECT, range(2), metadata={"reference_context_ids": ["x"]}
+    )
+    metrics = [ContextRecall(llm=app.llm, retry=FAST), ContextPrecision(llm=app.llm, retry=FAST)]
+    summary = make_monitor(app, langsmith_client, tmp_path, metrics=metrics).run()
+    # no reference text: recall is skipped (not sent); precision judges against the answer
+    assert summary.results_skipped == 2
+    assert summary.results_scored == 2
+    assert stored(langsmith_stub, "context_recall") == {}
+    assert len(stored(langsmith_stub, "context_precision")) == 2
+    again = make_monitor(app, langsmith_client, tmp_path, metrics=metrics).run()
+    assert again.runs_already_scored == 2  # skipped pairs are settled too
+
+
+def test_unfinished_traces_wait_for_a_later_poll(
+    app: RagApp, langsmith_stub: LangSmithStub, langsmith_client: langsmith.Client, tmp_path: Path
+) -> None:
+    runs = trace_questions(langsmith_stub, app.chain, PROJECT, range(2))
+    root_id = runs[0]["trace_id"]
+    with langsmith_stub._lock:  # the root has not finished yet (still streaming, say)
+        langsmith_stub._runs[root_id]["end_time"] = None
+    summary = make_monitor(app, langsmith_client, tmp_path).run()
+    assert summary.runs_waiting == 1
+    assert summary.feedback_sent == 1
+    with langsmith_stub._lock:
+        langsmith_stub._runs[root_id]["end_time"] = "2030-01-01T00:00:00+00:00"
+    later = make_monitor(app, langsmith_client, tmp_path).run()
+    assert later.feedback_sent == 1
+    assert set(stored(langsmith_stub)) == {r["id"] for r in runs}
+
+
+def test_judge_failures_are_retried_then_reported(
+    app: RagApp,
+    judge_server: JudgeServer,
+    langsmith_stub: LangSmithStub,
+    langsmith_client: langsmith.Client,
+    tmp_path: Path,
+) -> None:
+    from tests._support.openai_server import reply_error
+    from tests._support.rag import rag_router
+
+    trace_questions(langsmith_stub, app.chain, PROJECT, range(2))
+    judge_server.script = rag_router(RelevantSentences=reply_error(500))
+    first = make_monitor(app, langsmith_client, tmp_path, max_attempts=2).run()
+    assert first.results_failed == 2
+    assert first.feedback_sent == 0  # kept for a retry
+    second = make_monitor(app, langsmith_client, tmp_path, max_attempts=2).run()
+    assert second.results_failed == 2
+    assert second.feedback_sent == 2  # the failure itself, after max_attempts
+    assert all(
+        f.get("score") is None and f["comment"].startswith("error:")
+        for f in stored(langsmith_stub).values()
+    )
+    judge_server.script = rag_router()
+    third = make_monitor(app, langsmith_client, tmp_path, max_attempts=2).run()
+    assert third.runs_already_scored == 2
+
+
+def test_langsmith_500_on_listing_is_reported_not_raised(
+    app: RagApp, langsmith_stub: LangSmithStub, langsmith_client: langsmith.Client, tmp_path: Path
+) -> None:
+    trace_questions(langsmith_stub, app.chain, PROJECT, range(2))
+    langsmith_stub.fail("POST /runs/query", 500, times=None)
+    summary = make_monitor(app, langsmith_client, tmp_path).run()
+    assert summary.runs_listed == 0
+    assert summary.errors
+    assert "500" in summary.errors[0]
+
+
+def test_feedback_500_leaves_pairs_for_the_next_run(
+    app: RagApp, langsmith_stub: LangSmithStub, langsmith_client: langsmith.Client, tmp_path: Path
+) -> None:
+    runs = trace_questions(langsmith_stub, app.chain, PROJECT, range(3))
+    langsmith_stub.fail("POST /feedback", 500, times=None)
+    summary = make_monitor(app, langsmith_client, tmp_path).run()
+    assert summary.feedback_failed == 3
+    assert summary.feedback_sent == 0
+    with langsmith_stub._lock:
+        langsmith_stub._fail_rules.clear()
+    again = make_monitor(app, langsmith_client, tmp_path).run()
+    assert again.feedback_sent == 3
+    assert set(stored(langsmith_stub)) == {r["id"] for r in runs}
+
+
+def test_langsmith_never_answering_hangs_nothing(
+    app: RagApp, langsmith_stub: LangSmithStub, tmp_path: Path
+) -> None:
+    trace_questions(langsmith_stub, app.chain, PROJECT, range(2))
+    langsmith_stub.latency = 60.0  # every request is held (released when the stub stops)
+    client = langsmith.Client(api_url=langsmith_stub.url, api_key="test", timeout_ms=60_000)
+    started = time.monotonic()
+    summary = make_monitor(app, client, tmp_path, request_timeout=0.5).run()
+    assert time.monotonic() - started < CEILING_S
+    assert summary.errors
+    assert "within 0.5s" in summary.errors[0]
+
+
+def test_checkpoint_of_another_project_is_refused(
+    app: RagApp, langsmith_client: langsmith.Client, tmp_path: Path
+) -> None:
+    from langchain_ragmetrics.integrations._monitor_checkpoint import Checkpoint
+
+    Checkpoint(tmp_path / "monitor.sqlite", project="other").close()
+    with pytest.raises(CheckpointError, match="belongs to project 'other'"):
+        make_monitor(app, langsmith_client, tmp_path).run()
+    with pytest.raises(CheckpointError, match="does not exist"):
+        Checkpoint(tmp_path / "missing" / "x.sqlite", project=PROJECT)
+
+
+@pytest.mark.parametrize("text", ["3/3", "1", "a/b", "-1/2", "0/0"])
+def test_bad_shards_name_the_form(text: str) -> None:
+    with pytest.raises(ValueError, match="I/N"):
+        parse_shard(text)
+
+
+def test_shards_and_since() -> None:
+    assert parse_shard("2/5") == (2, 5)
+    ids = [UUID(int=i * 7919 + 1) for i in range(300)]
+    counts = Counter(shard_of(i, 3) for i in ids)
+    assert set(counts) == {0, 1, 2}
+    assert min(counts.values()) > 60
+    # independent of sampling: the sampled traces still spread over every shard
+    sampled = [i for i in ids if is_sampled(i, 0.2)]
+    assert {shard_of(i, 3) for i in sampled} == {0, 1, 2}
+    delta = parse_since("2h")
+    assert timedelta(hours=1.9) < (parse_since("0s") - delta) < timedelta(hours=2.1)
+    with pytest.raises(ValueError, match="30m, 24h or 7d"):
+        parse_since("yesterday")
+
+
+def test_feedback_sent_before_a_kill_is_found_not_resent(
+    app: RagApp, langsmith_stub: LangSmithStub, langsmith_client: langsmith.Client, tmp_path: Path
+) -> None:
+    import sqlite3
+
+    runs = trace_questions(langsmith_stub, app.chain, PROJECT, range(4))
+    make_monitor(app, langsmith_client, tmp_path).run()
+    assert len(langsmith_stub.requests_to("POST", "/feedback")) == 4
+    # as if the worker died after sending two feedback but before recording them
+    db = sqlite3.connect(tmp_path / "monitor.sqlite")
+    with db:
+        for run in runs[:2]:
+            db.execute("DELETE FROM settled WHERE run_id = ?", (run["id"],))
+            db.execute("INSERT INTO intents VALUES (?, 'context_relevance')", (run["id"],))
+        db.execute("DELETE FROM settled WHERE run_id = ?", (runs[2]["id"],))  # never sent
+        db.execute("INSERT INTO intents VALUES (?, 'context_relevance')", (runs[2]["id"],))
+    db.close()
+    with langsmith_stub._lock:
+        langsmith_stub._feedback.pop(str(feedback_id(runs[2]["id"], "context_relevance")))
+    summary = make_monitor(app, langsmith_client, tmp_path).run()
+    assert summary.runs_already_scored == 3  # two found in LangSmith, one settled
+    assert summary.feedback_sent == 1
+    assert len(langsmith_stub.requests_to("POST", "/feedback")) == 5
+    assert len(langsmith_stub.requests_to("GET", "/feedback/")) == 3
+
+
+def test_extra_sinks_receive_settled_results(
+    app: RagApp, langsmith_stub: LangSmithStub, langsmith_client: langsmith.Client, tmp_path: Path
+) -> None:
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from langchain_ragmetrics import InMemorySink, OpenTelemetrySink
+
+    trace_questions(langsmith_stub, app.chain, PROJECT, range(3))
+    reader = InMemoryMetricReader()
+    memory = InMemorySink()
+    otel = OpenTelemetrySink(meter_provider=MeterProvider(metric_readers=[reader]), events="span")
+    metrics = [ContextRelevance(llm=app.llm, retry=FAST), ContextRecall(llm=app.llm, retry=FAST)]
+    summary = make_monitor(
+        app, langsmith_client, tmp_path, metrics=metrics, sinks=[memory, otel]
+    ).run()
+    assert summary.results_scored == summary.results_skipped == 3
+    assert (
+        sorted(r.metric for r in memory.results)
+        == ["context_recall"] * 3 + ["context_relevance"] * 3
+    )
+    data = reader.get_metrics_data()
+    assert data is not None
+    (histogram,) = [
+        p
+        for rm in data.resource_metrics
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+        if m.name == "ragmetrics.evaluation.score"
+        for p in m.data.data_points
+    ]
+    assert histogram.count == 3
+    assert histogram.sum == pytest.approx(
+        sum(r.score or 0 for r in memory.results if r.metric == "context_relevance")
+    )

@@ -1,0 +1,347 @@
+"""OpenTelemetrySink with the SDK's in-memory exporters, a real chain and the real handler."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import sys
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from langchain_openai import ChatOpenAI
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from langchain_ragmetrics import (
+    ContextPrecision,
+    ContextRecall,
+    InMemorySink,
+    OnlineResult,
+    OpenTelemetrySink,
+    RagMetricsCallbackHandler,
+)
+from langchain_ragmetrics.callbacks._otel import current_span_context
+from langchain_ragmetrics.integrations._otel_attributes import error_type
+from langchain_ragmetrics.integrations.opentelemetry import EVENT_NAME
+from tests._support.openai_server import JudgeServer, reply_error
+from tests._support.rag import (
+    FAST,
+    corpus,
+    make_retriever,
+    online_handler,
+    question,
+    rag_app,
+    rag_router,
+)
+
+JudgeFactory = Callable[..., ChatOpenAI]
+
+
+@dataclass
+class Otel:
+    """In-memory OpenTelemetry pipeline: spans, logs and metrics."""
+
+    tracer_provider: TracerProvider
+    spans: InMemorySpanExporter
+    logger_provider: LoggerProvider
+    logs: InMemoryLogRecordExporter
+    meter_provider: MeterProvider
+    metrics: InMemoryMetricReader
+
+    def sink(self, **options: Any) -> OpenTelemetrySink:
+        return OpenTelemetrySink(
+            logger_provider=self.logger_provider,
+            meter_provider=self.meter_provider,
+            tracer_provider=self.tracer_provider,
+            **options,
+        )
+
+    def points(self, name: str) -> list[Any]:
+        data = self.metrics.get_metrics_data()
+        assert data is not None
+        return [
+            point
+            for resource in data.resource_metrics
+            for scope in resource.scope_metrics
+            for metric in scope.metrics
+            if metric.name == name
+            for point in metric.data.data_points
+        ]
+
+    def events(self) -> list[Any]:
+        return [r.log_record for r in self.logs.get_finished_logs()]
+
+
+@pytest.fixture
+def otel() -> Iterator[Otel]:
+    spans = InMemorySpanExporter()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
+    logs = InMemoryLogRecordExporter()
+    logger_provider = LoggerProvider()
+    logger_provider.add_log_record_processor(SimpleLogRecordProcessor(logs))
+    reader = InMemoryMetricReader()
+    meter_provider = MeterProvider(metric_readers=[reader])
+    yield Otel(tracer_provider, spans, logger_provider, logs, meter_provider, reader)
+    meter_provider.shutdown()
+    logger_provider.shutdown()
+    tracer_provider.shutdown()
+
+
+def memory(handler: RagMetricsCallbackHandler) -> list[OnlineResult]:
+    sink = handler.sinks[0]
+    assert isinstance(sink, InMemorySink)
+    return sink.results
+
+
+def run_requests(app: Any, handler: Any, otel: Otel, n: int) -> dict[str, Any]:
+    """``n`` concurrent requests, each under its own application span; question -> span."""
+    tracer = otel.tracer_provider.get_tracer("app")
+
+    def one(i: int) -> tuple[str, Any]:
+        with tracer.start_as_current_span(f"request-{i}") as span:
+            app.chain.invoke(question(i), config={"callbacks": [handler]})
+            return question(i), span.get_span_context()
+
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        found = dict(pool.map(one, range(n)))
+    assert handler.flush(timeout=60)
+    return found
+
+
+def test_events_land_in_the_span_of_their_own_request(
+    judge_server: JudgeServer, make_judge: JudgeFactory, otel: Otel
+) -> None:
+    app = rag_app(judge_server, make_judge, max_retries=2)
+    sink = otel.sink()
+    handler = online_handler(app.llm, sinks=[InMemorySink(), sink])
+    with handler:
+        spans = run_requests(app, handler, otel, 12)
+    delivered = memory(handler)
+    assert len(delivered) == 12
+    by_run = {str(item.run_id): item for item in delivered}
+    events = otel.events()
+    assert len(events) == 12
+    for event in events:
+        assert event.event_name == EVENT_NAME
+        item = by_run[event.attributes["ragmetrics.run_id"]]
+        expected = spans[item.question]
+        assert (event.trace_id, event.span_id) == (expected.trace_id, expected.span_id)
+        assert event.attributes["gen_ai.evaluation.name"] == "context_relevance"
+        assert event.attributes["gen_ai.evaluation.score.value"] == item.score
+        assert event.attributes["gen_ai.evaluation.explanation"] == item.result.reason
+        assert "error.type" not in event.attributes
+        assert "gen_ai.evaluation.score.label" not in event.attributes
+    # only the application's spans: the sink adds none when logs are configured
+    assert {s.name for s in otel.spans.get_finished_spans()} == {f"request-{i}" for i in range(12)}
+
+
+async def test_async_concurrent_traces_keep_their_parents(
+    judge_server: JudgeServer, make_judge: JudgeFactory, otel: Otel
+) -> None:
+    app = rag_app(judge_server, make_judge, max_retries=2)
+    handler = online_handler(app.llm, sinks=[InMemorySink(), otel.sink()])
+    tracer = otel.tracer_provider.get_tracer("app")
+
+    async def one(i: int) -> tuple[str, Any]:
+        with tracer.start_as_current_span(f"request-{i}") as span:
+            await app.chain.ainvoke(question(i), config={"callbacks": [handler]})
+            return question(i), span.get_span_context()
+
+    spans = dict(await asyncio.gather(*(one(i) for i in range(10))))
+    assert await handler.aflush(timeout=60)
+    await handler.aclose()
+    by_run = {str(item.run_id): item for item in memory(handler)}
+    events = otel.events()
+    assert len(events) == len(by_run) == 10
+    for event in events:
+        expected = spans[by_run[event.attributes["ragmetrics.run_id"]].question]
+        assert (event.trace_id, event.span_id) == (expected.trace_id, expected.span_id)
+
+
+def test_histogram_and_counters_equal_the_results_delivered(
+    judge_server: JudgeServer, make_judge: JudgeFactory, otel: Otel
+) -> None:
+    app = rag_app(judge_server, make_judge, max_retries=2)
+    metrics = [
+        ContextPrecision(llm=app.llm, retry=FAST),
+        ContextRecall(llm=app.llm, retry=FAST),  # no reference online: skipped
+    ]
+    handler = online_handler(app.llm, metrics=metrics, sinks=[InMemorySink(), otel.sink()])
+    with handler:
+        run_requests(app, handler, otel, 9)
+    delivered = memory(handler)
+    scored = [i for i in delivered if i.score is not None and not math.isnan(i.score)]
+    skipped = [i for i in delivered if i.result.skipped]
+    assert len(scored) == len(skipped) == 9
+
+    (histogram,) = otel.points("ragmetrics.evaluation.score")
+    assert histogram.attributes == {
+        "gen_ai.evaluation.name": "context_precision",
+        "ragmetrics.retriever": "VectorStoreRetriever",
+        "ragmetrics.judge.model": "judge-model",
+    }
+    assert histogram.count == len(scored)
+    assert histogram.sum == pytest.approx(sum(i.score or 0.0 for i in scored))
+    assert list(histogram.explicit_bounds) == pytest.approx([i / 10 for i in range(11)])
+    assert sum(histogram.bucket_counts) == len(scored)
+    (skip_point,) = otel.points("ragmetrics.evaluation.skipped")
+    assert skip_point.value == 9
+    assert skip_point.attributes["gen_ai.evaluation.name"] == "context_recall"
+    assert otel.points("ragmetrics.evaluation.failed") == []
+    calls = sum(p.value for p in otel.points("ragmetrics.judge.calls"))
+    assert calls == sum(i.result.usage.judge_calls for i in delivered) > 0
+    tokens = {
+        p.attributes["gen_ai.token.type"]: p.value for p in otel.points("ragmetrics.judge.tokens")
+    }
+    assert tokens == {
+        "input": sum(i.result.usage.input_tokens for i in delivered),
+        "output": sum(i.result.usage.output_tokens for i in delivered),
+    }
+    labels = {e.attributes.get("gen_ai.evaluation.score.label") for e in otel.events()}
+    assert labels == {None, "skipped"}
+
+
+def test_failed_results_carry_error_type_and_count(
+    judge_server: JudgeServer, make_judge: JudgeFactory, otel: Otel
+) -> None:
+    app = rag_app(judge_server, make_judge)
+    judge_server.script = rag_router(RelevantSentences=reply_error(500))
+    handler = online_handler(app.llm, sinks=[InMemorySink(), otel.sink()])
+    with handler:
+        run_requests(app, handler, otel, 3)
+    delivered = memory(handler)
+    assert all(i.result.failed for i in delivered)
+    events = otel.events()
+    assert len(events) == 3
+    for event in events:
+        assert event.attributes["error.type"] == "OpenAIAPIError"
+        assert "gen_ai.evaluation.score.value" not in event.attributes
+        assert event.severity_number.name == "WARN"
+    (failed,) = otel.points("ragmetrics.evaluation.failed")
+    assert failed.value == 3
+    assert otel.points("ragmetrics.evaluation.score") == []
+
+
+def test_pass_threshold_labels(
+    judge_server: JudgeServer, make_judge: JudgeFactory, otel: Otel
+) -> None:
+    app = rag_app(judge_server, make_judge, max_retries=2)
+    handler = online_handler(app.llm, sinks=[InMemorySink(), otel.sink(pass_threshold=0.5)])
+    with handler:
+        run_requests(app, handler, otel, 4)
+    for event in otel.events():
+        score = event.attributes["gen_ai.evaluation.score.value"]
+        assert event.attributes["gen_ai.evaluation.score.label"] == (
+            "pass" if score >= 0.5 else "fail"
+        )
+
+
+def test_span_event_fallback_without_a_logger_provider(
+    judge_server: JudgeServer, make_judge: JudgeFactory, otel: Otel
+) -> None:
+    app = rag_app(judge_server, make_judge, max_retries=2)
+    sink = OpenTelemetrySink(
+        meter_provider=otel.meter_provider, tracer_provider=otel.tracer_provider
+    )
+    handler = online_handler(app.llm, sinks=[InMemorySink(), sink])
+    with handler:
+        spans = run_requests(app, handler, otel, 5)
+    assert otel.events() == []
+    by_run = {str(i.run_id): i for i in memory(handler)}
+    evaluations = [s for s in otel.spans.get_finished_spans() if s.name == "ragmetrics.evaluation"]
+    assert len(evaluations) == 5
+    for span in evaluations:
+        (event,) = span.events
+        assert event.name == EVENT_NAME
+        parent = spans[by_run[event.attributes["ragmetrics.run_id"]].question]
+        assert span.parent is not None
+        assert (span.context.trace_id, span.parent.span_id) == (parent.trace_id, parent.span_id)
+
+
+def test_without_a_span_events_have_no_parent(
+    judge_server: JudgeServer, make_judge: JudgeFactory, otel: Otel
+) -> None:
+    app = rag_app(judge_server, make_judge, max_retries=2)
+    handler = online_handler(app.llm, sinks=[InMemorySink(), otel.sink()])
+    with handler:
+        app.chain.invoke(question(1), config={"callbacks": [handler]})
+        assert handler.flush(timeout=30)
+    (event,) = otel.events()
+    assert event.trace_id == 0
+    assert memory(handler)[0].otel_context is None
+
+
+def test_dropped_retrievals_are_observed(otel: Otel, make_judge: JudgeFactory) -> None:
+    sink = otel.sink()
+    handler = RagMetricsCallbackHandler(
+        metrics=[ContextPrecision(llm=make_judge())], sinks=[sink], name="dropper"
+    )
+    assert sink.observe(handler) is handler
+    handler.close()  # a closed handler drops every retrieval
+    retriever = make_retriever(corpus(3))
+    for i in range(3):
+        retriever.invoke(question(i), config={"callbacks": [handler]})
+    assert handler.stats.dropped == 3
+    (point,) = otel.points("ragmetrics.retrievals.dropped")
+    assert point.value == 3
+    assert point.attributes == {"ragmetrics.handler": "dropper"}
+
+
+def test_bad_options_name_the_field() -> None:
+    with pytest.raises(ValueError, match="`events`"):
+        OpenTelemetrySink(events="stdout")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="`pass_threshold`"):
+        OpenTelemetrySink(pass_threshold=2)
+    with pytest.raises(ValueError, match="`flush_timeout`"):
+        OpenTelemetrySink(flush_timeout=0)
+
+
+@pytest.mark.parametrize(
+    ("error", "expected"),
+    [
+        ("InternalServerError: Error code: 500", "InternalServerError"),
+        ("timed out after 5s", "timeout"),
+        ("the judge said something odd", "_OTHER"),
+        (None, "_OTHER"),
+    ],
+)
+def test_error_type_is_low_cardinality(error: str | None, expected: str) -> None:
+    assert error_type(error) == expected
+
+
+def test_span_context_capture_is_skipped_when_opentelemetry_is_not_loaded(
+    otel: Otel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with otel.tracer_provider.get_tracer("t").start_as_current_span("s"):
+        monkeypatch.delitem(sys.modules, "opentelemetry.trace")
+        assert current_span_context() is None
+
+
+def test_span_context_capture_reads_the_current_span(otel: Otel) -> None:
+    assert current_span_context() is None
+    with otel.tracer_provider.get_tracer("t").start_as_current_span("s") as span:
+        assert current_span_context() == span.get_span_context()
+
+
+def test_the_package_imports_opentelemetry_only_when_the_sink_is_used() -> None:
+    import subprocess
+
+    code = (
+        "import sys, langchain_ragmetrics as m\n"
+        "before = 'opentelemetry' in sys.modules\n"
+        "m.OpenTelemetrySink\n"
+        "print(before, 'opentelemetry.metrics' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert out == "False True"
