@@ -92,7 +92,13 @@ def _useful(passage: str, target: str) -> tuple[bool, str]:
 
 
 def _ours_recall(data: dict[str, Any]) -> Answer:
-    return {"statements": _statements(data["reference"], " ".join(data["passages"]))}
+    passages = " ".join(data["passages"])
+    verdicts = []
+    for sentence in data["reference_sentences"]:
+        supported = overlap(sentence["text"], passages) >= 0.6
+        reason = "The passages state this." if supported else "No passage states this."
+        verdicts.append({"index": sentence["index"], "reason": reason, "attributed": supported})
+    return {"statements": verdicts}
 
 
 def _ours_verdicts(data: dict[str, Any]) -> Answer:
@@ -108,15 +114,19 @@ def _ours_single_verdict(data: dict[str, Any]) -> Answer:
     return {"reason": reason, "useful": useful}
 
 
+def _named(names: list[str]) -> list[dict[str, Any]]:
+    return [{"name": name, "aliases": []} for name in names]
+
+
 def _ours_entity_lists(data: dict[str, Any]) -> Answer:
     return {
-        "reference_entities": entities(data["reference"]),
-        "passage_entities": entities(" ".join(data["passages"])),
+        "reference_entities": _named(entities(data["reference"])),
+        "passage_entities": _named(entities(" ".join(data["passages"]))),
     }
 
 
 def _ours_entity_list(data: dict[str, Any]) -> Answer:
-    return {"entities": entities(data["text"])}
+    return {"entities": _named(entities(data["text"]))}
 
 
 def _ours_relevant(data: dict[str, Any]) -> Answer:

@@ -10,6 +10,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from langchain_ragmetrics.calibration import check_judge
     from langchain_ragmetrics.callbacks import (
         BaseSink,
         CallableSink,
@@ -22,14 +23,20 @@ if TYPE_CHECKING:
         RagMetricsCallbackHandler,
     )
     from langchain_ragmetrics.errors import (
+        CalibrationSetError,
+        CheckpointError,
         DatasetError,
+        DeadlineExceededError,
+        HookError,
         JudgeConfigError,
         JudgeError,
         JudgeSetupError,
         MissingFieldError,
+        MonitorError,
         RagMetricsError,
         SinkUnavailableError,
         UnknownMetricError,
+        UnsupportedLanguageError,
     )
     from langchain_ragmetrics.evaluation import (
         EvaluationResult,
@@ -59,14 +66,18 @@ __version__ = "0.1.0"
 _EXPORTS: dict[str, str] = {
     "BaseRagMetric": "langchain_ragmetrics.metrics",
     "BaseSink": "langchain_ragmetrics.callbacks",
+    "CalibrationSetError": "langchain_ragmetrics.errors",
     "CallableSink": "langchain_ragmetrics.callbacks",
+    "CheckpointError": "langchain_ragmetrics.errors",
     "ContextEntityRecall": "langchain_ragmetrics.metrics",
     "ContextPrecision": "langchain_ragmetrics.metrics",
     "ContextRecall": "langchain_ragmetrics.metrics",
     "ContextRelevance": "langchain_ragmetrics.metrics",
     "DatasetError": "langchain_ragmetrics.errors",
+    "DeadlineExceededError": "langchain_ragmetrics.errors",
     "EvaluationResult": "langchain_ragmetrics.evaluation",
     "HandlerStats": "langchain_ragmetrics.callbacks",
+    "HookError": "langchain_ragmetrics.errors",
     "IDBasedContextPrecision": "langchain_ragmetrics.metrics",
     "IDBasedContextRecall": "langchain_ragmetrics.metrics",
     "InMemorySink": "langchain_ragmetrics.callbacks",
@@ -80,6 +91,7 @@ _EXPORTS: dict[str, str] = {
     "MetricResult": "langchain_ragmetrics.schema",
     "MetricSummary": "langchain_ragmetrics.evaluation",
     "MissingFieldError": "langchain_ragmetrics.errors",
+    "MonitorError": "langchain_ragmetrics.errors",
     "NonLLMContextPrecision": "langchain_ragmetrics.metrics",
     "NonLLMContextRecall": "langchain_ragmetrics.metrics",
     "OnlineResult": "langchain_ragmetrics.callbacks",
@@ -90,8 +102,10 @@ _EXPORTS: dict[str, str] = {
     "RagSample": "langchain_ragmetrics.schema",
     "RetryPolicy": "langchain_ragmetrics.metrics",
     "UnknownMetricError": "langchain_ragmetrics.errors",
+    "UnsupportedLanguageError": "langchain_ragmetrics.errors",
     "Usage": "langchain_ragmetrics.schema",
     "aevaluate": "langchain_ragmetrics.evaluation",
+    "check_judge": "langchain_ragmetrics.calibration",
     "evaluate": "langchain_ragmetrics.evaluation",
     "load_dataset": "langchain_ragmetrics.evaluation",
 }
@@ -99,14 +113,18 @@ _EXPORTS: dict[str, str] = {
 __all__ = [
     "BaseRagMetric",
     "BaseSink",
+    "CalibrationSetError",
     "CallableSink",
+    "CheckpointError",
     "ContextEntityRecall",
     "ContextPrecision",
     "ContextRecall",
     "ContextRelevance",
     "DatasetError",
+    "DeadlineExceededError",
     "EvaluationResult",
     "HandlerStats",
+    "HookError",
     "IDBasedContextPrecision",
     "IDBasedContextRecall",
     "InMemorySink",
@@ -120,6 +138,7 @@ __all__ = [
     "MetricResult",
     "MetricSummary",
     "MissingFieldError",
+    "MonitorError",
     "NonLLMContextPrecision",
     "NonLLMContextRecall",
     "OnlineResult",
@@ -130,9 +149,11 @@ __all__ = [
     "RetryPolicy",
     "SinkUnavailableError",
     "UnknownMetricError",
+    "UnsupportedLanguageError",
     "Usage",
     "__version__",
     "aevaluate",
+    "check_judge",
     "evaluate",
     "load_dataset",
 ]

@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from contextvars import ContextVar
 from typing import TYPE_CHECKING
 
-from langchain_ragmetrics.errors import RagMetricsError
+from langchain_ragmetrics.errors import DeadlineExceededError
 
 if TYPE_CHECKING:
     from langchain_core.rate_limiters import BaseRateLimiter
@@ -33,10 +33,6 @@ __all__ = [
 ]
 
 _RATE_POLL_S = 0.05
-
-
-class DeadlineExceededError(RagMetricsError, TimeoutError):
-    """The job's deadline passed (or the engine gave up on it) before a judge request."""
 
 
 class Gate:

@@ -10,8 +10,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from langchain_ragmetrics.errors import UnsupportedLanguageError
+
 __all__ = [
     "MAX_SEGMENT_WINDOW",
+    "SEGMENT_CACHE_MAX_CHARS",
     "SEGMENT_CACHE_SIZE",
     "SEGMENT_WINDOW",
     "SUPPORTED_LANGUAGES",
@@ -56,12 +59,14 @@ _NON_WORD = re.compile(r"[\W_]+", re.UNICODE)
 
 
 def check_language(code: str, *, field: str = "language") -> str:
-    """Return the normalised language code, or raise a ValueError naming the field."""
+    """Return the normalised language code.
+
+    Raises:
+        UnsupportedLanguageError: pysbd has no rules for it (a ValueError naming the field).
+    """
     norm = code.strip().lower().replace("_", "-").split("-")[0]
     if norm not in SUPPORTED_LANGUAGES:
-        supported = ", ".join(sorted(SUPPORTED_LANGUAGES))
-        msg = f"`{field}`: unsupported language {code!r}; supported: {supported}"
-        raise ValueError(msg)
+        raise UnsupportedLanguageError(code, field=field, supported=SUPPORTED_LANGUAGES)
     return norm
 
 
@@ -73,6 +78,8 @@ def language_name(code: str) -> str:
 _SEGMENT_LOCK = threading.Lock()
 SEGMENT_CACHE_SIZE = 4096
 """How many segmented texts are kept (least recently used are dropped)."""
+SEGMENT_CACHE_MAX_CHARS = 100_000
+"""Longer texts are segmented every time instead of being kept in the cache."""
 SEGMENT_WINDOW = 2000
 """Characters pysbd is given at a time (see :func:`segment_in_windows`)."""
 MAX_SEGMENT_WINDOW = 16_000
@@ -92,11 +99,13 @@ def clear_segmenter_cache() -> None:
     _segmented.cache_clear()
 
 
-@functools.lru_cache(maxsize=SEGMENT_CACHE_SIZE)
-def _segmented(code: str, text: str) -> tuple[str, ...]:
-    """Sentences of one text, memoised (pysbd costs milliseconds a chunk; chunks recur)."""
+def _sentences(code: str, text: str) -> tuple[str, ...]:
     pieces = segment_in_windows(_segmenter(code), text)
     return tuple(s.strip() for s in pieces if s and s.strip())
+
+
+_segmented = functools.lru_cache(maxsize=SEGMENT_CACHE_SIZE)(_sentences)
+"""Sentences of one text, memoised (pysbd costs milliseconds a chunk; chunks recur)."""
 
 
 def _pysbd(segmenter: Any, text: str) -> list[str]:
@@ -164,11 +173,15 @@ def segment(text: str, language: str = "en") -> list[str]:
 
     The cost is linear in the text's length (pysbd sees bounded windows, see
     :func:`segment_in_windows`). Results are cached per (language, text), up to
-    ``SEGMENT_CACHE_SIZE`` texts; :func:`clear_segmenter_cache` empties the cache.
+    ``SEGMENT_CACHE_SIZE`` texts of at most ``SEGMENT_CACHE_MAX_CHARS`` characters;
+    :func:`clear_segmenter_cache` empties the cache.
     """
     if not text or not text.strip():
         return []
-    return list(_segmented(check_language(language), text))
+    code = check_language(language)
+    if len(text) > SEGMENT_CACHE_MAX_CHARS:  # rare, and would pin megabytes in the cache
+        return list(_sentences(code, text))
+    return list(_segmented(code, text))
 
 
 @dataclass(frozen=True)

@@ -16,14 +16,20 @@ if TYPE_CHECKING:
     from langchain_ragmetrics._dataset import RowProblem
 
 __all__ = [
+    "CalibrationSetError",
+    "CheckpointError",
     "DatasetError",
+    "DeadlineExceededError",
+    "HookError",
     "JudgeConfigError",
     "JudgeError",
     "JudgeSetupError",
     "MissingFieldError",
+    "MonitorError",
     "RagMetricsError",
     "SinkUnavailableError",
     "UnknownMetricError",
+    "UnsupportedLanguageError",
     "suggest",
 ]
 
@@ -68,6 +74,10 @@ class DatasetError(RagMetricsError, ValueError):
         super().__init__("\n".join(lines))
 
 
+class CalibrationSetError(RagMetricsError, ValueError):
+    """The shipped calibration set cannot be read (a packaging or editing mistake)."""
+
+
 class MissingFieldError(DatasetError):
     """A metric needs a field (a column) that no row of the dataset has."""
 
@@ -85,6 +95,34 @@ class UnknownMetricError(RagMetricsError, ValueError):
         guess = " or ".join(map(repr, self.suggestions))
         hint = f" (did you mean {guess}?)" if guess else ""
         super().__init__(f"unknown metric {name!r}{hint}; known metrics: {', '.join(self.known)}")
+
+
+class UnsupportedLanguageError(RagMetricsError, ValueError):
+    """A language code pysbd cannot segment; the message names the field and lists the codes."""
+
+    def __init__(self, code: str, *, field: str, supported: Iterable[str]) -> None:
+        self.code = code
+        """The code as given."""
+        self.field = field
+        """Where it came from (``language``, ``--language``, ...)."""
+        listed = ", ".join(sorted(supported))
+        super().__init__(f"`{field}`: unsupported language {code!r}; supported: {listed}")
+
+
+class DeadlineExceededError(RagMetricsError, TimeoutError):
+    """The job's deadline passed (or the engine gave up on it) before a judge request."""
+
+
+class HookError(RagMetricsError, RuntimeError):
+    """``question_from`` or ``answer_from`` raised on the caller's thread (isolated mode)."""
+
+
+class MonitorError(RagMetricsError, RuntimeError):
+    """LangSmith could not be read (the project's runs could not be listed)."""
+
+
+class CheckpointError(RagMetricsError, ValueError):
+    """The monitor's checkpoint file cannot be used (unreadable, or for another project)."""
 
 
 def suggest(name: str, known: Iterable[str], *, limit: int = 2) -> list[str]:

@@ -34,14 +34,17 @@ EXPECTED = {
     "NonLLMContextPrecision",
     "NonLLMContextRecall",
     "OnlineResult",
+    "OpenTelemetrySink",
     "RagMetricsCallbackHandler",
     "RagMetricsError",
     "RagSample",
     "RetryPolicy",
     "UnknownMetricError",
+    "UnsupportedLanguageError",
     "Usage",
     "__version__",
     "aevaluate",
+    "check_judge",
     "evaluate",
     "load_dataset",
 }
@@ -74,13 +77,19 @@ def test_import_is_light() -> None:
 
 # The builtin each public exception also derives from (code catching builtins keeps working).
 NATURAL_BASE = {
+    "CalibrationSetError": ValueError,
+    "CheckpointError": ValueError,
     "DatasetError": ValueError,
+    "DeadlineExceededError": TimeoutError,
+    "HookError": RuntimeError,
     "JudgeConfigError": RuntimeError,
     "JudgeError": RuntimeError,
     "JudgeSetupError": RuntimeError,
     "MissingFieldError": ValueError,
+    "MonitorError": RuntimeError,
     "SinkUnavailableError": RuntimeError,
     "UnknownMetricError": ValueError,
+    "UnsupportedLanguageError": ValueError,
 }
 
 
@@ -93,18 +102,26 @@ def test_exceptions_form_one_public_hierarchy(name: str) -> None:
     assert getattr(langchain_ragmetrics, name) is cls
 
 
-def test_every_exception_the_package_defines_is_in_errors() -> None:
-    import langchain_ragmetrics.callbacks
+def test_every_public_exception_the_package_defines_is_in_errors() -> None:
+    import langchain_ragmetrics.callbacks._isolated
     import langchain_ragmetrics.cli
-    import langchain_ragmetrics.integrations.langsmith  # noqa: F401
+    import langchain_ragmetrics.integrations.langsmith
+    import langchain_ragmetrics.integrations.monitor  # noqa: F401
 
-    defined = {
-        f"{cls.__module__}.{cls.__qualname__}"
-        for cls in _subclasses(BaseException)
-        if cls.__module__.startswith("langchain_ragmetrics")
-    }
-    assert {d for d in defined if not d.startswith("langchain_ragmetrics.errors.")} == set()
-    assert set(errors.__all__) - {"suggest"} == {d.rsplit(".", 1)[1] for d in defined}
+    ours = [
+        c for c in _subclasses(BaseException) if c.__module__.startswith("langchain_ragmetrics")
+    ]
+    # A public exception lives in errors.py; elsewhere only private helpers (``_Name``).
+    elsewhere = [
+        f"{c.__module__}.{c.__qualname__}"
+        for c in ours
+        if c.__module__ != "langchain_ragmetrics.errors" and not c.__name__.startswith("_")
+    ]
+    assert elsewhere == [], "move public exceptions to langchain_ragmetrics/errors.py"
+    public = {c.__name__ for c in ours if c.__module__ == "langchain_ragmetrics.errors"}
+    assert public == set(errors.__all__) - {"suggest"}, "list each exception in errors.__all__"
+    assert public == set(NATURAL_BASE) | {"RagMetricsError"}  # each checked above
+    assert all(issubclass(getattr(errors, name), errors.RagMetricsError) for name in public)
 
 
 def _subclasses(cls: type) -> set[type]:
@@ -116,8 +133,16 @@ def _subclasses(cls: type) -> set[type]:
 
 def test_old_import_places_still_work() -> None:
     from langchain_ragmetrics._dataset import DatasetError, MissingFieldError
+    from langchain_ragmetrics._gate import DeadlineExceededError
+    from langchain_ragmetrics.callbacks._isolated import HookError
+    from langchain_ragmetrics.integrations._monitor_checkpoint import CheckpointError
+    from langchain_ragmetrics.integrations.monitor import MonitorError
     from langchain_ragmetrics.metrics._judge import JudgeConfigError
 
+    assert DeadlineExceededError is errors.DeadlineExceededError
+    assert HookError is errors.HookError
+    assert CheckpointError is errors.CheckpointError
+    assert MonitorError is errors.MonitorError
     assert DatasetError is errors.DatasetError
     assert MissingFieldError is errors.MissingFieldError
     assert JudgeConfigError is errors.JudgeConfigError
@@ -185,12 +210,13 @@ def test_scorers_are_public_in_metrics() -> None:
         "score_entity_recall",
     }
     verdict = metrics.score_context_recall(
+        ["A.", "B."],
         metrics.RecallStatements(
             statements=[
-                metrics.StatementVerdict(statement="a", attributed=True, reason=""),
-                metrics.StatementVerdict(statement="b", attributed=False, reason=""),
+                metrics.StatementVerdict(index=0, attributed=True, reason=""),
+                metrics.StatementVerdict(index=1, attributed=False, reason=""),
             ]
-        )
+        ),
     )
     assert verdict.score == 0.5
 

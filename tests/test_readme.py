@@ -184,6 +184,7 @@ def test_every_block_has_a_runnable_language(block: Block) -> None:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("block", blocks_of("python"), ids=block_id)
 def test_python_block_runs(
     block: Block, servers: tuple[JudgeServer, LangSmithDatasetStub], tmp_path: Path
@@ -198,6 +199,7 @@ def test_python_block_runs(
     assert not judge.script_errors, f"{block.where}: the judge could not answer"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("block", blocks_of("bash"), ids=block_id)
 def test_bash_block_runs(
     block: Block, servers: tuple[JudgeServer, LangSmithDatasetStub], tmp_path: Path

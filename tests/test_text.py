@@ -7,8 +7,10 @@ import pytest
 
 from langchain_ragmetrics._text import (
     MAX_SEGMENT_WINDOW,
+    SEGMENT_CACHE_MAX_CHARS,
     SEGMENT_WINDOW,
     Truncation,
+    _segmented,
     _segmenter,
     cap_texts,
     check_language,
@@ -197,6 +199,16 @@ def test_a_100_kb_context_is_segmented_in_bounded_time(language: str) -> None:
     # One whole-text pysbd pass took 10.4 s of CPU here; windows take about 0.8 s.
     assert spent < 5.0, f"{spent:.2f} s of CPU for 100 KB"
     assert re.sub(r"\s", "", "".join(sentences)) == re.sub(r"\s", "", text)
+
+
+def test_very_long_texts_are_not_kept_in_the_cache() -> None:
+    clear_segmenter_cache()
+    text = "Short sentence here. " * (SEGMENT_CACHE_MAX_CHARS // 20)
+    assert len(text) > SEGMENT_CACHE_MAX_CHARS
+    assert len(segment(text, "en")) == SEGMENT_CACHE_MAX_CHARS // 20
+    assert _segmented.cache_info().currsize == 0
+    segment("Short. Text.", "en")
+    assert _segmented.cache_info().currsize == 1
 
 
 def test_cap_texts() -> None:

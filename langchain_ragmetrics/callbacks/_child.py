@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import signal
 import threading
 import traceback
@@ -147,6 +148,9 @@ def main(
 
     with contextlib.suppress(ValueError):  # Ctrl-C goes to the application, which closes us
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if options.niceness:
+        with contextlib.suppress(OSError, AttributeError):  # not on every platform
+            os.nice(options.niceness)
     channel = _Channel(send)
     _forward_logging(channel, options.log_levels)
     try:

@@ -37,7 +37,7 @@ from langchain_ragmetrics.callbacks._records import Capture
 from langchain_ragmetrics.callbacks._stats import Counters, FailureLog, SinkStats
 from langchain_ragmetrics.callbacks._worker import deadline_after, remaining
 from langchain_ragmetrics.callbacks.sinks import BaseSink
-from langchain_ragmetrics.errors import RagMetricsError
+from langchain_ragmetrics.errors import HookError
 from langchain_ragmetrics.metrics._base import BaseRagMetric
 from langchain_ragmetrics.schema import Usage, _document_id
 
@@ -123,6 +123,10 @@ class ProcessIsolation(BaseModel):
     start_timeout: float = Field(default=120.0, gt=0)
     """Seconds a new child may take to import its libraries and build its setup before it
     is treated as hung."""
+    niceness: int = Field(default=10, ge=0, le=19)
+    """Added to the child's scheduling niceness (POSIX ``nice``): when the CPUs are busy the
+    operating system runs the application first and scoring with what is left. 0 keeps the
+    application's priority."""
     max_restarts: int = Field(default=3, ge=0)
     """Crashes in a row (without any work done in between) after which the handler stops
     starting children and drops new work, with one warning."""
@@ -148,10 +152,6 @@ class ProcessIsolation(BaseModel):
             )
             raise ValueError(msg) from exc
         return value
-
-
-class HookError(RagMetricsError, RuntimeError):
-    """``question_from`` or ``answer_from`` raised on the caller's thread (isolated mode)."""
 
 
 def _resolve(path: str) -> Callable[[], ScoringSetup]:
@@ -266,6 +266,8 @@ class ChildOptions(BaseModel):
     """Effective levels of the application's loggers, mirrored in the child."""
     heartbeat: float
     """Seconds between the child's reports when nothing changed."""
+    niceness: int
+    """Added to the child's niceness."""
 
 
 # --------------------------------------------------------------------------- parent side
@@ -336,6 +338,7 @@ class IsolatedBackground:
             "name": name,
             "sink_queue_size": settings.sink_queue_size,
             "heartbeat": min(1.0, (isolation.hang_timeout or 4.0) / 4),
+            "niceness": isolation.niceness,
         }
         self.settings = settings
         self.isolation = isolation
@@ -539,8 +542,10 @@ class IsolatedBackground:
                 child = self._child
                 if child is None or child.dead:
                     child = self._replace_child()
-                    if child is None:
-                        return
+                    if child is None:  # stopping, or scoring turned off (work abandoned)
+                        if self._stopping:
+                            return
+                        continue
                 batch = list(self._pending)
                 self._pending.clear()
                 items = [entry[1] for entry in batch if entry[0] == "item"]

@@ -17,7 +17,7 @@ from langchain_ragmetrics.cli._common import ExitCode, build_judge, error, no_ke
 __all__ = ["ExitCode", "build_judge", "build_parser", "main", "no_key_message"]
 
 # Sub-command modules, in the order ``--help`` lists them; each has ``register(commands)``.
-_COMMANDS: tuple[str, ...] = ("evaluate", "demo", "monitor")
+_COMMANDS: tuple[str, ...] = ("evaluate", "demo", "monitor", "check-judge")
 
 
 def build_parser() -> argparse.ArgumentParser:

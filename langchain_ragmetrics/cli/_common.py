@@ -21,6 +21,7 @@ __all__ = [
     "no_key_message",
     "positive_float",
     "positive_int",
+    "split_names",
 ]
 
 
@@ -35,6 +36,7 @@ class ExitCode(IntEnum):
     INVALID_DATASET = 5
     MISSING_COLUMNS = 6
     NO_API_KEY = 7
+    JUDGE_DISAGREES = 11
     INTERRUPTED = 130
 
 
@@ -47,6 +49,8 @@ _MEANING: dict[ExitCode, str] = {
     ExitCode.INVALID_DATASET: "the dataset cannot be read or has malformed rows (all listed)",
     ExitCode.MISSING_COLUMNS: "a metric needs a column that no row has",
     ExitCode.NO_API_KEY: "an LLM-judged metric was asked for but no judge is configured",
+    ExitCode.JUDGE_DISAGREES: "check-judge: a metric's agreement with the labels is below "
+    "--min-agreement",
     ExitCode.INTERRUPTED: "Ctrl-C: the partial results were printed (and written with --out)",
 }
 
@@ -66,6 +70,11 @@ def echo(text: str, stream: TextIO | None = None) -> None:
 
 def error(message: str) -> None:
     echo(f"ragmetrics: error: {message}", sys.stderr)
+
+
+def split_names(text: str) -> list[str]:
+    """Comma-separated names, stripped, lower-cased, without blanks or repeats (order kept)."""
+    return list(dict.fromkeys(name.strip().lower() for name in text.split(",") if name.strip()))
 
 
 def positive_int(text: str) -> int:
@@ -104,9 +113,9 @@ def add_judge_options(parser: argparse.ArgumentParser) -> None:
 
 def no_key_message(judged: Sequence[str]) -> str:
     """What to do when LLM-judged metrics were asked for but no judge is configured."""
-    from langchain_ragmetrics.evaluation import is_judged, metric_classes
+    from langchain_ragmetrics.evaluation import metric_names
 
-    plain = [name for name, cls in metric_classes().items() if not is_judged(cls)]
+    plain = metric_names(judged=False)
     return "\n".join(
         [
             f"{', '.join(judged)} need an LLM judge, but OPENAI_API_KEY is not set.",

@@ -16,6 +16,7 @@ from langchain_ragmetrics.cli._common import (
     no_key_message,
     positive_float,
     positive_int,
+    split_names,
 )
 
 __all__ = ["register"]
@@ -62,10 +63,6 @@ def register(commands: Any) -> None:
     evaluate.set_defaults(handler=_evaluate_command)
 
 
-def _split_metrics(text: str) -> list[str]:
-    return list(dict.fromkeys(name.strip().lower() for name in text.split(",") if name.strip()))
-
-
 def _evaluate_command(args: argparse.Namespace) -> int:
     from langchain_ragmetrics._dataset import read_dataset
     from langchain_ragmetrics._text import check_language
@@ -83,7 +80,7 @@ def _evaluate_command(args: argparse.Namespace) -> int:
     if out is not None and out.suffix.lower() not in _OUTPUT_SUFFIXES:
         error(f"--out must end in {' or '.join(_OUTPUT_SUFFIXES)}, got {str(out)!r}")
         return ExitCode.USAGE
-    names = _split_metrics(args.metrics)
+    names = split_names(args.metrics)
     if not names:
         error("--metrics is empty")
         return ExitCode.USAGE

@@ -10,9 +10,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from typing_extensions import override
 
 from langchain_ragmetrics.metrics._base import JudgedMetric, Plan, Verdict
+from langchain_ragmetrics.metrics._indices import check_index_cover
 from langchain_ragmetrics.prompts import context_precision as prompts
 from langchain_ragmetrics.schema import RagSample
-from langchain_ragmetrics.scoring import average_precision
+from langchain_ragmetrics.scoring import average_precision, explain_average_precision
 
 __all__ = [
     "ContextPrecision",
@@ -49,17 +50,7 @@ class ContextVerdicts(BaseModel):
 
 def check_verdict_indices(answer: ContextVerdicts, count: int) -> None:
     """Raise ValueError unless the verdicts cover indices 0..count-1 exactly once."""
-    seen = [v.index for v in answer.verdicts]
-    expected = set(range(count))
-    missing = sorted(expected - set(seen))
-    extra = sorted(set(seen) - expected)
-    duplicated = sorted({i for i in seen if seen.count(i) > 1})
-    if missing or extra or duplicated:
-        msg = (
-            f"expected one verdict for each of {count} contexts; "
-            f"missing {missing}, unexpected {extra}, duplicated {duplicated}"
-        )
-        raise ValueError(msg)
+    check_index_cover((v.index for v in answer.verdicts), count, items="contexts")
 
 
 def score_context_precision(verdicts: Sequence[SingleContextVerdict], *, mode: str) -> Verdict:
@@ -72,15 +63,7 @@ def score_context_precision(verdicts: Sequence[SingleContextVerdict], *, mode: s
             {"index": i, "useful": v.useful, "reason": v.reason} for i, v in enumerate(verdicts)
         ],
     }
-    useful = [i for i, f in enumerate(flags) if f]
-    if not useful:
-        reason = f"None of the {len(flags)} contexts is useful for the {mode}."
-    else:
-        reason = (
-            f"{len(useful)} of {len(flags)} contexts are useful for the {mode}; "
-            f"useful ranks: {', '.join(str(i + 1) for i in useful)}."
-        )
-    return Verdict(score, reason, details)
+    return Verdict(score, explain_average_precision(flags, unit="passage"), details)
 
 
 class ContextPrecision(JudgedMetric):

@@ -82,7 +82,16 @@ def score_context_relevance(
         "relevant_indices": picked,
         "relevant_sentences": [sentences[i].text for i in picked if 0 <= i < len(sentences)],
     }
-    summary = f"{len(picked)} of {len(sentences)} context sentences are needed for the question."
+    if picked:
+        summary = (
+            f"{len(picked)} of {len(sentences)} context sentences are needed to answer the "
+            f"question, so relevance = {len(picked)}/{len(sentences)} = {score:.2f}."
+        )
+    else:
+        summary = (
+            f"None of the {len(sentences)} context sentences is needed to answer the question, "
+            "so relevance is 0."
+        )
     return Verdict(score, f"{summary} {reason}".strip(), details)
 
 

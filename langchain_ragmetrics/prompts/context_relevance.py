@@ -9,9 +9,12 @@ from langchain_ragmetrics.prompts._common import build_prompt
 __all__ = ["TASK", "build"]
 
 TASK = """You are given a question and the sentences of the retrieved passages, each with an
-"index". Return the indices of the sentences that are truly needed to answer the question, and
-nothing else. When no sentence helps, or the question cannot be answered from them, return an
-empty list. Add a one-sentence reason."""
+"index". Return the indices of the sentences that are needed to answer the question: the ones
+that state part of the answer, or that the answer cannot be understood without. Leave out
+sentences that are only on the same topic or give background. Judge every sentence on its own:
+a sentence that repeats or restates a needed sentence is needed too. When no sentence helps,
+or the question cannot be answered from them, return an empty list. Add a one-sentence
+reason."""
 
 EXAMPLES = [
     (

@@ -1,4 +1,8 @@
-"""Scripted judge behaviours shared by the metric tests (functions of the request)."""
+"""Scripted judge behaviours shared by the metric tests (functions of the request).
+
+``EINSTEIN_VERDICTS`` is seed 001's classification as ContextRecall's judge returns it: one
+verdict per reference sentence index (the ``statement`` texts are informative only).
+"""
 
 from __future__ import annotations
 
@@ -24,22 +28,26 @@ EINSTEIN_REFERENCE = (
 EINSTEIN_VERDICTS: dict[str, Any] = {
     "statements": [
         {
+            "index": 0,
             "statement": "Albert Einstein, born on 14 March 1879, was a German-born theoretical "
             "physicist.",
             "reason": "The birth date and profession are in the context.",
             "attributed": 1,
         },
         {
+            "index": 1,
             "statement": "He received the 1921 Nobel Prize in Physics.",
             "reason": "The context states it.",
             "attributed": 1,
         },
         {
+            "index": 2,
             "statement": "He published 4 papers in 1905.",
             "reason": "The context says nothing about papers.",
             "attributed": 0,
         },
         {
+            "index": 3,
             "statement": "Einstein moved to Switzerland in 1895.",
             "reason": "No supporting evidence.",
             "attributed": 0,
@@ -84,5 +92,23 @@ def keyword_relevance(*keywords: str) -> Any:
         sentences = payload(req)["sentences"]
         picked = [s["index"] for s in sentences if any(k in s["text"] for k in keywords)]
         return {"relevant_sentence_indices": picked, "reason": "scripted"}
+
+    return script
+
+
+def keyword_recall(*keywords: str) -> Any:
+    """A recall judge: a reference sentence is attributed when it contains one of the keywords."""
+
+    def script(req: JudgeRequest) -> dict[str, Any]:
+        return {
+            "statements": [
+                {
+                    "index": s["index"],
+                    "reason": "scripted",
+                    "attributed": any(k in s["text"] for k in keywords),
+                }
+                for s in payload(req)["reference_sentences"]
+            ]
+        }
 
     return script

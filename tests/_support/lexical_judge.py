@@ -1,10 +1,11 @@
 """A deterministic judge for end-to-end tests: every verdict follows from word overlap.
 
 It answers every structured request the metrics send (``RecallStatements``,
-``ContextVerdicts``, ``SingleContextVerdict``, ``EntityLists``, ``EntityList``,
-``RelevantSentences``) and plain-text requests (an answering model), so whole programs (the
-CLI, the demo, the cookbook) can run against a ``JudgeServer`` with realistic, predictable
-scores. English is tokenised into words, other scripts into character bigrams.
+``DecomposedStatements``, ``ContextVerdicts``, ``SingleContextVerdict``, ``EntityLists``,
+``EntityList``, ``RelevantSentences``) and plain-text requests (an answering model), so
+whole programs (the CLI, the demo, the cookbook) can run against a ``JudgeServer`` with
+realistic, predictable scores. English is tokenised into words, other scripts into
+character bigrams.
 """
 
 from __future__ import annotations
@@ -70,6 +71,10 @@ def _payload(req: JudgeRequest) -> dict[str, Any]:
     return data
 
 
+def _named(names: list[str]) -> list[dict[str, Any]]:
+    return [{"name": n, "aliases": []} for n in names]
+
+
 def _passage_text(data: dict[str, Any]) -> str:
     passages = data.get("passages") or []
     return "\n".join(p["text"] if isinstance(p, dict) else str(p) for p in passages)
@@ -105,6 +110,18 @@ def lexical_judge(answer: str | None = None) -> Any:
             return {
                 "statements": [
                     {
+                        "index": s["index"],
+                        "reason": "word overlap",
+                        "attributed": overlap(s["text"], context) >= SUPPORT,
+                    }
+                    for s in data["reference_sentences"]
+                ]
+            }
+        if name == "DecomposedStatements":
+            context = _passage_text(data)
+            return {
+                "statements": [
+                    {
                         "statement": s,
                         "reason": "word overlap",
                         "attributed": overlap(s, context) >= SUPPORT,
@@ -128,11 +145,11 @@ def lexical_judge(answer: str | None = None) -> Any:
             return {"reason": "word overlap", "useful": useful}
         if name == "EntityLists":
             return {
-                "reference_entities": entities(data["reference"]),
-                "passage_entities": entities(_passage_text(data)),
+                "reference_entities": _named(entities(data["reference"])),
+                "passage_entities": _named(entities(_passage_text(data))),
             }
         if name == "EntityList":
-            return {"entities": entities(data["text"])}
+            return {"entities": _named(entities(data["text"]))}
         if name == "RelevantSentences":
             picked = [
                 s["index"]

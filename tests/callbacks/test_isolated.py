@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -95,6 +96,9 @@ def test_results_are_scored_in_the_child_and_reach_its_sink(
         assert handler.flush(START)
         stats = handler.stats
         pid = background(handler).child_pid
+        assert pid is not None
+        niceness = os.getpriority(os.PRIO_PROCESS, pid)  # scoring yields to the app
+        assert niceness == min(19, os.getpriority(os.PRIO_PROCESS, 0) + 10)
     assert answers == [f"Answer about item00{i}." for i in range(4)]
     assert pid is not None
     assert pid != os.getpid()
@@ -394,3 +398,48 @@ def test_a_setup_of_the_wrong_type_is_reported(
         wait_until(lambda: handler.stats.abandoned == 1, "the setup failure")
         assert handler.close(CEILING)
     assert any("must return a ScoringSetup" in r.getMessage() for r in caplog.records)
+
+
+def test_plain_capture_keeps_only_plain_data() -> None:
+    from uuid import uuid4
+
+    from langchain_core.documents import Document
+    from langchain_core.messages import AIMessage
+
+    from langchain_ragmetrics.callbacks._isolated import plain_capture
+    from langchain_ragmetrics.callbacks._records import Capture
+
+    lock = threading.Lock()
+    capture = Capture(
+        root_run_id=uuid4(),
+        trace_id=None,
+        run_id=uuid4(),
+        parent_run_id=None,
+        retriever="docs",
+        query="q?",
+        documents=[
+            Document(page_content="a", id="d1"),
+            Document(page_content="b", metadata={"id": "d2", "lock": lock}),
+        ],
+        tags=("t",),
+        metadata={"reference": "ref", "reference_context_ids": ["d1"], "user": 7, "x": lock},
+        root_metadata={"tenant": "acme", "client": object()},
+        root_inputs={"question": "What is a?"},
+        root_outputs={"messages": [AIMessage(content="It is a.")]},
+    )
+
+    def broken(_output: Any) -> str:
+        msg = "no answer here"
+        raise KeyError(msg)
+
+    item = plain_capture(capture, "input", None)
+    assert item["question"] == ("What is a?", None)
+    assert item["answer"] == ("It is a.", None)
+    assert item["documents"] == [("a", "d1"), ("b", "d2")]
+    assert item["metadata"] == {"reference": "ref", "reference_context_ids": ["d1"], "user": 7}
+    assert item["root_metadata"] == {"tenant": "acme"}
+    assert item["tags"] == ["t"]
+    assert pickle.loads(pickle.dumps(item)) == item
+    failed = plain_capture(capture, "query", broken)
+    assert failed["question"] == (None, None)  # the child falls back to the query
+    assert failed["answer"] == (None, "answer_from raised KeyError: 'no answer here'")

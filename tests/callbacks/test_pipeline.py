@@ -28,17 +28,17 @@ JudgeFactory = Callable[..., ChatOpenAI]
 
 
 def recall_judge(req: JudgeRequest) -> dict[str, Any]:
-    """ContextRecall judge: the reference is one statement, supported if its item was found."""
+    """ContextRecall judge: a reference sentence is supported if its item was found."""
     data = payload(req)
     found = set().union(*(items_in(p) for p in data["passages"]))
-    reference = data["reference"]
     return {
         "statements": [
             {
-                "statement": reference,
+                "index": s["index"],
                 "reason": "item",
-                "attributed": bool(items_in(reference) & found),
+                "attributed": bool(items_in(s["text"]) & found),
             }
+            for s in data["reference_sentences"]
         ]
     }
 
@@ -61,7 +61,7 @@ def test_reference_from_run_metadata(judge_server: JudgeServer, make_judge: Judg
     assert item.score == 1.0
     assert item.sample.reference == fact(3)
     (request,) = [r for r in judge_server.requests if r.schema_name == "RecallStatements"]
-    assert payload(request)["reference"] == fact(3)
+    assert [s["text"] for s in payload(request)["reference_sentences"]] == [fact(3)]
 
 
 def test_missing_reference_is_skipped_never_zero(

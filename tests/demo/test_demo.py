@@ -89,14 +89,14 @@ def test_llm_mode_answers_with_the_model_and_adds_the_judged_metrics(
     assert judge_server.stats.by_schema == {
         "RecallStatements": 6,
         "ContextVerdicts": 6,
-        "EntityLists": 6,
+        "EntityList": 12,  # reference and passages read in two independent calls
         "RelevantSentences": 6,
     }
-    assert judge_server.count(None) == 30  # 6 answers + 24 judge calls
+    assert judge_server.count(None) == 36  # 6 answers + 30 judge calls
     assert metric_line(out, 4, "context_precision") == ["context_precision", "0.50"]
     assert metric_line(out, 5, "context_recall") == ["context_recall", "0.00"]
     assert mean_of(out, "context_recall") == "0.83"
-    assert "judge calls: 24." in out
+    assert "judge calls: 30." in out
     assert {r.headers["authorization"] for r in judge_server.requests} == {"Bearer not-needed"}
 
 

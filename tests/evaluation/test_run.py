@@ -76,7 +76,7 @@ def test_einstein_dataset_file_scores_usage_and_rows(
     assert result.rows[1].sample.question == ROWS[1]["question"]
     detail = result.rows[0].results["context_recall"]
     assert detail is not None
-    assert detail.reason == "2 of 4 reference statements are supported by the contexts."
+    assert detail.reason == "2 of 4 reference sentences can be attributed to the contexts."
     assert len(detail.details["statements"]) == 4
     summary = result.aggregates["context_recall"]
     assert (summary.mean, summary.count, summary.failed) == (0.5, 3, 0)

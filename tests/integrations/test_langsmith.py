@@ -129,7 +129,7 @@ def test_langsmith_evaluate_uploads_feedback_from_retriever_child_runs(
     by_key = {f["key"]: f for f in feedback}
     assert by_key["context_recall"]["score"] == 0.5
     assert by_key["context_recall"]["comment"] == (
-        "2 of 4 reference statements are supported by the contexts."
+        "2 of 4 reference sentences can be attributed to the contexts."
     )
     assert by_key["id_precision"]["comment"] == "1 of 2 retrieved ids are relevant."
     assert {f["run_id"] for f in feedback} == {str(row["run"].id)}
@@ -155,7 +155,7 @@ async def test_langsmith_aevaluate_with_contexts_in_the_outputs(
         ((r.score, r.comment) for row in rows for r in row["evaluation_results"]["results"]),
         key=lambda pair: pair[0] is None,
     )
-    assert found[0] == (0.5, "2 of 4 reference statements are supported by the contexts.")
+    assert found[0] == (0.5, "2 of 4 reference sentences can be attributed to the contexts.")
     assert found[1] == (None, "skipped: ContextRecall needs `reference`")
     assert judge_server.count() == 1
 

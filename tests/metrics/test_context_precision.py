@@ -218,3 +218,107 @@ def test_duplicate_contexts_are_judged_each(
     sample = {"question": "q", "contexts": ["Rome", "Paris", "Paris"], "reference": "Paris"}
     result = ContextPrecision(llm=make_judge()).invoke(sample)
     assert result.score == 7 / 12
+
+
+def test_reason_explains_average_precision_in_words(
+    judge_server: JudgeServer, make_judge: JudgeFactory
+) -> None:
+    judge_server.script = keyword_precision("岸田")
+    result = ContextPrecision(llm=make_judge()).invoke(JA_PM)
+    assert result.reason == (
+        "Useful passages at ranks 2 and 3, so precision@2 = 1/2 and precision@3 = 2/3, "
+        "averaged over 2 useful passages: 0.58."
+    )
+
+
+def test_reason_single_and_no_useful_passage() -> None:
+    assert score_context_precision(_verdicts(0, 1), mode="reference").reason == (
+        "The only useful passage is at rank 2, so precision@2 = 1/2: 0.50."
+    )
+    assert score_context_precision(_verdicts(0, 0), mode="reference").reason == (
+        "None of the 2 passages is useful, so average precision is 0."
+    )
+
+
+def test_prompts_say_each_passage_is_judged_on_its_own(
+    judge_server: JudgeServer, make_judge: JudgeFactory
+) -> None:
+    judge_server.script = keyword_precision("岸田")
+    ContextPrecision(llm=make_judge()).invoke(JA_PM)
+    ContextPrecision(llm=make_judge(), per_context=True).invoke(JA_PM)
+    for request in judge_server.requests:
+        system = " ".join(request.system.split())
+        assert "Judge every passage on its own" in system
+        assert "a repeat or near-repeat of a useful passage is useful too" in system
+
+
+# A judge following the prompt: a passage is useful when it states the answer, in any
+# wording; whether an earlier passage already said it does not matter.
+PARIS = {
+    "question": "What is the capital of France?",
+    "reference": "Paris is the capital of France.",
+}
+
+
+@pytest.mark.parametrize(
+    ("contexts", "flags", "expected"),
+    [
+        # exact duplicate of a useful passage, behind a distractor
+        (
+            ["Lyon is in France.", "Paris is France's capital.", "Paris is France's capital."],
+            [0, 1, 1],
+            7 / 12,
+        ),
+        # near-duplicate (paraphrase) of a useful passage
+        (
+            ["Paris is France's capital.", "France's capital city is Paris.", "Lyon is big."],
+            [1, 1, 0],
+            1.0,
+        ),
+        # duplicated distractor around the answer
+        (
+            ["Lyon is in France.", "Lyon is in France.", "The capital of France is Paris."],
+            [0, 0, 1],
+            1 / 3,
+        ),
+    ],
+)
+@pytest.mark.parametrize("per_context", [False, True])
+def test_duplicated_and_near_duplicated_passages_are_judged_each(
+    judge_server: JudgeServer,
+    make_judge: JudgeFactory,
+    contexts: list[str],
+    flags: list[int],
+    expected: float,
+    per_context: bool,
+) -> None:
+    judge_server.script = keyword_precision("Paris")
+    metric = ContextPrecision(llm=make_judge(), per_context=per_context)
+    result = metric.invoke({**PARIS, "contexts": contexts})
+    assert result.score == expected
+    assert [v["useful"] for v in result.details["verdicts"]] == [bool(f) for f in flags]
+    if not per_context:
+        sent = [p["text"] for p in payload(judge_server.requests[0])["passages"]]
+        assert sent == contexts  # duplicates are sent as they are, each with its own index
+
+
+def test_duplicated_index_alone_is_a_parse_failure(
+    judge_server: JudgeServer, make_judge: JudgeFactory
+) -> None:
+    """Indices 0, 1, 1 for two passages: nothing missing or extra, only a repeat."""
+    dup = {
+        "verdicts": [
+            {"index": 0, "reason": "", "useful": False},
+            {"index": 1, "reason": "", "useful": True},
+            {"index": 1, "reason": "", "useful": True},
+        ]
+    }
+    judge_server.script = lambda req: dup
+    sample = {**PARIS, "contexts": ["Lyon is in France.", "Paris is the capital."]}
+    result = ContextPrecision(llm=make_judge(), retry=FAST).invoke(sample)
+    assert math.isnan(result.score or 0.0)
+    assert result.error is not None
+    assert "duplicated [1]" in result.error
+    assert "missing []" in result.error
+    assert "unexpected []" in result.error
+    assert judge_server.count() == 2  # retried once

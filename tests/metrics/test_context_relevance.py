@@ -93,3 +93,13 @@ def test_out_of_range_indices_are_a_parse_failure(
 def test_needs_question() -> None:
     with pytest.raises(ValueError, match="ContextRelevance needs `question`"):
         ContextRelevance().invoke({"contexts": CONTEXTS})
+
+
+def test_reason_explains_the_ratio() -> None:
+    sentences = split_contexts(CONTEXTS, "en")
+    assert score_context_relevance(sentences, [1, 2]).reason == (
+        "2 of 4 context sentences are needed to answer the question, so relevance = 2/4 = 0.50."
+    )
+    assert score_context_relevance(sentences, []).reason == (
+        "None of the 4 context sentences is needed to answer the question, so relevance is 0."
+    )

@@ -18,9 +18,7 @@ from langchain_openai.chat_models.base import (
     OpenAIRateLimitError,
 )
 
-from langchain_ragmetrics import (
-    ContextRecall,
-)
+from langchain_ragmetrics import ContextEntityRecall, ContextRecall
 from langchain_ragmetrics.cli._common import build_judge
 from langchain_ragmetrics.evaluation import metric_classes
 from langchain_ragmetrics.metrics import JudgedMetric, RetryPolicy
@@ -31,7 +29,14 @@ from langchain_ragmetrics.metrics._judge import (
     make_judge,
     retry_after,
 )
-from tests._support.judges import EINSTEIN_VERDICTS, keyword_precision, keyword_relevance, payload
+from tests._support.judges import (
+    EINSTEIN_REFERENCE,
+    EINSTEIN_VERDICTS,
+    keyword_precision,
+    keyword_recall,
+    keyword_relevance,
+    payload,
+)
 from tests._support.openai_server import (
     JudgeRequest,
     JudgeServer,
@@ -62,26 +67,35 @@ SAMPLE = {
 
 def smart_judge() -> Callable[[JudgeRequest], Any]:
     return router(
-        RecallStatements=lambda req: EINSTEIN_VERDICTS,
+        RecallStatements=keyword_recall("Japanese"),
         ContextVerdicts=keyword_precision("日本語"),
-        EntityLists=lambda req: {"reference_entities": ["Japanese"], "passage_entities": []},
+        EntityList=lambda req: {"entities": [{"name": "Japanese"}]},
         RelevantSentences=keyword_relevance("日本語"),
     )
 
 
+# Entity recall reads the reference and the passages in two independent calls by default.
+CALLS = {ContextEntityRecall: 2}
+
+
 @pytest.mark.parametrize("metric_cls", METRICS)
-def test_one_call_per_sample_and_contexts_stay_data(
+def test_calls_per_sample_and_contexts_stay_data(
     judge_server: JudgeServer, make_judge: Callable[..., Any], metric_cls: type[JudgedMetric]
 ) -> None:
     judge_server.script = smart_judge()
     result = metric_cls(llm=make_judge()).invoke(SAMPLE)
     assert result.error is None
     assert result.score is not None
-    assert judge_server.count() == 1
-    assert result.usage.judge_calls == 1
-    request = judge_server.requests[0]
+    calls = CALLS.get(metric_cls, 1)
+    assert judge_server.count() == calls
+    assert result.usage.judge_calls == calls
+    # the call that carries the passages (entity recall sends the reference on its own too)
+    request = next(
+        r for r in judge_server.requests if payload(r).get("text") != SAMPLE["reference"]
+    )
     sent = payload(request)
     texts = sent.get("passages") or [s["text"] for s in sent.get("sentences", [])]
+    texts = texts or [sent.get("text", "")]
     flat = "".join(t if isinstance(t, str) else t["text"] for t in texts)
     squeezed = "".join(flat.split())
     for nasty in NASTY[:3]:  # passed verbatim (sentence-split for relevance), inside the JSON data
@@ -96,7 +110,7 @@ async def test_abatch_counts_one_call_per_sample(
     judge_server.script = smart_judge()
     results = await metric_cls(llm=make_judge()).abatch([SAMPLE] * 5)
     assert all(r.error is None for r in results)
-    assert judge_server.count() == 5
+    assert judge_server.count() == 5 * CALLS.get(metric_cls, 1)
 
 
 @pytest.mark.parametrize("metric_cls", METRICS)
@@ -160,7 +174,8 @@ def test_one_factory_for_metrics_cli_and_demo(
 # the server counts every HTTP attempt, so one retry layer means exactly 1 + max_retries.
 
 FAST = RetryPolicy(max_retries=2, initial_backoff=0)
-SIMPLE = {"question": "q", "contexts": ["c"], "reference": "r"}
+# Four reference sentences, so that EINSTEIN_VERDICTS (one per sentence index) fit it.
+SIMPLE = {"question": "q", "contexts": ["c"], "reference": EINSTEIN_REFERENCE}
 
 
 def recall_against(url: str, *, policy: RetryPolicy = FAST, timeout: float = 10) -> ContextRecall:

@@ -1,0 +1,134 @@
+"""``ragmetrics check-judge``: measure a judge model against the shipped labelled set."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from langchain_ragmetrics.cli._common import (
+    ExitCode,
+    add_judge_options,
+    build_judge,
+    echo,
+    error,
+    exit_codes_help,
+    no_key_message,
+    positive_float,
+    positive_int,
+    split_names,
+)
+
+__all__ = ["register"]
+
+
+def _share(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a number between 0 and 1, got {text!r}"
+        ) from None
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {value:g}")
+    return value
+
+
+def register(commands: Any) -> None:
+    """Add the ``check-judge`` sub-command to ``commands`` (an argparse sub-parsers action)."""
+    from langchain_ragmetrics.calibration._protocols import DEFAULT_VARIANTS, variant_names
+
+    parser = commands.add_parser(
+        "check-judge",
+        help="measure a judge model against the shipped labelled set",
+        description="Run the shipped calibration set (hand-labelled English and Japanese items) "
+        "through a judge model and print, per metric, its agreement with the labels: verdict "
+        "accuracy and Cohen's kappa, score mean absolute error, parse-failure and retry rates, "
+        "tokens and latency. Exits 11 when a metric's accuracy (or share of answered items) "
+        "is below --min-agreement.",
+        epilog=exit_codes_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_judge_options(parser)
+    parser.add_argument(
+        "--metrics",
+        default=",".join(DEFAULT_VARIANTS),
+        help="comma-separated metrics or judging modes (default: %(default)s); "
+        f"known: {', '.join(variant_names())}",
+    )
+    parser.add_argument(
+        "--min-agreement",
+        type=_share,
+        default=0.8,
+        help="lowest acceptable verdict accuracy per metric (default: %(default)s)",
+    )
+    parser.add_argument("--language", default=None, help="only items in this language: en or ja")
+    parser.add_argument(
+        "--concurrency",
+        type=positive_int,
+        default=4,
+        help="items scored at the same time (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--timeout", type=positive_float, default=None, help="seconds before an item is abandoned"
+    )
+    parser.add_argument("--json", type=Path, default=None, help="also write the report as JSON")
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    parser.set_defaults(handler=_check_judge_command)
+
+
+def _check_judge_command(args: argparse.Namespace) -> int:
+    from langchain_ragmetrics._text import check_language
+    from langchain_ragmetrics.calibration import check_judge, load_calibration_set
+    from langchain_ragmetrics.calibration._protocols import resolve_variant
+    from langchain_ragmetrics.errors import UnknownMetricError
+
+    names = split_names(args.metrics)
+    if not names:
+        error("--metrics is empty")
+        return ExitCode.USAGE
+    try:
+        for name in names:
+            resolve_variant(name)
+    except UnknownMetricError as exc:
+        error(str(exc))
+        return ExitCode.UNKNOWN_METRIC
+    try:
+        language = check_language(args.language, field="--language") if args.language else None
+    except ValueError as exc:
+        error(str(exc))
+        return ExitCode.USAGE
+    held = sorted({item.language for item in load_calibration_set()})
+    if language and language not in held:
+        listed = ", ".join(held)
+        error(f"--language: the calibration set has no {language!r} items (it holds {listed})")
+        return ExitCode.USAGE
+    llm = build_judge(args.model, args.base_url)
+    if llm is None:
+        error(no_key_message(sorted({n.split(":")[0] for n in names})))
+        return ExitCode.NO_API_KEY
+    report = check_judge(
+        llm,
+        metrics=names,
+        language=language,
+        max_concurrency=args.concurrency,
+        timeout=args.timeout,
+        show_progress=not args.no_progress,
+    )
+    echo(report.table())
+    if args.json is not None:
+        try:
+            args.json.write_text(report.model_dump_json(indent=2) + "\n", encoding="utf-8")
+        except OSError as exc:
+            error(f"cannot write {args.json}: {exc.strerror or exc}")
+            return ExitCode.ERROR
+        echo(f"Report written to {args.json}")
+    failing = report.failing(args.min_agreement)
+    if failing:
+        error(
+            f"agreement below --min-agreement {args.min_agreement:g}: {', '.join(failing)} "
+            "(accuracy or answered share; see the table)"
+        )
+        return ExitCode.JUDGE_DISAGREES
+    echo(f"All checked metrics agree with the labels at or above {args.min_agreement:g}.")
+    return ExitCode.OK

@@ -1,0 +1,458 @@
+"""check_judge and ``ragmetrics check-judge`` end to end against the loopback judge."""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from langchain_ragmetrics import check_judge
+from langchain_ragmetrics.calibration import (
+    DEFAULT_VARIANTS,
+    JudgeReport,
+    UnknownMetricError,
+    acheck_judge,
+    load_calibration_set,
+)
+from langchain_ragmetrics.cli import ExitCode, main
+from langchain_ragmetrics.metrics import RetryPolicy
+from langchain_ragmetrics.scoring import average_precision
+from tests._support.calibration_judge import label_judge
+from tests._support.openai_server import JudgeServer, reply_error, reply_garbage, reply_hold
+
+JudgeFactory = Callable[..., Any]
+ITEMS = load_calibration_set()
+FAST = RetryPolicy(initial_backoff=0.01, max_backoff=0.02)
+# Every fourth item gets its first verdict of each metric answered the other way round.
+FLIPPED = {item.id for n, item in enumerate(ITEMS) if n % 4 == 0}
+
+
+def _kappa(labels: list[bool], judged: list[bool]) -> float:
+    n = len(labels)
+    observed = sum(a == b for a, b in zip(labels, judged, strict=True)) / n
+    p_label, p_judged = sum(labels) / n, sum(judged) / n
+    chance = p_label * p_judged + (1 - p_label) * (1 - p_judged)
+    return (observed - chance) / (1 - chance)
+
+
+def _flip_first(flags: list[bool], item_id: str) -> list[bool]:
+    return [not f if item_id in FLIPPED and i == 0 else f for i, f in enumerate(flags)]
+
+
+def expected_figures() -> dict[str, tuple[float, float, float]]:
+    """(accuracy, kappa, score MAE) per metric, worked out from the labels and the flips."""
+    out: dict[str, tuple[float, float, float]] = {}
+    vectors: dict[str, list[tuple[str, list[bool], float | None, Callable[..., float]]]] = {
+        "context_recall": [
+            (i.id, list(i.labels.context_recall.attributed), 1.0, lambda f: sum(f) / len(f))
+            for i in ITEMS
+        ],
+        "context_precision": [
+            (i.id, list(i.labels.context_precision.useful), 1.0, average_precision) for i in ITEMS
+        ],
+        "context_relevance": [
+            (
+                i.id,
+                [
+                    n in i.labels.context_relevance.relevant
+                    for n in range(len(i.labels.context_relevance.sentences))
+                ],
+                1.0,
+                lambda f: sum(f) / len(f),
+            )
+            for i in ITEMS
+        ],
+        "context_entity_recall": [
+            (
+                i.id,
+                [bool(e.found) for e in i.labels.context_entity_recall.reference_entities],
+                1.0,
+                lambda f: sum(f) / len(f),
+            )
+            for i in ITEMS
+            if i.labels.context_entity_recall.score is not None
+        ],
+    }
+    for metric, rows in vectors.items():
+        labels = [v for _, flags, _, _ in rows for v in flags]
+        judged = [v for item_id, flags, _, _ in rows for v in _flip_first(flags, item_id)]
+        flips = sum(1 for item_id, _, _, _ in rows if item_id in FLIPPED)
+        accuracy = (len(labels) - flips) / len(labels)
+        assert accuracy == sum(a == b for a, b in zip(labels, judged, strict=True)) / len(labels)
+        mae = sum(
+            abs(score(_flip_first(flags, item_id)) - score(flags))
+            for item_id, flags, _, score in rows
+        ) / len(rows)
+        out[metric] = (accuracy, _kappa(labels, judged), mae)
+    return out
+
+
+def _row_cells(out: str, metric: str) -> list[str]:
+    for line in out.splitlines():
+        cells = line.split()
+        if cells and cells[0] == metric:
+            return cells
+    raise AssertionError(f"no row for {metric} in:\n{out}")
+
+
+def test_a_judge_answering_from_the_labels_agrees_fully(
+    judge_server: JudgeServer, make_judge: JudgeFactory
+) -> None:
+    judge_server.script = label_judge()
+    report = check_judge(make_judge())
+    assert isinstance(report, JudgeReport)
+    assert report.judge == "judge-model"
+    assert [m.metric for m in report.metrics] == list(DEFAULT_VARIANTS)
+    for row in report.metrics:
+        assert row.items == len(ITEMS)
+        assert row.answered == len(ITEMS)
+        assert row.accuracy == 1.0
+        assert row.kappa == 1.0
+        assert row.score_mae == 0.0
+        assert row.parse_failure_rate == row.error_rate == row.retry_rate == 0.0
+        assert row.disagreements == []
+        assert row.input_tokens > 0
+        assert row.output_tokens > 0
+        assert row.latency_p50_s is not None
+        assert row.latency_p95_s is not None
+        assert row.latency_p50_s <= row.latency_p95_s
+    assert report.row("context_recall").verdicts == sum(
+        len(i.labels.context_recall.sentences) for i in ITEMS
+    )
+    assert report.row("context_entity_recall").calls_per_item == 2.0  # two independent reads
+    assert report.row("context_recall").calls_per_item == 1.0
+    assert report.failing(1.0) == []
+
+
+def test_every_judging_mode_can_be_measured(
+    judge_server: JudgeServer, make_judge: JudgeFactory
+) -> None:
+    """The entity-recall decision: agreement vs calls of one call and two independent reads."""
+    judge_server.script = label_judge()
+    names = [
+        "context_entity_recall",
+        "context_entity_recall:one-call",
+        "context_precision:per-context",
+        "context_recall:statement",
+    ]
+    report = check_judge(make_judge(), metrics=names, language="en")
+    assert [m.metric for m in report.metrics] == names
+    english = len(load_calibration_set(language="en"))
+    two, one, per_context, statement = report.metrics
+    assert two.items == one.items == english
+    assert two.accuracy == one.accuracy == 1.0
+    assert (two.calls_per_item, one.calls_per_item) == (2.0, 1.0)
+    contexts = sum(len(i.contexts) for i in load_calibration_set(language="en"))
+    assert per_context.judge_calls == contexts
+    assert per_context.accuracy == 1.0
+    assert statement.accuracy is None  # the judge's own statements cannot be lined up
+    assert statement.score_mae == 0.0
+    assert statement.passes(0.9) is None
+    assert "n/a" in report.table()
+
+
+def test_flipped_verdicts_give_the_figures_the_flips_imply(
+    judge_server: JudgeServer, make_judge: JudgeFactory
+) -> None:
+    judge_server.script = label_judge(flip=FLIPPED)
+    report = check_judge(make_judge())
+    for metric, (accuracy, kappa, mae) in expected_figures().items():
+        row = report.row(metric)
+        assert row.accuracy == pytest.approx(accuracy, abs=1e-12), metric
+        assert row.kappa == pytest.approx(kappa, abs=1e-12), metric
+        assert row.score_mae == pytest.approx(mae, abs=1e-12), metric
+        assert sorted(row.disagreements) == sorted(
+            i for i in FLIPPED if metric != "context_entity_recall" or i != "ja-photosynthesis"
+        )
+
+
+def test_the_command_prints_full_agreement_and_exits_zero(
+    judge_server: JudgeServer, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    judge_server.script = label_judge()
+    out_file = tmp_path / "report.json"
+    code = main(
+        [
+            "check-judge",
+            "--model",
+            "judge-model",
+            "--base-url",
+            judge_server.base_url,
+            "--json",
+            str(out_file),
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == ExitCode.OK, out
+    assert "Judge check of judge-model on the calibration set:" in out
+    for metric in DEFAULT_VARIANTS:
+        cells = _row_cells(out, metric)
+        assert cells[1:6] == [str(len(ITEMS)), str(len(ITEMS)), "1.000", "1.000", "0.000"]
+    assert "All checked metrics agree with the labels at or above 0.8." in out
+    saved = json.loads(out_file.read_text(encoding="utf-8"))
+    assert [m["accuracy"] for m in saved["metrics"]] == [1.0] * 4
+
+
+def test_the_command_prints_the_flipped_figures_and_exits_11(
+    judge_server: JudgeServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    judge_server.script = label_judge(flip=FLIPPED)
+    code = main(
+        [
+            "check-judge",
+            "--model",
+            "judge-model",
+            "--base-url",
+            judge_server.base_url,
+            "--min-agreement",
+            "0.9",
+            "--no-progress",
+        ]
+    )
+    captured = capsys.readouterr()
+    expected = expected_figures()
+    failing = []
+    for metric, (accuracy, kappa, mae) in expected.items():
+        cells = _row_cells(captured.out, metric)
+        assert cells[3:6] == [f"{accuracy:.3f}", f"{kappa:.3f}", f"{mae:.3f}"], metric
+        if accuracy < 0.9:
+            failing.append(metric)
+    assert failing  # the flips push at least one metric under 0.9
+    assert code == ExitCode.JUDGE_DISAGREES == 11
+    assert "agreement below --min-agreement 0.9" in captured.err
+    for metric in failing:
+        assert metric in captured.err
+
+
+def test_the_command_without_a_judge_says_how_to_configure_one(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["check-judge"]) == ExitCode.NO_API_KEY
+    assert "OPENAI_API_KEY" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["--metrics", "context_recall,nonsense"], ExitCode.UNKNOWN_METRIC, "nonsense"),
+        (["--metrics", " , "], ExitCode.USAGE, "--metrics is empty"),
+        (["--language", "xx"], ExitCode.USAGE, "--language"),
+        (["--language", "de"], ExitCode.USAGE, "no 'de' items"),
+        (["--min-agreement", "1.5"], ExitCode.USAGE, "between 0 and 1"),
+    ],
+)
+def test_the_command_rejects_bad_options(
+    capsys: pytest.CaptureFixture[str], args: list[str], code: int, message: str
+) -> None:
+    assert main(["check-judge", "--base-url", "http://127.0.0.1:9/v1", *args]) == code
+    assert message in capsys.readouterr().err
+
+
+def test_unknown_metric_in_python_names_the_known_ones(make_judge: JudgeFactory) -> None:
+    with pytest.raises(UnknownMetricError, match="context_entity_recall:one-call"):
+        check_judge(make_judge(), metrics=["context_recal"])
+    with pytest.raises(ValueError, match="`language`"):
+        check_judge(make_judge(), language="xx")
+    with pytest.raises(ValueError, match="no 'fr' items"):
+        check_judge(make_judge(), language="fr")
+
+
+async def test_async_twin_and_event_loop_guard(
+    judge_server: JudgeServer, make_judge: JudgeFactory
+) -> None:
+    judge_server.script = label_judge()
+    report = await acheck_judge(make_judge(), metrics=["context_relevance"], language="ja")
+    assert report.row("context_relevance").accuracy == 1.0
+    assert report.language == "ja"
+    with pytest.raises(RuntimeError, match="acheck_judge"):
+        check_judge(make_judge())
+
+
+def test_a_judge_answering_garbage_counts_as_parse_failures(
+    judge_server: JudgeServer, make_judge: JudgeFactory
+) -> None:
+    judge_server.script = lambda req: reply_garbage()
+    report = check_judge(make_judge(), metrics=["context_precision"], language="ja", retry=FAST)
+    row = report.row("context_precision")
+    ja = len(load_calibration_set(language="ja"))
+    assert row.answered == 0
+    assert row.parse_failure_rate == row.error_rate == 1.0
+    assert row.retry_rate == 1.0  # one parse retry per expected call
+    assert row.judge_calls == 2 * ja
+    assert row.accuracy is None
+    assert row.score_mae is None
+    assert len(row.disagreements) == ja
+    assert row.passes(0.8) is False  # a judge that never answers usably fails the gate
+    assert report.failing(0.8) == ["context_precision"]
+
+
+@pytest.mark.parametrize("status", [429, 500])
+def test_a_failing_judge_is_retried_then_counted_as_errors(
+    judge_server: JudgeServer, make_judge: JudgeFactory, status: int
+) -> None:
+    judge_server.script = lambda req: reply_error(status)
+    report = check_judge(make_judge(), metrics=["context_relevance"], language="ja", retry=FAST)
+    row = report.row("context_relevance")
+    assert row.error_rate == 1.0
+    assert row.parse_failure_rate == 0.0
+    assert row.retry_rate == FAST.max_retries
+    assert row.answered == 0
+
+
+def test_a_judge_that_never_answers_is_abandoned_by_the_timeout(
+    judge_server: JudgeServer, make_judge: JudgeFactory
+) -> None:
+    release = threading.Event()
+    judge_server.script = lambda req: reply_hold(release)
+    try:
+        report = check_judge(
+            make_judge(), metrics=["context_recall"], language="ja", timeout=0.5, retry=FAST
+        )
+    finally:
+        release.set()
+    row = report.row("context_recall")
+    assert row.answered == 0
+    assert row.error_rate == 1.0
+    assert all(math.isfinite(x) for x in (row.retry_rate, row.calls_per_item))
+
+
+def test_half_failing_judge_is_gated_on_the_answered_share(
+    judge_server: JudgeServer, make_judge: JudgeFactory
+) -> None:
+    answer = label_judge()
+    ja = load_calibration_set(language="ja")
+    dropped = {i.question for n, i in enumerate(ja) if n % 2 == 0}
+
+    def script(req: Any) -> Any:
+        data = json.loads(req.messages[-1]["content"])
+        return reply_error(400) if data["question"] in dropped else answer(req)
+
+    judge_server.script = script
+    report = check_judge(make_judge(), metrics=["context_precision"], language="ja", retry=FAST)
+    row = report.row("context_precision")
+    assert row.answered == len(ja) - len(dropped)
+    assert row.accuracy == 1.0  # everything it answered agrees ...
+    assert row.passes(0.8) is False  # ... but it answered only half the items
+    assert report.failing(0.8) == ["context_precision"]
+
+
+def test_a_metric_built_by_the_caller_is_checked_as_custom(
+    judge_server: JudgeServer, make_judge: JudgeFactory
+) -> None:
+    """Comparing prompts: pass metrics you built; they keep their own prompt and judge."""
+    from langchain_core.prompts import ChatPromptTemplate
+
+    from langchain_ragmetrics import ContextRecall
+
+    judge_server.script = label_judge()
+    mine = ChatPromptTemplate.from_messages(
+        [("system", "My own rubric, answer in {language}."), ("human", "{payload}")]
+    )
+    report = check_judge(
+        make_judge(),
+        metrics=[
+            "context_recall",
+            ContextRecall(llm=make_judge(), prompt=mine),
+            ContextRecall(llm=make_judge(), prompt=mine),
+        ],
+        language="ja",
+    )
+    assert [m.metric for m in report.metrics] == [
+        "context_recall",
+        "context_recall:custom",
+        "context_recall:custom2",
+    ]
+    assert all(m.accuracy == 1.0 for m in report.metrics)
+    assert any(r.system == "My own rubric, answer in Japanese." for r in judge_server.requests)
+    with pytest.raises(ValueError, match="at least one"):
+        check_judge(make_judge(), metrics=[])
+
+
+def test_the_readme_figures_of_a_word_overlap_judge(
+    judge_server: JudgeServer, make_judge: JudgeFactory
+) -> None:
+    """The README quotes these figures; they come from this run."""
+    from tests._support.lexical_judge import lexical_judge
+
+    judge_server.script = lexical_judge()
+    report = check_judge(make_judge())
+    figures = {m.metric: (f"{m.accuracy:.3f}", f"{m.kappa:.3f}") for m in report.metrics}
+    assert figures == {
+        "context_recall": ("0.948", "0.837"),
+        "context_precision": ("0.768", "0.537"),
+        "context_entity_recall": ("0.596", "0.259"),
+        "context_relevance": ("0.651", "0.304"),
+    }
+    readme = " ".join((Path(__file__).parents[2] / "README.md").read_text().split())
+    for accuracy, kappa in figures.values():
+        assert f"{accuracy} (kappa {kappa})" in readme or f"{accuracy} ({kappa})" in readme
+    assert report.failing(0.8) == [
+        "context_precision",
+        "context_entity_recall",
+        "context_relevance",
+    ]
+
+
+def _pulled(name: str, passages: str) -> bool:
+    """A sloppy reading: a reference entity 'is there' when a piece of it is (a word of four
+    letters or more in English, two characters in a row in Japanese)."""
+    import re
+
+    words = set(re.findall(r"[a-z]{4,}", name.casefold()))
+    if words & set(re.findall(r"[a-z]{4,}", passages.casefold())):
+        return True
+    pairs = {name[i : i + 2] for i in range(len(name) - 1)}
+    return any(not p.isascii() and p in passages for p in pairs)
+
+
+def test_comparing_modes_catches_a_judge_pulled_by_the_reference(
+    judge_server: JudgeServer, make_judge: JudgeFactory
+) -> None:
+    """The entity-recall decision, measured: a judge that lets the reference it can see pull
+    its reading of the passages loses agreement in one call, not in two independent calls."""
+    answer = label_judge()
+    by_reference = {i.reference: i for i in ITEMS}
+
+    def script(req: Any) -> Any:
+        if req.schema_name != "EntityLists":
+            return answer(req)  # two-call mode: it never sees the reference with the passages
+        data = json.loads(req.messages[-1]["content"])
+        item = by_reference[data["reference"]]
+        labels = item.labels.context_entity_recall
+        passages = "\n".join(item.contexts)
+        extra = [
+            e.name for e in labels.reference_entities if not e.found and _pulled(e.name, passages)
+        ]
+        return {
+            "reference_entities": [
+                {"name": e.name, "aliases": e.aliases} for e in labels.reference_entities
+            ],
+            "passage_entities": [
+                {"name": e.name, "aliases": e.aliases} for e in labels.context_entities
+            ]
+            + [{"name": name} for name in extra],
+        }
+
+    judge_server.script = script
+    report = check_judge(
+        make_judge(), metrics=["context_entity_recall", "context_entity_recall:one-call"]
+    )
+    pulled = [
+        e.name
+        for i in ITEMS
+        for e in i.labels.context_entity_recall.reference_entities
+        if not e.found and _pulled(e.name, "\n".join(i.contexts))
+    ]
+    assert pulled  # the set holds near-misses a sloppy reading turns into hits
+    verdicts = sum(len(i.labels.context_entity_recall.reference_entities) for i in ITEMS)
+    two, one = report.metrics
+    assert two.accuracy == 1.0
+    assert one.accuracy == (verdicts - len(pulled)) / verdicts
+    assert one.score_mae is not None
+    assert one.score_mae > 0
+    assert (two.calls_per_item, one.calls_per_item) == (2.0, 1.0)
