@@ -164,8 +164,8 @@ class SinkOutbox:
                 if not self._entries:
                     return
                 entry = self._entries.popleft()
-                self._busy = True
-                if isinstance(entry, OnlineResult):
+                if isinstance(entry, OnlineResult):  # a flush/close call is not a result
+                    self._busy = True
                     self._waiting -= 1
             try:
                 if isinstance(entry, _Call):
