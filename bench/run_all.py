@@ -27,6 +27,7 @@ SCRIPTS = (
     ("import", "bench_import.py"),
     ("cpu", "bench_cpu.py"),
     ("long_context", "bench_long_context.py"),
+    ("monitor", "bench_monitor.py"),
 )
 TITLES = {
     "economy": "Judge economy (per sample)",
@@ -35,6 +36,7 @@ TITLES = {
     "import": "Import cost",
     "cpu": "CPU per sample (deterministic parts)",
     "long_context": "Long contexts",
+    "monitor": "Monitor worker sizing (100 ms judge)",
 }
 
 

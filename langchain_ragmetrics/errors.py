@@ -32,6 +32,7 @@ __all__ = [
     "QualityGateError",
     "RagMetricsError",
     "ResultFileError",
+    "SinkUnavailableError",
     "UnknownMetricError",
     "UnsupportedLanguageError",
     "suggest",
@@ -55,6 +56,15 @@ class JudgeConfigError(RagMetricsError, RuntimeError):
 
 class JudgeSetupError(JudgeConfigError):
     """``evaluate()`` found, before any call, that a judged metric has no usable judge."""
+
+
+class SinkUnavailableError(RagMetricsError, RuntimeError):
+    """Raised by a sink's ``emit`` to refuse a result without trying (counted as dropped).
+
+    For a sink that knows its backend is down (its circuit breaker is open) or that it is
+    disabled (no API key): the result is counted in ``stats.sinks[key].dropped``, not as an
+    error.
+    """
 
 
 class DatasetError(RagMetricsError, ValueError):

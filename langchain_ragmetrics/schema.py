@@ -228,6 +228,9 @@ class MetricResult(BaseModel):
 
     ``score`` is a float in [0, 1], NaN when the judge failed (``error`` says why), or None
     when the metric could not be assessed (e.g. no reference online: a skip, not a failure).
+    One definition everywhere (online stats, sinks, LangSmith feedback, offline summary):
+    :attr:`failed` = an error was recorded (score NaN); :attr:`skipped` = no score and no
+    error (None, or a NaN without error: nothing to assess).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -251,13 +254,13 @@ class MetricResult(BaseModel):
 
     @property
     def failed(self) -> bool:
-        """True when the metric raised or the judge never gave a usable answer."""
+        """True when the metric raised or the judge never gave a usable answer (``error`` set)."""
         return self.error is not None
 
     @property
     def skipped(self) -> bool:
-        """True when the metric could not be assessed (no score and no error)."""
-        return self.score is None and self.error is None
+        """True when there was nothing to assess: no error and no score (None or NaN)."""
+        return self.error is None and (self.score is None or math.isnan(self.score))
 
     @property
     def finite_score(self) -> float | None:

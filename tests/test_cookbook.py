@@ -24,6 +24,7 @@ from tests._support.judges import keyword_precision
 from tests._support.langsmith_datasets import LangSmithDatasetStub
 from tests._support.lexical_judge import lexical_judge
 from tests._support.openai_server import JudgeServer, router
+from tests._support.otlp_receiver import OtlpReceiver
 
 COOKBOOK = Path(__file__).resolve().parents[1] / "cookbook"
 TIMEOUT_S = 180
@@ -36,6 +37,8 @@ class Case:
     expect: list[str | re.Pattern[str]]
     judge: Callable[[], Any] = lexical_judge
     langsmith: bool = False
+    otlp: bool = False
+    """Start a loopback OTLP/HTTP receiver and point OTEL_EXPORTER_OTLP_ENDPOINT at it."""
     writes: dict[str, int] = field(default_factory=dict)
     """Files the script writes in its working directory, with their line counts."""
 
@@ -102,7 +105,7 @@ CASES: dict[str, Case] = {
             "Scores sent to LangSmith as feedback of experiment 'ragmetrics-cookbook-",
         ],
     ),
-    "07_cache_gate_report.py": Case(
+    "09_cache_gate_report.py": Case(
         expect=[
             "first run: 8 judge calls, 0 cache hits, 8 misses; context_recall mean 0.5000",
             "second run: 0 judge calls, 8 cache hits, 0 misses; context_recall mean 0.5000",
@@ -120,6 +123,32 @@ CASES: dict[str, Case] = {
             "田中部長の部署はどこですか?  context_precision = 1.0000",
         ],
     ),
+    "07_opentelemetry_export.py": Case(
+        otlp=True,
+        expect=[
+            re.compile(
+                r"^gen_ai\.evaluation\.result context_relevance=\d\.\d\d -> trace [0-9a-f]{32} "
+                r"span [0-9a-f]{16}$",
+                re.M,
+            ),
+            "events sent: 6",
+        ],
+    ),
+    "08_langsmith_monitor.py": Case(
+        langsmith=True,
+        expect=[
+            re.compile(
+                r"^ragmetrics monitor: project 'ragmetrics-cookbook-monitor-\w+', "
+                r"shard 0/1, 1 poll$",
+                re.M,
+            ),
+            "  runs seen 4 (of 4 listed), scored 4, already scored 0",
+            "  feedback sent 8, failed 0",
+            "second run: already scored 4, sent 0",
+            re.compile(r"context_precision=\d\.\d\d  context_relevance=\d\.\d\d$", re.M),
+        ],
+        writes={},
+    ),
 }
 
 
@@ -131,6 +160,7 @@ class Started:
     judge: JudgeServer
     cwd: Path
     langsmith: LangSmithDatasetStub | None = None
+    receiver: OtlpReceiver | None = None
     output: tuple[str, str] | None = None
 
     def finish(self) -> tuple[int, str, str]:
@@ -143,12 +173,18 @@ class Started:
         return self.proc.returncode, self.output[0], self.output[1]
 
 
-def _env(judge: JudgeServer, langsmith: LangSmithDatasetStub | None) -> dict[str, str]:
-    leaky = ("OPENAI_", "LANGSMITH_", "LANGCHAIN_", "RAGMETRICS_")
+def _env(
+    judge: JudgeServer,
+    langsmith: LangSmithDatasetStub | None,
+    receiver: OtlpReceiver | None = None,
+) -> dict[str, str]:
+    leaky = ("OPENAI_", "LANGSMITH_", "LANGCHAIN_", "RAGMETRICS_", "OTEL_")
     env = {k: v for k, v in os.environ.items() if not k.startswith(leaky)}
     env.update(OPENAI_API_KEY="test", OPENAI_BASE_URL=judge.base_url, PYTHONUNBUFFERED="1")
     if langsmith is not None:
         env.update(LANGSMITH_API_KEY="test", LANGSMITH_ENDPOINT=langsmith.url)
+    if receiver is not None:
+        env.update(OTEL_EXPORTER_OTLP_ENDPOINT=receiver.url)
     return env
 
 
@@ -159,17 +195,18 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Started
         for name, case in CASES.items():
             judge = stack.enter_context(JudgeServer(case.judge()))
             stub = stack.enter_context(LangSmithDatasetStub()) if case.langsmith else None
+            receiver = stack.enter_context(OtlpReceiver()) if case.otlp else None
             cwd = tmp_path_factory.mktemp(name.removesuffix(".py"))
             proc = subprocess.Popen(
                 [sys.executable, str(COOKBOOK / name)],
                 cwd=cwd,
-                env=_env(judge, stub),
+                env=_env(judge, stub, receiver),
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 text=True,
             )
             stack.callback(lambda p=proc: p.poll() is None and p.kill())
-            started[name] = Started(proc, judge, cwd, stub)
+            started[name] = Started(proc, judge, cwd, stub, receiver)
         yield started
 
 
@@ -221,8 +258,33 @@ def test_langsmith_script_uploads_dataset_experiment_and_feedback(
 
 
 def test_cache_script_pays_for_the_first_run_only(runs: dict[str, Started]) -> None:
-    run = runs["07_cache_gate_report.py"]
+    run = runs["09_cache_gate_report.py"]
     assert run.finish()[0] == 0
     assert run.judge.count() == 8  # 4 rows x 2 metrics, once: the second run was all cache hits
     assert (run.cwd / "verdicts.sqlite3").exists()
     assert "<svg" in (run.cwd / "report.html").read_text(encoding="utf-8")
+
+
+def test_opentelemetry_script_exports_parented_events_and_metrics(
+    runs: dict[str, Started],
+) -> None:
+    run = runs["07_opentelemetry_export.py"]
+    assert run.finish()[0] == 0
+    assert run.receiver is not None
+    events = run.receiver.logs()
+    assert len(events) == 6
+    assert {e.event_name for e in events} == {"gen_ai.evaluation.result"}
+    request_spans = {s.span_id for s in run.receiver.spans() if s.name == "POST /ask"}
+    assert {e.span_id for e in events} == request_spans
+    (histogram, *rest) = run.receiver.points("ragmetrics.evaluation.score")
+    assert histogram.count + sum(p.count for p in rest) == 6
+
+
+def test_monitor_script_posts_feedback_on_retriever_runs(runs: dict[str, Started]) -> None:
+    run = runs["08_langsmith_monitor.py"]
+    assert run.finish()[0] == 0
+    assert run.langsmith is not None
+    retrievers = {r["id"] for r in run.langsmith.runs() if r.get("run_type") == "retriever"}
+    feedback = run.langsmith.feedback()
+    assert len(feedback) == 8
+    assert {f["run_id"] for f in feedback} == retrievers

@@ -34,6 +34,7 @@ EXPECTED = {
     "NonLLMContextPrecision",
     "NonLLMContextRecall",
     "OnlineResult",
+    "OpenTelemetrySink",
     "RagMetricsCallbackHandler",
     "RagMetricsError",
     "RagSample",
@@ -76,7 +77,10 @@ def test_import_is_light() -> None:
 
 # The builtin each public exception also derives from (code catching builtins keeps working).
 NATURAL_BASE = {
+    "CacheError": OSError,
+    "CalibrationSetError": ValueError,
     "CheckpointError": ValueError,
+    "ComparisonError": ValueError,
     "DatasetError": ValueError,
     "DeadlineExceededError": TimeoutError,
     "HookError": RuntimeError,
@@ -85,6 +89,10 @@ NATURAL_BASE = {
     "JudgeSetupError": RuntimeError,
     "MissingFieldError": ValueError,
     "MonitorError": RuntimeError,
+    "PreflightError": RuntimeError,
+    "QualityGateError": AssertionError,
+    "ResultFileError": ValueError,
+    "SinkUnavailableError": RuntimeError,
     "UnknownMetricError": ValueError,
     "UnsupportedLanguageError": ValueError,
 }
@@ -117,6 +125,7 @@ def test_every_public_exception_the_package_defines_is_in_errors() -> None:
     assert elsewhere == [], "move public exceptions to langchain_ragmetrics/errors.py"
     public = {c.__name__ for c in ours if c.__module__ == "langchain_ragmetrics.errors"}
     assert public == set(errors.__all__) - {"suggest"}, "list each exception in errors.__all__"
+    assert public == set(NATURAL_BASE) | {"RagMetricsError"}  # each checked above
     assert all(issubclass(getattr(errors, name), errors.RagMetricsError) for name in public)
 
 

@@ -102,6 +102,18 @@ def test_usage_adds_up() -> None:
     assert total.total_tokens == 10
 
 
+def test_one_definition_of_failed_and_skipped() -> None:
+    def result(score: float | None, error: str | None = None) -> MetricResult:
+        return MetricResult(metric="m", score=score, error=error)
+
+    # (failed, skipped) for: a score, a judge failure, not assessable (None or bare NaN).
+    assert (result(0.5).failed, result(0.5).skipped) == (False, False)
+    assert (result(math.nan, "boom").failed, result(math.nan, "boom").skipped) == (True, False)
+    assert (result(None).failed, result(None).skipped) == (False, True)
+    assert (result(math.nan).failed, result(math.nan).skipped) == (False, True)
+    assert result(None, "bad input").failed  # an error always means failed
+
+
 @pytest.mark.parametrize(
     ("score", "shown"), [(0.25, 0.25), (0.0, 0.0), (math.nan, None), (None, None)]
 )

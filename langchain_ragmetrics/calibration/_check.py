@@ -252,6 +252,10 @@ async def acheck_judge(
         raise ValueError(msg)
     code = check_language(language) if language else None
     items = load_calibration_set(language=code)
+    if not items:
+        held = ", ".join(sorted({item.language for item in load_calibration_set()}))
+        msg = f"`language`: the calibration set has no {code!r} items (it holds {held})"
+        raise ValueError(msg)
     samples = [
         RagSample(
             question=item.question,

@@ -79,7 +79,7 @@ def register(commands: Any) -> None:
 
 def _check_judge_command(args: argparse.Namespace) -> int:
     from langchain_ragmetrics._text import check_language
-    from langchain_ragmetrics.calibration import check_judge
+    from langchain_ragmetrics.calibration import check_judge, load_calibration_set
     from langchain_ragmetrics.calibration._protocols import resolve_variant
     from langchain_ragmetrics.errors import UnknownMetricError
 
@@ -97,6 +97,11 @@ def _check_judge_command(args: argparse.Namespace) -> int:
         language = check_language(args.language, field="--language") if args.language else None
     except ValueError as exc:
         error(str(exc))
+        return ExitCode.USAGE
+    held = sorted({item.language for item in load_calibration_set()})
+    if language and language not in held:
+        listed = ", ".join(held)
+        error(f"--language: the calibration set has no {language!r} items (it holds {listed})")
         return ExitCode.USAGE
     llm = build_judge(args.model, args.base_url)
     if llm is None:

@@ -47,7 +47,7 @@ def status_of(result: MetricResult | None) -> Status:
         return "not_run"
     if result.failed:
         return "failed"
-    if result.score is None:
+    if result.skipped:
         return "skipped"
     return "scored"
 

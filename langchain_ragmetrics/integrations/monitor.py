@@ -47,8 +47,9 @@ from langchain_ragmetrics.callbacks._mapping import (
 )
 from langchain_ragmetrics.callbacks._records import OnlineResult
 from langchain_ragmetrics.callbacks._sampling import check_rate, is_sampled
-from langchain_ragmetrics.callbacks._setup import check_metrics, untraced
+from langchain_ragmetrics.callbacks._setup import check_metrics, check_sinks, untraced
 from langchain_ragmetrics.callbacks.langsmith_feedback import LangSmithFeedbackSink
+from langchain_ragmetrics.callbacks.sinks import BaseSink
 from langchain_ragmetrics.errors import CheckpointError, MonitorError
 from langchain_ragmetrics.integrations._monitor_checkpoint import Checkpoint
 from langchain_ragmetrics.integrations.langsmith import _documents, _run_metadata
@@ -71,6 +72,7 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+_PAGE = 100  # runs read from the listing at a time
 _SHARD_PERSON = b"ragmetrics-shard"  # a different hash than sampling: shards stay uniform
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
@@ -175,10 +177,6 @@ class MonitorSummary(BaseModel):
         return "\n".join(lines)
 
 
-def _failed(result: MetricResult) -> bool:
-    return result.failed or (result.score is not None and math.isnan(result.score))
-
-
 def _uuid(value: Any) -> UUID | None:
     return None if value is None else UUID(str(value))
 
@@ -191,6 +189,8 @@ class LangSmithMonitor:
         client: A ``langsmith.Client``; default one from the environment with
             ``request_timeout`` as its HTTP timeout.
         metrics: Default ``[ContextRelevance(), ContextPrecision()]`` (as the handler).
+        sinks: Extra sinks that also receive every settled result, e.g. an
+            ``OpenTelemetrySink`` for the score metrics (LangSmith feedback is always sent).
         since: How far back to look on the first poll (``"24h"``, a timedelta, a datetime).
         shard: ``(index, count)``: score only the traces whose id hashes to ``index``.
         sample_rate: Fraction of traces scored (the online handler's hash).
@@ -215,6 +215,7 @@ class LangSmithMonitor:
         *,
         client: Client | None = None,
         metrics: Sequence[BaseRagMetric] | None = None,
+        sinks: Sequence[BaseSink] = (),
         since: str | timedelta | datetime = "24h",
         shard: tuple[int, int] | str = (0, 1),
         sample_rate: float = 1.0,
@@ -256,6 +257,7 @@ class LangSmithMonitor:
         self.since = parse_since(since)
         self.sample_rate = check_rate(sample_rate)
         self.metrics = check_metrics(metrics)
+        self.sinks = check_sinks(sinks)
         self.question_from = question_from
         self.max_concurrency = max_concurrency
         self.request_timeout = request_timeout
@@ -281,6 +283,7 @@ class LangSmithMonitor:
         self._stop = threading.Event()
         self._wake: tuple[asyncio.AbstractEventLoop, asyncio.Event] | None = None
         self._pending: dict[str, datetime] = {}
+        self._last_poll: datetime | None = None
         self._roots: dict[str, Run | None] = {}
         self.summary = MonitorSummary(project=project_name, shard=self.shard)
 
@@ -291,9 +294,17 @@ class LangSmithMonitor:
         """The LangSmith client (built from the environment on first use)."""
         if self._client is None:
             from langsmith import Client
+            from urllib3.util.retry import Retry
 
             millis = int(self.request_timeout * 1000)
-            self._client = Client(timeout_ms=(millis, millis))
+            retry = Retry(
+                total=1,
+                backoff_factor=0.2,
+                status_forcelist=[429, 500, 502, 503, 504],
+                allowed_methods=None,
+                raise_on_status=False,
+            )
+            self._client = Client(timeout_ms=(millis, millis), retry_config=retry)
             self._feedback = LangSmithFeedbackSink(
                 self._client, run="retriever", project_name=self.project_name
             )
@@ -311,10 +322,9 @@ class LangSmithMonitor:
         # Blocking LangSmith calls and the metrics' sync ``invoke`` run on daemon threads:
         # each run() has its own event loop, while async model clients are shared per
         # process and tied to the loop that first used them.
-        self._pool = DaemonThreadPool(name="ragmetrics-monitor-io", size=4)
-        self._judge_pool = DaemonThreadPool(
-            name="ragmetrics-monitor-judge", size=self.max_concurrency
-        )
+        size = self.max_concurrency
+        self._pool = DaemonThreadPool(name="ragmetrics-monitor-io", size=max(4, size))
+        self._judge_pool = DaemonThreadPool(name="ragmetrics-monitor-judge", size=size)
         self.engine.executor = self._judge_pool
         self._pool.start()
         self._judge_pool.start()
@@ -329,6 +339,10 @@ class LangSmithMonitor:
                     with contextlib.suppress(asyncio.TimeoutError):
                         await asyncio.wait_for(wake.wait(), self.poll_interval)
         finally:
+            for sink in self.sinks:
+                with contextlib.suppress(Exception):
+                    close = partial(sink.close, self.request_timeout)
+                    await self._io(close, f"closing {sink.name}")
             self._wake = None
             checkpoint.close()
             self._pool.stop(0)
@@ -355,29 +369,43 @@ class LangSmithMonitor:
             raise TimeoutError(msg) from None
 
     def _window_start(self) -> datetime:
-        if self.summary.polls == 0 or self._last_poll is None:
+        if self._last_poll is None:
             return self.since
         start = self._last_poll - self.lookback
         if self._pending:
             start = min(start, *self._pending.values())
         return max(self.since, start)
 
-    _last_poll: datetime | None = None
-
     async def _poll(self, checkpoint: Checkpoint) -> None:
+        """List the window page by page; score while the next page is read.
+
+        At most two pages of runs are in flight, so memory stays bounded on large projects
+        and the judge never idles at a page boundary.
+        """
         started = datetime.now(timezone.utc)
         since = self._window_start()
         self.summary.polls += 1
+        gate = asyncio.Semaphore(self.max_concurrency)
+        inflight: set[asyncio.Task[None]] = set()
         try:
             runs = await self._io(partial(self._open_listing, since), "listing runs")
-            gate = asyncio.Semaphore(self.max_concurrency)
             while True:
                 batch = await self._io(partial(self._next_batch, runs), "listing runs")
                 if not batch:
                     break
-                await self._batch(batch, checkpoint, gate)
+                inflight.update(await self._batch(batch, checkpoint, gate))
+                while len(inflight) > _PAGE:
+                    done, inflight = await asyncio.wait(
+                        inflight, return_when=asyncio.FIRST_COMPLETED
+                    )
+                    for task in done:
+                        task.result()  # a LangSmith error ends the poll
+            await asyncio.gather(*inflight)
         except Exception as exc:
             self.summary.errors.append(f"{type(exc).__name__}: {exc}")
+            for task in inflight:
+                task.cancel()
+            await asyncio.gather(*inflight, return_exceptions=True)
             return
         self._last_poll = started
         self.summary.runs_waiting = len(self._pending)
@@ -393,7 +421,7 @@ class LangSmithMonitor:
                 )
             )
 
-    def _next_batch(self, runs: Iterator[Run], size: int = 100) -> list[Run]:
+    def _next_batch(self, runs: Iterator[Run], size: int = _PAGE) -> list[Run]:
         batch: list[Run] = []
         for run in runs:
             batch.append(run)
@@ -409,7 +437,8 @@ class LangSmithMonitor:
 
     async def _batch(
         self, batch: list[Run], checkpoint: Checkpoint, gate: asyncio.Semaphore
-    ) -> None:
+    ) -> list[asyncio.Task[None]]:
+        """Filter a page (shard, sampling, checkpoint), read its roots, start its runs."""
         summary = self.summary
         summary.runs_listed += len(batch)
         index, count = self.shard
@@ -433,7 +462,7 @@ class LangSmithMonitor:
             else:
                 todo.append(run)
         if not todo:
-            return
+            return []
         missing = sorted(
             {str(r.trace_id) for r in todo if r.trace_id and str(r.trace_id) not in self._roots}
         )
@@ -450,7 +479,7 @@ class LangSmithMonitor:
             async with gate:
                 await self._run(run, settled.get(str(run.id), set()), checkpoint)
 
-        await asyncio.gather(*(one(run) for run in todo))
+        return [asyncio.ensure_future(one(run)) for run in todo]
 
     # ------------------------------------------------------------------ one run
 
@@ -494,6 +523,9 @@ class LangSmithMonitor:
         self._pending.pop(run_id, None)
         todo = [m for m in self.metrics if m.metric_name not in done]
         todo = await self._already_sent(run_id, todo, checkpoint)
+        if not todo:
+            summary.runs_already_scored += 1
+            return
         if errored:
             summary.runs_skipped += 1
             for metric in todo:
@@ -546,16 +578,12 @@ class LangSmithMonitor:
     ) -> None:
         summary = self.summary
         run_id, metric = str(run.id), result.metric
-        if _failed(result):
+        if result.failed:
             summary.results_failed += 1
             if checkpoint.failed_attempt(run_id, metric) < self.max_attempts:
                 return  # retried on the next poll or run
-        elif result.score is None:
-            summary.results_skipped += 1
-            checkpoint.settle(run_id, metric, "skipped")
-            return
         else:
-            summary.results_scored += 1
+            summary.results_scored += int(not result.skipped)
         item = OnlineResult(
             trace_id=_uuid(run.trace_id),
             root_run_id=root.id if root is not None else run.id,
@@ -568,6 +596,11 @@ class LangSmithMonitor:
             result=result,
             timestamp=datetime.now(timezone.utc),
         )
+        if result.skipped:
+            summary.results_skipped += 1
+            checkpoint.settle(run_id, metric, "skipped")
+            await self._to_sinks(item)
+            return
         checkpoint.intend(run_id, metric)
         try:
             await self._io(partial(self._send, item), "sending feedback")
@@ -575,7 +608,16 @@ class LangSmithMonitor:
             summary.feedback_failed += 1
             return
         summary.feedback_sent += 1
-        checkpoint.settle(run_id, metric, "failed" if _failed(result) else "scored")
+        checkpoint.settle(run_id, metric, "failed" if result.failed else "scored")
+        await self._to_sinks(item)
+
+    async def _to_sinks(self, item: OnlineResult) -> None:
+        """Hand a settled result to the extra sinks (a failing sink is counted, not fatal)."""
+        for sink in self.sinks:
+            try:
+                await self._io(partial(sink.emit, item), f"sink {sink.name}")
+            except Exception as exc:
+                self.summary.errors.append(f"sink {sink.name}: {type(exc).__name__}: {exc}")
 
     def _send(self, item: OnlineResult) -> None:
         """Post one feedback and wait for LangSmith's answer (no background batching)."""
@@ -588,7 +630,11 @@ class LangSmithMonitor:
         kwargs.pop("trace_id", None)  # with a trace id the SDK would batch in the background
         kwargs["feedback_id"] = feedback_id(item.run_id, item.result.metric)
         with contextlib.suppress(LangSmithConflictError):  # already there: sent before
-            client.create_feedback(**kwargs, session_id=self._feedback.project_id())
+            client.create_feedback(
+                **kwargs,
+                session_id=self._feedback.project_id(),
+                stop_after_attempt=1,  # retrying is the next poll's job, not a blocked thread's
+            )
 
 
 def monitor(project_name: str, **options: Any) -> MonitorSummary:

@@ -18,7 +18,6 @@ Example::
 from __future__ import annotations
 
 import contextlib
-import math
 import threading
 import weakref
 from collections.abc import Iterable
@@ -140,7 +139,6 @@ class OpenTelemetrySink(BaseSink):
         self._flushing: Future[None] | None = None
 
         meter = (meter_provider or metrics.get_meter_provider()).get_meter(_SCOPE)
-        self._meter_provider = meter_provider
         self._score = meter.create_histogram(
             "ragmetrics.evaluation.score",
             unit="1",
@@ -182,9 +180,9 @@ class OpenTelemetrySink(BaseSink):
     def emit(self, item: OnlineResult) -> None:
         result = item.result
         attributes = metric_attributes(item)
-        if result.failed or (result.score is not None and math.isnan(result.score)):
+        if result.failed:
             self._failed.add(1, attributes)
-        elif result.score is None:
+        elif result.skipped or result.score is None:
             self._skipped.add(1, attributes)
         else:
             self._score.record(result.score, attributes)
@@ -200,7 +198,7 @@ class OpenTelemetrySink(BaseSink):
 
     @override
     def flush(self, timeout: float | None = None) -> None:
-        """Ask the providers to export now; waits at most ``timeout`` and ``flush_timeout``.
+        """Ask the logger and tracer providers to export; waits ``timeout``/``flush_timeout``.
 
         The export runs on a helper thread, so a collector that never answers cannot hold
         the caller (the handler's sink thread) beyond that bound.
@@ -284,15 +282,10 @@ class OpenTelemetrySink(BaseSink):
         return self._tracer_provider or self._trace_api.get_tracer_provider()
 
     def _force_flush(self, timeout: float) -> None:
-        from opentelemetry.metrics import get_meter_provider
-
+        # Not the meter provider: a forced collection makes a pull reader (Prometheus)
+        # serve the same series twice; push readers export on their period and at shutdown.
         millis = max(1, int(timeout * 1000))
-        providers = (
-            self._logs_provider(),
-            self._tracer_provider_now(),
-            self._meter_provider or get_meter_provider(),
-        )
-        for provider in providers:
+        for provider in (self._logs_provider(), self._tracer_provider_now()):
             flush = getattr(provider, "force_flush", None)
             if flush is not None:
                 flush(millis)

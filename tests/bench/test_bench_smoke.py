@@ -74,9 +74,12 @@ def test_throughput_runs_every_job(tmp_path: Path) -> None:
 def test_online_measures_every_config(tmp_path: Path) -> None:
     result = run_bench("bench_online.py", tmp_path)
     runs = result["latency"]["runs"]
-    assert set(runs) == {"none", "handler", "tracer", "noop", "capture"}
-    stats = runs["handler"][0]["handler_stats_at_loop_end"]
-    assert stats["sampled"] == 10 + 30  # warm-up + timed invocations, all sampled
+    assert set(runs) == {"none", "handler", "isolated", "tracer", "noop", "capture"}
+    for config in ("handler", "isolated"):
+        stats = runs[config][0]["handler_stats_at_loop_end"]
+        assert stats["sampled"] == 10 + 30  # warm-up + timed invocations, all sampled
+        assert runs[config][0]["settled_after_warmup"] is True
+    assert runs["isolated"][0]["child_rss_mib"] > 0  # the child really ran
     assert runs["capture"][0]["handler_stats_at_loop_end"]["sampled"] == 0
     assert result["latency"]["langsmith_runs"] > 0  # the tracer really sent its runs
     memory = result["memory"]
@@ -93,3 +96,12 @@ def test_local_benchmarks_run(script: str, tmp_path: Path) -> None:
     else:
         assert set(result["cases"]) == {"5000", "10000"}
         assert all(v > 0 for case in result["cases"].values() for v in case.values())
+
+
+def test_monitor_benchmark_scores_every_run(tmp_path: Path) -> None:
+    levels = run_bench("bench_monitor.py", tmp_path)["levels"]
+    (level,) = levels.values()
+    (run,) = level["runs"]
+    assert run["runs_scored"] == 20
+    assert run["judge_calls"] == run["feedback_sent"] == 40
+    assert level["cpu_ms_per_judge_call"] > 0

@@ -242,6 +242,7 @@ def test_the_command_without_a_judge_says_how_to_configure_one(
         (["--metrics", "context_recall,nonsense"], ExitCode.UNKNOWN_METRIC, "nonsense"),
         (["--metrics", " , "], ExitCode.USAGE, "--metrics is empty"),
         (["--language", "xx"], ExitCode.USAGE, "--language"),
+        (["--language", "de"], ExitCode.USAGE, "no 'de' items"),
         (["--min-agreement", "1.5"], ExitCode.USAGE, "between 0 and 1"),
     ],
 )
@@ -257,6 +258,8 @@ def test_unknown_metric_in_python_names_the_known_ones(make_judge: JudgeFactory)
         check_judge(make_judge(), metrics=["context_recal"])
     with pytest.raises(ValueError, match="`language`"):
         check_judge(make_judge(), language="xx")
+    with pytest.raises(ValueError, match="no 'fr' items"):
+        check_judge(make_judge(), language="fr")
 
 
 async def test_async_twin_and_event_loop_guard(
@@ -368,3 +371,88 @@ def test_a_metric_built_by_the_caller_is_checked_as_custom(
     assert any(r.system == "My own rubric, answer in Japanese." for r in judge_server.requests)
     with pytest.raises(ValueError, match="at least one"):
         check_judge(make_judge(), metrics=[])
+
+
+def test_the_readme_figures_of_a_word_overlap_judge(
+    judge_server: JudgeServer, make_judge: JudgeFactory
+) -> None:
+    """The README quotes these figures; they come from this run."""
+    from tests._support.lexical_judge import lexical_judge
+
+    judge_server.script = lexical_judge()
+    report = check_judge(make_judge())
+    figures = {m.metric: (f"{m.accuracy:.3f}", f"{m.kappa:.3f}") for m in report.metrics}
+    assert figures == {
+        "context_recall": ("0.948", "0.837"),
+        "context_precision": ("0.768", "0.537"),
+        "context_entity_recall": ("0.596", "0.259"),
+        "context_relevance": ("0.651", "0.304"),
+    }
+    readme = " ".join((Path(__file__).parents[2] / "README.md").read_text().split())
+    for accuracy, kappa in figures.values():
+        assert f"{accuracy} (kappa {kappa})" in readme or f"{accuracy} ({kappa})" in readme
+    assert report.failing(0.8) == [
+        "context_precision",
+        "context_entity_recall",
+        "context_relevance",
+    ]
+
+
+def _pulled(name: str, passages: str) -> bool:
+    """A sloppy reading: a reference entity 'is there' when a piece of it is (a word of four
+    letters or more in English, two characters in a row in Japanese)."""
+    import re
+
+    words = set(re.findall(r"[a-z]{4,}", name.casefold()))
+    if words & set(re.findall(r"[a-z]{4,}", passages.casefold())):
+        return True
+    pairs = {name[i : i + 2] for i in range(len(name) - 1)}
+    return any(not p.isascii() and p in passages for p in pairs)
+
+
+def test_comparing_modes_catches_a_judge_pulled_by_the_reference(
+    judge_server: JudgeServer, make_judge: JudgeFactory
+) -> None:
+    """The entity-recall decision, measured: a judge that lets the reference it can see pull
+    its reading of the passages loses agreement in one call, not in two independent calls."""
+    answer = label_judge()
+    by_reference = {i.reference: i for i in ITEMS}
+
+    def script(req: Any) -> Any:
+        if req.schema_name != "EntityLists":
+            return answer(req)  # two-call mode: it never sees the reference with the passages
+        data = json.loads(req.messages[-1]["content"])
+        item = by_reference[data["reference"]]
+        labels = item.labels.context_entity_recall
+        passages = "\n".join(item.contexts)
+        extra = [
+            e.name for e in labels.reference_entities if not e.found and _pulled(e.name, passages)
+        ]
+        return {
+            "reference_entities": [
+                {"name": e.name, "aliases": e.aliases} for e in labels.reference_entities
+            ],
+            "passage_entities": [
+                {"name": e.name, "aliases": e.aliases} for e in labels.context_entities
+            ]
+            + [{"name": name} for name in extra],
+        }
+
+    judge_server.script = script
+    report = check_judge(
+        make_judge(), metrics=["context_entity_recall", "context_entity_recall:one-call"]
+    )
+    pulled = [
+        e.name
+        for i in ITEMS
+        for e in i.labels.context_entity_recall.reference_entities
+        if not e.found and _pulled(e.name, "\n".join(i.contexts))
+    ]
+    assert pulled  # the set holds near-misses a sloppy reading turns into hits
+    verdicts = sum(len(i.labels.context_entity_recall.reference_entities) for i in ITEMS)
+    two, one = report.metrics
+    assert two.accuracy == 1.0
+    assert one.accuracy == (verdicts - len(pulled)) / verdicts
+    assert one.score_mae is not None
+    assert one.score_mae > 0
+    assert (two.calls_per_item, one.calls_per_item) == (2.0, 1.0)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -95,6 +96,9 @@ def test_results_are_scored_in_the_child_and_reach_its_sink(
         assert handler.flush(START)
         stats = handler.stats
         pid = background(handler).child_pid
+        assert pid is not None
+        niceness = os.getpriority(os.PRIO_PROCESS, pid)  # scoring yields to the app
+        assert niceness == min(19, os.getpriority(os.PRIO_PROCESS, 0) + 10)
     assert answers == [f"Answer about item00{i}." for i in range(4)]
     assert pid is not None
     assert pid != os.getpid()
@@ -198,8 +202,14 @@ def test_a_child_that_dies_by_itself_mid_run_is_replaced(
         assert handler.flush(START)
         stats = handler.stats
     assert not marker.exists()
-    assert (stats.processed, stats.abandoned, stats.sampled) == (4, 1, 5)
-    assert sorted(r["question"] for r in lines(jsonl)) == [question(i) for i in (0, 1, 3, 4)]
+    # Each sink has its own outbox in the child: retrieval 2 was scored and handed to the
+    # sinks before one of them killed the process. Whether the child reported it processed
+    # before dying is a race; either way it is accounted for exactly once.
+    assert stats.sampled == 5
+    assert stats.processed + stats.abandoned == 5
+    assert stats.abandoned in (0, 1)
+    written = {r["question"] for r in lines(jsonl)}
+    assert {question(i) for i in (0, 1, 3, 4)} <= written <= {question(i) for i in range(5)}
 
 
 def test_a_silent_child_is_killed_and_replaced(
@@ -234,14 +244,18 @@ def test_close_is_bounded_when_the_child_hangs(
     setup = partial(isolated_setups.hanging_sink_setup, judge_server.base_url, str(jsonl))
     handler = isolated_handler(setup, hang_timeout=None)
     ask(app, handler, range(2))
-    wait_until(lambda: lines(jsonl) == [] and handler.stats.queued == 2, "work in the child")
-    wait_until(lambda: judge_server.count("RelevantSentences") >= 1, "the child at work")
+    # Sinks have their own outboxes: the hung sink holds up neither scoring nor the JSONL sink.
+    wait_until(lambda: len(lines(jsonl)) == 2, "the other sink to get both results")
+    wait_until(lambda: handler.stats.processed == 2, "the child to report them processed")
     pid = background(handler).child_pid
     started = time.monotonic()
-    assert handler.close(timeout=1.0) is False
+    assert handler.close(timeout=1.0) is False  # the hung sink cannot close in time
     assert time.monotonic() - started < CEILING
     stats = handler.stats
-    assert (stats.abandoned, stats.queued, stats.processed) == (2, 0, 0)
+    assert (stats.abandoned, stats.queued, stats.processed) == (0, 0, 2)
+    hung = stats.sinks["CallableSink"]
+    assert (hung.delivered, hung.dropped + hung.pending) == (0, 2)  # its results, lost
+    assert stats.sinks["JsonlSink"].delivered == 2
     assert pid is not None
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
@@ -384,3 +398,48 @@ def test_a_setup_of_the_wrong_type_is_reported(
         wait_until(lambda: handler.stats.abandoned == 1, "the setup failure")
         assert handler.close(CEILING)
     assert any("must return a ScoringSetup" in r.getMessage() for r in caplog.records)
+
+
+def test_plain_capture_keeps_only_plain_data() -> None:
+    from uuid import uuid4
+
+    from langchain_core.documents import Document
+    from langchain_core.messages import AIMessage
+
+    from langchain_ragmetrics.callbacks._isolated import plain_capture
+    from langchain_ragmetrics.callbacks._records import Capture
+
+    lock = threading.Lock()
+    capture = Capture(
+        root_run_id=uuid4(),
+        trace_id=None,
+        run_id=uuid4(),
+        parent_run_id=None,
+        retriever="docs",
+        query="q?",
+        documents=[
+            Document(page_content="a", id="d1"),
+            Document(page_content="b", metadata={"id": "d2", "lock": lock}),
+        ],
+        tags=("t",),
+        metadata={"reference": "ref", "reference_context_ids": ["d1"], "user": 7, "x": lock},
+        root_metadata={"tenant": "acme", "client": object()},
+        root_inputs={"question": "What is a?"},
+        root_outputs={"messages": [AIMessage(content="It is a.")]},
+    )
+
+    def broken(_output: Any) -> str:
+        msg = "no answer here"
+        raise KeyError(msg)
+
+    item = plain_capture(capture, "input", None)
+    assert item["question"] == ("What is a?", None)
+    assert item["answer"] == ("It is a.", None)
+    assert item["documents"] == [("a", "d1"), ("b", "d2")]
+    assert item["metadata"] == {"reference": "ref", "reference_context_ids": ["d1"], "user": 7}
+    assert item["root_metadata"] == {"tenant": "acme"}
+    assert item["tags"] == ["t"]
+    assert pickle.loads(pickle.dumps(item)) == item
+    failed = plain_capture(capture, "query", broken)
+    assert failed["question"] == (None, None)  # the child falls back to the query
+    assert failed["answer"] == (None, "answer_from raised KeyError: 'no answer here'")

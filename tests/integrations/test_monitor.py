@@ -301,3 +301,66 @@ def test_shards_and_since() -> None:
     assert timedelta(hours=1.9) < (parse_since("0s") - delta) < timedelta(hours=2.1)
     with pytest.raises(ValueError, match="30m, 24h or 7d"):
         parse_since("yesterday")
+
+
+def test_feedback_sent_before_a_kill_is_found_not_resent(
+    app: RagApp, langsmith_stub: LangSmithStub, langsmith_client: langsmith.Client, tmp_path: Path
+) -> None:
+    import sqlite3
+
+    runs = trace_questions(langsmith_stub, app.chain, PROJECT, range(4))
+    make_monitor(app, langsmith_client, tmp_path).run()
+    assert len(langsmith_stub.requests_to("POST", "/feedback")) == 4
+    # as if the worker died after sending two feedback but before recording them
+    db = sqlite3.connect(tmp_path / "monitor.sqlite")
+    with db:
+        for run in runs[:2]:
+            db.execute("DELETE FROM settled WHERE run_id = ?", (run["id"],))
+            db.execute("INSERT INTO intents VALUES (?, 'context_relevance')", (run["id"],))
+        db.execute("DELETE FROM settled WHERE run_id = ?", (runs[2]["id"],))  # never sent
+        db.execute("INSERT INTO intents VALUES (?, 'context_relevance')", (runs[2]["id"],))
+    db.close()
+    with langsmith_stub._lock:
+        langsmith_stub._feedback.pop(str(feedback_id(runs[2]["id"], "context_relevance")))
+    summary = make_monitor(app, langsmith_client, tmp_path).run()
+    assert summary.runs_already_scored == 3  # two found in LangSmith, one settled
+    assert summary.feedback_sent == 1
+    assert len(langsmith_stub.requests_to("POST", "/feedback")) == 5
+    assert len(langsmith_stub.requests_to("GET", "/feedback/")) == 3
+
+
+def test_extra_sinks_receive_settled_results(
+    app: RagApp, langsmith_stub: LangSmithStub, langsmith_client: langsmith.Client, tmp_path: Path
+) -> None:
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from langchain_ragmetrics import InMemorySink, OpenTelemetrySink
+
+    trace_questions(langsmith_stub, app.chain, PROJECT, range(3))
+    reader = InMemoryMetricReader()
+    memory = InMemorySink()
+    otel = OpenTelemetrySink(meter_provider=MeterProvider(metric_readers=[reader]), events="span")
+    metrics = [ContextRelevance(llm=app.llm, retry=FAST), ContextRecall(llm=app.llm, retry=FAST)]
+    summary = make_monitor(
+        app, langsmith_client, tmp_path, metrics=metrics, sinks=[memory, otel]
+    ).run()
+    assert summary.results_scored == summary.results_skipped == 3
+    assert (
+        sorted(r.metric for r in memory.results)
+        == ["context_recall"] * 3 + ["context_relevance"] * 3
+    )
+    data = reader.get_metrics_data()
+    assert data is not None
+    (histogram,) = [
+        p
+        for rm in data.resource_metrics
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+        if m.name == "ragmetrics.evaluation.score"
+        for p in m.data.data_points
+    ]
+    assert histogram.count == 3
+    assert histogram.sum == pytest.approx(
+        sum(r.score or 0 for r in memory.results if r.metric == "context_relevance")
+    )

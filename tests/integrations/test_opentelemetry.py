@@ -330,3 +330,18 @@ def test_span_context_capture_reads_the_current_span(otel: Otel) -> None:
     assert current_span_context() is None
     with otel.tracer_provider.get_tracer("t").start_as_current_span("s") as span:
         assert current_span_context() == span.get_span_context()
+
+
+def test_the_package_imports_opentelemetry_only_when_the_sink_is_used() -> None:
+    import subprocess
+
+    code = (
+        "import sys, langchain_ragmetrics as m\n"
+        "before = 'opentelemetry' in sys.modules\n"
+        "m.OpenTelemetrySink\n"
+        "print(before, 'opentelemetry.metrics' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert out == "False True"

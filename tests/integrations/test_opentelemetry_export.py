@@ -199,9 +199,9 @@ def test_prometheus_recipe_serves_the_metrics(
         'ragmetrics_judge_model="judge-model"',
         'ragmetrics_retriever="VectorStoreRetriever"',
     )
-    count_line = next(
+    (count_line,) = [  # one series: a scrape must never list a series twice
         line for line in text.splitlines() if line.startswith("ragmetrics_evaluation_score_count")
-    )
+    ]
     assert all(label in count_line for label in labels), count_line
     assert float(count_line.rsplit(" ", 1)[1]) == len(results) == 5
     sum_line = next(

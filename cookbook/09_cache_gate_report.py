@@ -13,7 +13,7 @@ Environment:
     OPENAI_API_KEY      the judge (OPENAI_BASE_URL for a local OpenAI-compatible server
                         such as Ollama or vLLM; any key works there)
 
-Run: python cookbook/07_cache_gate_report.py
+Run: python cookbook/09_cache_gate_report.py
 """
 
 from pathlib import Path
