@@ -18,8 +18,11 @@ WARMUP = "-warmup"
 """Suffix of the ``x-bench-side`` header of warm-up clients."""
 
 
-def judge_client(base_url: str, side: str, metric: str) -> Any:
+def judge_client(base_url: str, side: str, metric: str, *, max_retries: int = 2) -> Any:
     """A ChatOpenAI client for the judge, tagging its requests with side and metric headers.
+
+    ``max_retries`` is the openai SDK's own retry count: our side sets 0, as every judge the
+    package builds does (``RetryPolicy`` is the one retry layer); RAGAS keeps the SDK default.
 
     Warm-up clients get their own HTTP connection pool: langchain-openai shares one cached
     httpx pool between clients with equal settings, and a pool used on the warm-up's (closed)
@@ -34,6 +37,7 @@ def judge_client(base_url: str, side: str, metric: str) -> Any:
         api_key="test",
         temperature=0,
         timeout=60,
+        max_retries=max_retries,
         default_headers={"x-bench-side": side, "x-bench-metric": metric},
         http_async_client=httpx.AsyncClient() if side.endswith(WARMUP) else None,
     )

@@ -8,16 +8,19 @@ orchestrator for both, so neither side shares its interpreter with the server).
 Modes:
     economy     the four metrics once over the dataset, each metric with its own client that
                 tags its requests (``x-bench-metric`` header) so the server counts per metric;
-    throughput  a warm-up on 4 samples, then one timed ``evaluate()`` of N samples x 4 metrics
-                (wall and CPU time); the orchestrator starts one process per repeat;
-    floor       the same number of bare openai-SDK calls, no framework: what the judge server
-                and the machine allow at best.
+    throughput  a warm-up on 4 samples, then one timed ``evaluate()`` of N samples x the
+                metrics (all four unless ``--metrics``), wall and CPU time; the orchestrator
+                starts one process per repeat;
+    floor       the same calls with the bare openai SDK, no framework: with ``--bodies`` the
+                exact request bodies our run sent (messages, tool schema, tool choice), else
+                ``--calls`` requests with a 4,500-character prompt; ``--concurrency`` threads
+                (the sync client: on this stack it is faster than ``AsyncOpenAI`` on one loop).
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
+import json
 import math
 import sys
 import time
@@ -31,74 +34,70 @@ from _data import DATASET, WARMUP, emit, judge_client, load  # bench/ is the scr
 SIDE = "ours"
 
 
-def _metrics(base_url: str, side: str = SIDE) -> list[Any]:
-    """The four LLM-judged metrics, each with its own client so the judge can count per metric."""
+def _metrics(
+    base_url: str,
+    side: str = SIDE,
+    keys: list[str] | None = None,
+    initial_backoff: float | None = None,
+) -> list[Any]:
+    """The LLM-judged metrics (default all), each with its own client (counted per metric)."""
     from langchain_ragmetrics.evaluation import metric_from_name, metric_names
+    from langchain_ragmetrics.metrics import RetryPolicy
 
+    retry = (
+        RetryPolicy() if initial_backoff is None else RetryPolicy(initial_backoff=initial_backoff)
+    )
     return [
-        metric_from_name(name, llm=judge_client(base_url, side, name))
+        metric_from_name(name, llm=judge_client(base_url, side, name, max_retries=0), retry=retry)
         for name in metric_names(judged=True)
+        if keys is None or name in keys
     ]
 
 
 def run_evaluate(
     records: list[dict[str, Any]], metrics: list[Any], concurrency: int
 ) -> dict[str, list[float]]:
-    """Score records with ``evaluate()``; returns the scores per metric key.
+    """Score records with ``evaluate()``; returns the scores per metric key."""
+    from langchain_ragmetrics.evaluation import evaluate
 
-    Falls back to driving ``ScoringEngine`` directly while ``evaluate()`` is not available
-    (the harness was written before it landed); the fallback is what ``evaluate()`` does
-    minus dataset checks and the result object.
-    """
-    try:
-        from langchain_ragmetrics.evaluation import evaluate
-    except ImportError:
-        evaluate = None
-    if evaluate is not None:
-        result = evaluate(records, metrics, max_concurrency=concurrency, show_progress=False)
-        return {
-            m.key: [math.nan if v is None else float(v) for v in result[m.key]] for m in metrics
-        }
-
-    from langchain_ragmetrics._engine import Job, ScoringEngine
-    from langchain_ragmetrics.schema import coerce_sample
-
-    samples = [coerce_sample(r) for r in records]
-    jobs = [Job(s, m) for s in samples for m in metrics]
-    results = asyncio.run(ScoringEngine(max_concurrency=concurrency).arun(jobs))
-    out: dict[str, list[float]] = {m.key: [] for m in metrics}
-    for job, res in zip(jobs, results, strict=True):
-        out[job.metric.key].append(math.nan if res.score is None else float(res.score))
-    return out
+    result = evaluate(records, metrics, max_concurrency=concurrency, show_progress=False)
+    return {m.key: [math.nan if v is None else float(v) for v in result[m.key]] for m in metrics}
 
 
-async def _floor(base_url: str, calls: int, concurrency: int) -> None:
-    """``calls`` bare openai-SDK requests (4,500-character prompt), ``concurrency`` at a time."""
+def _floor(base_url: str, bodies: list[dict[str, Any]], concurrency: int) -> None:
+    """Send ``bodies`` with the bare sync openai SDK on ``concurrency`` threads."""
+    from concurrent.futures import ThreadPoolExecutor
+
     import openai
 
-    client = openai.AsyncOpenAI(
-        base_url=base_url, api_key="test", default_headers={"x-bench-side": "floor"}
+    client = openai.OpenAI(
+        base_url=base_url,
+        api_key="test",
+        max_retries=0,
+        timeout=60,
+        default_headers={"x-bench-side": "floor"},
     )
-    gate = asyncio.Semaphore(concurrency)
-    content = "Rate this passage. " * 237
-
-    async def one() -> None:
-        async with gate:
-            await client.chat.completions.create(
-                model="judge-model", messages=[{"role": "user", "content": content}]
-            )
-
-    await asyncio.gather(*(one() for _ in range(calls)))
-    await client.close()
+    with ThreadPoolExecutor(concurrency) as pool:
+        list(pool.map(lambda body: client.chat.completions.create(**body), bodies))
+    client.close()
 
 
-def floor(base_url: str, calls: int, concurrency: int) -> dict[str, Any]:
-    """The harness floor: the wall time of the same number of calls with no framework at all."""
-    asyncio.run(_floor(base_url, concurrency, concurrency))  # warm-up: imports, connections
+def floor(
+    base_url: str, calls: int, concurrency: int, bodies_file: str | None = None
+) -> dict[str, Any]:
+    """The harness floor: the wall and CPU time of the same calls with no framework at all."""
+    if bodies_file:
+        bodies: list[dict[str, Any]] = json.loads(Path(bodies_file).read_text(encoding="utf-8"))
+    else:
+        content = "Rate this passage. " * 237
+        bodies = [
+            {"model": "judge-model", "messages": [{"role": "user", "content": content}]}
+        ] * calls
+    _floor(base_url, bodies[:concurrency], concurrency)  # warm-up: imports, connections
     start, cpu = time.perf_counter(), time.process_time()
-    asyncio.run(_floor(base_url, calls, concurrency))
+    _floor(base_url, bodies, concurrency)
     return {
-        "calls": calls,
+        "calls": len(bodies),
         "wall_s": time.perf_counter() - start,
         "cpu_s": time.process_time() - cpu,
     }
@@ -120,11 +119,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=None)
     parser.add_argument("--dataset", default=str(DATASET), help="dataset JSON file")
     parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--bodies", default=None, help="floor mode: request bodies to replay")
+    parser.add_argument(
+        "--metrics", default=None, help="throughput mode: comma-separated metric keys"
+    )
+    parser.add_argument(
+        "--initial-backoff", type=float, default=None, help="RetryPolicy.initial_backoff"
+    )
     args = parser.parse_args(argv)
 
     if args.mode == "floor":
-        emit(floor(args.base_url, args.calls, args.concurrency))
+        emit(floor(args.base_url, args.calls, args.concurrency, args.bodies))
         return 0
+    keys = args.metrics.split(",") if args.metrics else None
     records = load(args.dataset, samples=args.samples)
     if args.mode == "economy":
         start = time.perf_counter()
@@ -133,8 +140,8 @@ def main(argv: list[str] | None = None) -> int:
         emit({"samples": len(records), "wall_s": wall, "scores": _summary(scores)})
         return 0
     warmup = load(samples=4)  # the shipped samples: the timed run's texts stay unseen
-    run_evaluate(warmup, _metrics(args.base_url, SIDE + WARMUP), args.concurrency)
-    metrics = _metrics(args.base_url)
+    run_evaluate(warmup, _metrics(args.base_url, SIDE + WARMUP, keys), args.concurrency)
+    metrics = _metrics(args.base_url, keys=keys, initial_backoff=args.initial_backoff)
     start, cpu = time.perf_counter(), time.process_time()
     scores = run_evaluate(records, metrics, args.concurrency)
     wall, cpu = time.perf_counter() - start, time.process_time() - cpu

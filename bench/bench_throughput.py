@@ -10,7 +10,8 @@ times one ``evaluate()`` call; we report the median over ``--repeats`` runs.
 
 The ideal bound of a side is its judge calls x latency / concurrency: the wall time of a run
 that keeps all 16 slots busy with judge calls and spends nothing else. Efficiency = ideal / wall.
-A third row, the floor, sends our number of calls with the bare openai SDK and no framework:
+A third row, the floor, replays the exact request bodies of our last run (messages, tool
+schema, tool choice) with the bare openai SDK on 16 threads and no framework: the same calls,
 the best the loopback judge and the machine allow (it is below 100 % on a small machine).
 Targets (issue 5): ours >= 90 % of ideal; ours >= 3x faster than RAGAS.
 
@@ -54,6 +55,14 @@ def distinct_dataset(out: Path, samples: int) -> Path:
     return path
 
 
+def throughput_run(
+    python: str, script: str, base_url: str, dataset: Path, *extra: str
+) -> dict[str, Any]:
+    """One timed ``evaluate()`` in a fresh driver process (warm-up included, not timed)."""
+    args = ["--base-url", base_url, "--dataset", str(dataset), "--concurrency", str(CONCURRENCY)]
+    return run_driver(python, script, "throughput", *args, *extra)
+
+
 def measure(
     *, samples: int, latency: float, repeats: int, ragas: bool, out: Path
 ) -> dict[str, Any]:
@@ -70,21 +79,15 @@ def measure(
             for _ in range(repeats):
                 judge.reset()
                 server.reset()
-                reports.append(
-                    run_driver(
-                        python,
-                        script,
-                        "throughput",
-                        "--base-url",
-                        server.base_url,
-                        "--dataset",
-                        str(dataset),
-                        "--concurrency",
-                        str(CONCURRENCY),
-                    )
-                )
+                bodies = out / f"bodies-{samples}.json"
+                reports.append(throughput_run(python, script, server.base_url, dataset))
                 for metric, t in judge.tally().get(side, {}).items():
                     calls_by_metric.setdefault(metric, []).append(t["calls"])
+                if side == "ours":  # what the floor replays
+                    sent = [
+                        r.body for r in server.requests if r.headers.get("x-bench-side") == side
+                    ]
+                    bodies.write_text(json.dumps(sent), encoding="utf-8")
             calls = median([sum(c) for c in zip(*calls_by_metric.values(), strict=True)])
             walls = [r["wall_s"] for r in reports]
             cpus = [r["cpu_s"] for r in reports]
@@ -107,8 +110,8 @@ def measure(
                 "floor",
                 "--base-url",
                 server.base_url,
-                "--calls",
-                str(int(sides["ours"]["calls_per_run"])),
+                "--bodies",
+                str(out / f"bodies-{samples}.json"),
                 "--concurrency",
                 str(CONCURRENCY),
             )

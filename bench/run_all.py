@@ -28,6 +28,7 @@ SCRIPTS = (
     ("cpu", "bench_cpu.py"),
     ("long_context", "bench_long_context.py"),
     ("monitor", "bench_monitor.py"),
+    ("faults", "bench_faults.py"),
 )
 TITLES = {
     "economy": "Judge economy (per sample)",
@@ -37,6 +38,7 @@ TITLES = {
     "cpu": "CPU per sample (deterministic parts)",
     "long_context": "Long contexts",
     "monitor": "Monitor worker sizing (100 ms judge)",
+    "faults": "Retries under faults",
 }
 
 

@@ -233,44 +233,73 @@ class ScoringEngine:
             self.stats.usage = self.stats.usage + result.usage
         return result
 
-    def _invoke(self, job: Job, admission: Admission) -> MetricResult:
-        """Run the metric's sync ``invoke`` as this admission's job, then free its slot."""
+    def _observed(self) -> bool:
+        """Whether a callback handler or tracer listens to the metric runs, in this context.
+
+        When none does, jobs skip the metric's own Runnable run (``score_unobserved``): the
+        callback-manager setup it costs per call shows no effect anywhere.
+        """
+        from langchain_core.callbacks.manager import CallbackManager
+
+        manager = CallbackManager.configure(
+            inheritable_callbacks=self.config.get("callbacks"),
+            inheritable_tags=self.config.get("tags"),
+            inheritable_metadata=self.config.get("metadata"),
+        )
+        return bool(manager.handlers)
+
+    def _invoke(self, job: Job, admission: Admission, observed: bool) -> MetricResult:
+        """Run the metric synchronously as this admission's job, then free its slot."""
+        config = self._config(job)
         try:
             with admitted(admission):
-                return job.metric.invoke(job.sample, self._config(job))
+                if observed or (job.config is not None and job.config.get("callbacks")):
+                    return job.metric.invoke(job.sample, config)
+                return job.metric.score_unobserved(job.sample, config)
         finally:
             admission.close()
 
-    def _invoke_in_slot(self, job: Job, admission: Admission) -> MetricResult:
+    def _invoke_in_slot(self, job: Job, admission: Admission, observed: bool) -> MetricResult:
         """Take a slot on this thread (an executor's), then run the job."""
         try:
             admission.enter()
         except BaseException:
             admission.close()
             raise
-        return self._invoke(job, admission)
+        return self._invoke(job, admission, observed)
 
-    async def _ainvoke(self, job: Job, admission: Admission) -> MetricResult:
+    async def _ainvoke(self, job: Job, admission: Admission, observed: bool) -> MetricResult:
+        config = self._config(job)
         try:
             with admitted(admission):
-                call = job.metric.ainvoke(job.sample, self._config(job))
+                if observed or (job.config is not None and job.config.get("callbacks")):
+                    call = job.metric.ainvoke(job.sample, config)
+                else:
+                    call = job.metric.ascore_unobserved(job.sample, config)
                 return await asyncio.wait_for(call, self.timeout)
         finally:
             admission.close()
 
     async def ascore(self, job: Job) -> MetricResult:
         """Score one job under the engine's limits; never raises unless asked to."""
+        return await self._ascore(job, self._observed())
+
+    async def _ascore(self, job: Job, observed: bool) -> MetricResult:
         start = self._begin()
         try:
             if self.executor is None:
                 slots = self.gate.loop_slots()
                 await slots.acquire()
                 admission = Admission(self.gate, self._deadline(), holding=True, loop_slots=slots)
-                outcome: MetricResult | BaseException = await self._ainvoke(job, admission)
+                outcome: MetricResult | BaseException = await self._ainvoke(
+                    job, admission, observed
+                )
             else:
                 admission = Admission(self.gate, self._deadline())
                 # Carry the loop's context into the thread, as asyncio.to_thread does.
-                run = partial(contextvars.copy_context().run, self._invoke_in_slot, job, admission)
+                run = partial(
+                    contextvars.copy_context().run, self._invoke_in_slot, job, admission, observed
+                )
                 future = asyncio.get_running_loop().run_in_executor(self.executor, run)
                 try:
                     outcome = await asyncio.wait_for(future, self.timeout)
@@ -294,9 +323,10 @@ class ScoringEngine:
         awaiting task cancels the unfinished jobs and propagates ``CancelledError``: what was
         finished before is only in what ``on_result`` received (``aevaluate`` keeps it).
         """
+        observed = self._observed()
 
         async def one(job: Job) -> MetricResult:
-            result = await self.ascore(job)
+            result = await self._ascore(job, observed)
             if on_result is not None:
                 on_result(job, result)
             return result
@@ -326,11 +356,12 @@ class ScoringEngine:
         if not job_list:
             return results
         context = contextvars.copy_context()
+        observed = self._observed()
 
         def spawn() -> None:
             threading.Thread(
                 target=context.copy().run,
-                args=(self._work, batch),
+                args=(self._work, batch, observed),
                 name="ragmetrics-job",
                 daemon=True,
             ).start()
@@ -359,7 +390,7 @@ class ScoringEngine:
             batch.stop.set()
         return results
 
-    def _work(self, batch: _Batch) -> None:
+    def _work(self, batch: _Batch, observed: bool) -> None:
         """A worker thread: take a slot, take the next job, run it; until none is left."""
         counted = True  # ``spare`` counted this worker as waiting already
         while not batch.exhausted:
@@ -380,7 +411,9 @@ class ScoringEngine:
             with self._stats_lock:
                 self.stats.started += 1
             try:
-                outcome: MetricResult | BaseException = self._invoke(batch.jobs[index], admission)
+                outcome: MetricResult | BaseException = self._invoke(
+                    batch.jobs[index], admission, observed
+                )
             except Exception as exc:
                 outcome = exc
             except BaseException as exc:  # delivered to the waiting thread, never lost

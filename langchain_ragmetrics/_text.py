@@ -6,7 +6,7 @@ import functools
 import re
 import threading
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,11 +86,54 @@ MAX_SEGMENT_WINDOW = 16_000
 """The widest window tried for a run of text without a sentence boundary."""
 
 
+def _char_spans(text: str, sentences: list[str]) -> list[Any]:
+    """The sentences' spans in ``text``, as pysbd computes them, with ``str.find``.
+
+    pysbd locates each sentence (plus trailing whitespace) in the original text with a regex
+    built from the escaped sentence: one compile per sentence, and every sentence pushes a
+    pattern out of ``re``'s cache, which pysbd's own rules then recompile. This finds the same
+    non-overlapping occurrences (a literal, then a run of ``str.isspace`` characters, which is
+    what the regex whitespace class matches), keeps the same spans and drops the same
+    sentences: same output, without a regex per sentence.
+    """
+    from pysbd.utils import TextSpan
+
+    spans = []
+    prior_end = 0
+    for sent in sentences:
+        matches: Iterable[tuple[str, int, int]]
+        if not sent:  # pysbd's own regex in the degenerate case
+            matches = ((m.group(), *m.span()) for m in re.finditer(r"\s*", text))
+        else:
+            matches = _occurrences(text, sent)
+        for found, start, end in matches:
+            if end > prior_end:
+                spans.append(TextSpan(found, start, end))
+                prior_end = end
+                break
+    return spans
+
+
+def _occurrences(text: str, sent: str) -> Iterator[tuple[str, int, int]]:
+    """Non-overlapping occurrences of ``sent`` in ``text``, each with its trailing whitespace."""
+    pos = 0
+    while (start := text.find(sent, pos)) >= 0:
+        end = start + len(sent)
+        while end < len(text) and text[end].isspace():
+            end += 1
+        yield text[start:end], start, end
+        pos = end
+
+
 @functools.lru_cache(maxsize=32)
 def _segmenter(code: str) -> Any:
     import pysbd
 
-    return pysbd.Segmenter(language=code, clean=False)
+    class Segmenter(pysbd.Segmenter):  # type: ignore[misc]
+        def sentences_with_char_spans(self, sentences: list[str]) -> list[Any]:
+            return _char_spans(self.original_text, sentences)
+
+    return Segmenter(language=code, clean=False)
 
 
 def clear_segmenter_cache() -> None:

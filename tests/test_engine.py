@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.rate_limiters import InMemoryRateLimiter
 
 from langchain_ragmetrics import ContextRecall, NonLLMContextRecall, RagSample
@@ -271,3 +272,40 @@ async def test_ascore_on_an_executor_frees_the_slot_of_a_timed_out_call(
         pool.stop(10)
     assert stuck.error == "timed out after 0.3s"
     assert after.score == 0.5
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_listeners_see_the_metric_runs(
+    judge_server: JudgeServer, make_judge: Callable[..., Any], mode: str
+) -> None:
+    judge_server.script = lambda req: EINSTEIN_VERDICTS
+
+    class Runs(BaseCallbackHandler):
+        def __init__(self) -> None:
+            self.chains: list[str] = []
+            self.models = 0
+
+        def on_chain_start(self, serialized: Any, inputs: Any, **kwargs: Any) -> None:
+            self.chains.append(kwargs.get("name") or "")
+
+        def on_chat_model_start(self, serialized: Any, messages: Any, **kwargs: Any) -> None:
+            self.models += 1
+
+    engine_wide, per_job = Runs(), Runs()
+    engine = ScoringEngine(config={"callbacks": [engine_wide]})
+    quiet = ScoringEngine()  # nobody listens: the metric's own run is skipped, same result
+    recall = ContextRecall(llm=make_judge())
+    jobs = [Job(SAMPLE, recall), Job(SAMPLE, recall, config={"callbacks": [per_job]})]
+    if mode == "threads":
+        engine.run(jobs[:1])
+        results = quiet.run(jobs)
+    else:  # one loop: langchain-openai's async HTTP client is shared and bound to it
+
+        async def both() -> list[MetricResult]:
+            await engine.arun(jobs[:1])
+            return await quiet.arun(jobs)
+
+        results = list(asyncio.run(both()))
+    assert engine_wide.chains == per_job.chains == ["ContextRecall"]
+    assert engine_wide.models == per_job.models == 1
+    assert [r.score for r in results if r is not None] == [0.5, 0.5]

@@ -98,6 +98,32 @@ def test_segmentation_is_cached_and_resettable() -> None:
     assert _segmented.cache_info().currsize == 0
 
 
+TRICKY = [
+    'Mr. Smith went to Washington.  He said: "Hi!"   Then he left...  ',
+    "a. b. c.",
+    "The U.S.A. is big. I.e. it is large.\n\nNew paragraph here.",
+    "Hello world. Hello world. Hello world.",
+    "x.\u00a0Y. z\u2003w.",
+    "He paid $3.50 for it (see p. 4). Dr. No agreed? Yes! No.",
+    "Repeated. Repeated.\tRepeated.\nRepeated.",
+]
+
+
+@pytest.mark.parametrize("language", ["en", "ja"])
+def test_segmentation_is_exactly_pysbds(language: str) -> None:
+    import pysbd
+
+    stock = pysbd.Segmenter(language=language, clean=False)
+    texts = [*TRICKY, "日本語の文。次の文！ 最後？「引用。」終わり。"]
+    dataset = Path(__file__).resolve().parents[1] / "bench" / "data" / "dataset.json"
+    for record in json.loads(dataset.read_text(encoding="utf-8")):
+        texts.extend(record["retrieved_contexts"])
+    clear_segmenter_cache()
+    for text in texts:
+        expected = [s.strip() for s in stock.segment(text) if s and s.strip()]
+        assert segment(text, language) == expected, text
+
+
 # --- long texts: pysbd over bounded windows --------------------------------------------------
 
 REPO = Path(__file__).resolve().parents[1]

@@ -106,7 +106,7 @@ async def test_engine_runs_sync_invoke_on_the_executor_with_the_loop_context(
     pool.start()
     threads: list[tuple[str, str]] = []
     metric = ContextRelevance(llm=make_judge())
-    original = type(metric).invoke
+    original = type(metric)._evaluate
 
     def spy(self: Any, *args: Any, **kwargs: Any) -> Any:
         threads.append((threading.current_thread().name, MARK.get()))
@@ -116,10 +116,10 @@ async def test_engine_runs_sync_invoke_on_the_executor_with_the_loop_context(
     engine = ScoringEngine(max_concurrency=2, executor=pool)
     sample = RagSample(question="q", contexts=["Water boils at 100 degrees. Ice is cold."])
     try:
-        type(metric).invoke = spy  # type: ignore[method-assign]
+        type(metric)._evaluate = spy  # type: ignore[method-assign]
         results = await asyncio.gather(*(engine.ascore(Job(sample, metric)) for _ in range(2)))
     finally:
-        type(metric).invoke = original  # type: ignore[method-assign]
+        type(metric)._evaluate = original  # type: ignore[method-assign]
         pool.stop(10)
     assert [r.score for r in results] == [0.5, 0.5]
     assert {name for name, _ in threads} <= {"test-judges-0", "test-judges-1"}

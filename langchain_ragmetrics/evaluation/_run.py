@@ -293,9 +293,9 @@ def evaluate(
     each metric's sync ``invoke`` runs on worker threads while the calling thread waits, so it
     works the same from a script and from inside a running event loop (Jupyter, no
     nest_asyncio), and never touches async HTTP clients bound to another loop (langchain-openai
-    shares one per base URL). ``max_concurrency`` bounds the judge requests in flight; a job
-    waiting out a retry backoff holds none. A failed job becomes a NaN score with its error and
-    the run goes on; Ctrl-C stops the run and returns what was scored so far
+    shares one per base URL). ``max_concurrency`` bounds the jobs at work; a job waiting out a
+    retry backoff gives its slot to the next one. A failed job becomes a NaN score with its
+    error and the run goes on; Ctrl-C stops the run and returns what was scored so far
     (``result.interrupted`` is True, unfinished jobs are "not run").
 
     Args:
@@ -304,7 +304,9 @@ def evaluate(
         metrics: Metric objects, or names such as ``"context_recall"``.
         llm: Judge for the LLM-judged metrics that have none (metrics are copied, not changed).
         language: Default language for metrics and samples that do not set one (``"ja"``).
-        max_concurrency: Judge requests in flight at the same time.
+        max_concurrency: Jobs at work at the same time (one judge request each, or up to the
+            metric's ``max_parallel_calls`` for ``per_context`` metrics); a job sleeping out a
+            retry backoff does not count.
         timeout: Seconds before one job is abandoned (it becomes NaN); None for no limit.
         rate_limit_per_minute: Upper bound on judge requests per minute, retries included
             (langchain-core's ``InMemoryRateLimiter``); None for no limit.

@@ -181,6 +181,23 @@ class BaseRagMetric(RunnableSerializable[MetricInput, MetricResult]):
         sample = self.validate_sample(value)
         return await self._aguarded(sample, patch_config(config, callbacks=run_manager.get_child()))
 
+    def score_unobserved(
+        self, input: MetricInput, config: RunnableConfig | None = None
+    ) -> MetricResult:
+        """What ``invoke`` returns, without a run of its own for the metric.
+
+        For callers that checked no callback handler or tracer listens (the scoring engine
+        does, once per run): it skips a callback-manager setup per call. Judge calls still
+        run through the chat model's own ``invoke``.
+        """
+        return self._guarded(self.validate_sample(input), config or {})
+
+    async def ascore_unobserved(
+        self, input: MetricInput, config: RunnableConfig | None = None
+    ) -> MetricResult:
+        """Async twin of :meth:`score_unobserved`."""
+        return await self._aguarded(self.validate_sample(input), config or {})
+
     @override
     def invoke(
         self, input: MetricInput, config: RunnableConfig | None = None, **kwargs: Any

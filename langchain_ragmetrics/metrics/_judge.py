@@ -123,8 +123,9 @@ class RetryPolicy(BaseModel):
     """Retries after a transient error (HTTP 429, 5xx, timeouts, refused or lost connections)."""
     parse_retries: int = Field(default=1, ge=0)
     """Retries after an answer that fails to parse or validate."""
-    initial_backoff: float = Field(default=1.0, ge=0)
-    """Seconds before the first transient retry; doubles each time, with jitter."""
+    initial_backoff: float = Field(default=0.5, ge=0)
+    """Seconds before the first transient retry; doubles each time, with jitter (the openai
+    SDK's own first delay, whose retries this layer replaces)."""
     max_backoff: float = Field(default=30.0, ge=0)
     """Upper bound of one backoff sleep, in seconds (a longer ``Retry-After`` is cut to it)."""
 

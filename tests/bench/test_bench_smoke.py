@@ -71,6 +71,23 @@ def test_throughput_runs_every_job(tmp_path: Path) -> None:
     assert sides["floor"]["calls_per_run"] == sides["ours"]["calls_per_run"]
 
 
+def test_throughput_floor_replays_our_request_bodies(tmp_path: Path) -> None:
+    sides = run_bench("bench_throughput.py", tmp_path)["sides"]
+    bodies = json.loads((tmp_path / "bodies-12.json").read_text(encoding="utf-8"))
+    assert len(bodies) == sides["ours"]["calls_per_run"] == sides["floor"]["calls_per_run"]
+    assert all(body["tools"] and body["messages"] for body in bodies)
+
+
+def test_faults_retry_every_injected_fault(tmp_path: Path) -> None:
+    result = run_bench("bench_faults.py", tmp_path)
+    runs = result["runs"]
+    assert set(runs) == {"none", "default", "scaled"}
+    assert runs["none"]["requests"] == result["jobs"] == 24
+    for name in ("default", "scaled"):  # every fault retried: one success per unfailed job
+        run = runs[name]
+        assert run["requests"] == result["jobs"] - run["failed_jobs"] + run["faults"]
+
+
 def test_online_measures_every_config(tmp_path: Path) -> None:
     result = run_bench("bench_online.py", tmp_path)
     runs = result["latency"]["runs"]
