@@ -25,6 +25,7 @@ from langchain_ragmetrics.errors import DatasetError, MissingFieldError
 from langchain_ragmetrics.schema import _ALIASES, RagSample
 
 __all__ = [
+    "RUN_HEADER_KEY",
     "DatasetError",
     "DatasetLike",
     "LoadedDataset",
@@ -42,6 +43,10 @@ _LIST_FIELDS = frozenset({"contexts", "context_ids", "reference_contexts", "refe
 _LIST_COLUMNS = frozenset(
     _LIST_FIELDS | {alias for alias, field in _ALIASES.items() if field in _LIST_FIELDS}
 ) | {"ground_truths"}
+
+RUN_HEADER_KEY = "ragmetrics_run"
+"""Key of the header line of a results file (``EvaluationResult.to_jsonl``); the loader skips
+that line, so a results file is a valid dataset again."""
 
 
 @dataclass(frozen=True)
@@ -186,6 +191,9 @@ def _jsonl_records(text: str, name: str) -> Iterator[_Record]:
             value = json.loads(line)
         except ValueError as exc:
             yield ref, None, [RowProblem(name, ref, None, f"invalid JSON: {exc}")]
+            continue
+        if row == 1 and isinstance(value, dict) and list(value) == [RUN_HEADER_KEY]:
+            row = 0  # the header line of a results file, not a sample
             continue
         yield ref, value, []
 

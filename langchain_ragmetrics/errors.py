@@ -16,8 +16,10 @@ if TYPE_CHECKING:
     from langchain_ragmetrics._dataset import RowProblem
 
 __all__ = [
+    "CacheError",
     "CalibrationSetError",
     "CheckpointError",
+    "ComparisonError",
     "DatasetError",
     "DeadlineExceededError",
     "HookError",
@@ -26,7 +28,11 @@ __all__ = [
     "JudgeSetupError",
     "MissingFieldError",
     "MonitorError",
+    "PreflightError",
+    "QualityGateError",
     "RagMetricsError",
+    "ResultFileError",
+    "SinkUnavailableError",
     "UnknownMetricError",
     "UnsupportedLanguageError",
     "suggest",
@@ -50,6 +56,15 @@ class JudgeConfigError(RagMetricsError, RuntimeError):
 
 class JudgeSetupError(JudgeConfigError):
     """``evaluate()`` found, before any call, that a judged metric has no usable judge."""
+
+
+class SinkUnavailableError(RagMetricsError, RuntimeError):
+    """Raised by a sink's ``emit`` to refuse a result without trying (counted as dropped).
+
+    For a sink that knows its backend is down (its circuit breaker is open) or that it is
+    disabled (no API key): the result is counted in ``stats.sinks[key].dropped``, not as an
+    error.
+    """
 
 
 class DatasetError(RagMetricsError, ValueError):
@@ -123,3 +138,31 @@ def suggest(name: str, known: Iterable[str], *, limit: int = 2) -> list[str]:
     """
     norm = name.strip().lower().replace("-", "_").replace(" ", "_")
     return difflib.get_close_matches(norm, list(known), n=limit, cutoff=0.6)
+
+
+class PreflightError(RagMetricsError, RuntimeError):
+    """Before any paid call: the judge is unreachable, failing, or has no structured output."""
+
+
+class CacheError(RagMetricsError, OSError):
+    """The verdict cache file cannot be opened or created."""
+
+
+class QualityGateError(RagMetricsError, AssertionError):
+    """A run missed a quality gate; ``problems`` says which, one line each.
+
+    An AssertionError, so ``result.check(...)`` reads as a failed assertion in pytest.
+    """
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        self.problems = list(problems)
+        """One line per missed gate."""
+        super().__init__("quality gate failed:\n" + "\n".join(f"  - {p}" for p in problems))
+
+
+class ResultFileError(RagMetricsError, ValueError):
+    """A results file cannot be read back (the message names the file and line)."""
+
+
+class ComparisonError(RagMetricsError, ValueError):
+    """Two runs cannot be compared (no metric or no sample in common)."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from langchain_core.documents import Document
@@ -67,17 +67,32 @@ class Usage(BaseModel):
     """Completion tokens reported by the judge."""
     judge_calls: int = 0
     """Number of requests sent to the judge, retries included."""
+    cache_hits: int = 0
+    """Judge answers taken from the verdict cache (no request sent)."""
+    cache_misses: int = 0
+    """Judge answers the verdict cache did not have (asked for, then stored when valid)."""
 
     @property
     def total_tokens(self) -> int:
         """Input plus output tokens."""
         return self.input_tokens + self.output_tokens
 
+    @classmethod
+    def total(cls, usages: Iterable[Usage]) -> Usage:
+        """The sum of many usages in one pass (chaining ``+`` builds a model per step)."""
+        sums = dict.fromkeys(cls.model_fields, 0)
+        for usage in usages:
+            for name in sums:
+                sums[name] += getattr(usage, name)
+        return cls(**sums)
+
     def __add__(self, other: Usage) -> Usage:
         return Usage(
             input_tokens=self.input_tokens + other.input_tokens,
             output_tokens=self.output_tokens + other.output_tokens,
             judge_calls=self.judge_calls + other.judge_calls,
+            cache_hits=self.cache_hits + other.cache_hits,
+            cache_misses=self.cache_misses + other.cache_misses,
         )
 
 
@@ -213,6 +228,9 @@ class MetricResult(BaseModel):
 
     ``score`` is a float in [0, 1], NaN when the judge failed (``error`` says why), or None
     when the metric could not be assessed (e.g. no reference online: a skip, not a failure).
+    One definition everywhere (online stats, sinks, LangSmith feedback, offline summary):
+    :attr:`failed` = an error was recorded (score NaN); :attr:`skipped` = no score and no
+    error (None, or a NaN without error: nothing to assess).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -236,13 +254,13 @@ class MetricResult(BaseModel):
 
     @property
     def failed(self) -> bool:
-        """True when the metric raised or the judge never gave a usable answer."""
+        """True when the metric raised or the judge never gave a usable answer (``error`` set)."""
         return self.error is not None
 
     @property
     def skipped(self) -> bool:
-        """True when the metric could not be assessed (no score and no error)."""
-        return self.score is None and self.error is None
+        """True when there was nothing to assess: no error and no score (None or NaN)."""
+        return self.error is None and (self.score is None or math.isnan(self.score))
 
     @property
     def finite_score(self) -> float | None:

@@ -93,7 +93,7 @@ CASES: dict[str, Case] = {
             "low recall (0.00): Who built the Taj Mahal, and where is it?",
             "per-row results written to rag_eval_results.jsonl",
         ],
-        writes={"rag_eval_results.jsonl": 4},
+        writes={"rag_eval_results.jsonl": 5},  # the run's header line, then 4 rows
     ),
     "05_langsmith_evaluators.py": Case(
         langsmith=True,
@@ -104,6 +104,16 @@ CASES: dict[str, Case] = {
             "  context_recall=0.00  id_based_context_recall=0.00",
             "Scores sent to LangSmith as feedback of experiment 'ragmetrics-cookbook-",
         ],
+    ),
+    "09_cache_gate_report.py": Case(
+        expect=[
+            "first run: 8 judge calls, 0 cache hits, 8 misses; context_recall mean 0.5000",
+            "second run: 0 judge calls, 8 cache hits, 0 misses; context_recall mean 0.5000",
+            "quality gate failed:\n  - context_precision: mean ",
+            "saved run: judge gpt-4o-mini, data ",
+            "report written to report.html (one file, opens offline)",
+        ],
+        writes={"runs/today.jsonl": 5},
     ),
     "06_japanese_dataset.py": Case(
         judge=lambda: router(ContextVerdicts=JA_PRECISION, default=lexical_judge()),
@@ -270,3 +280,11 @@ def test_monitor_script_posts_feedback_on_retriever_runs(runs: dict[str, Started
     feedback = run.langsmith.feedback()
     assert len(feedback) == 8
     assert {f["run_id"] for f in feedback} == retrievers
+
+
+def test_cache_script_pays_for_the_first_run_only(runs: dict[str, Started]) -> None:
+    run = runs["09_cache_gate_report.py"]
+    assert run.finish()[0] == 0
+    assert run.judge.count() == 8  # 4 rows x 2 metrics, once: the second run was all cache hits
+    assert (run.cwd / "verdicts.sqlite3").exists()
+    assert "<svg" in (run.cwd / "report.html").read_text(encoding="utf-8")

@@ -77,8 +77,10 @@ def test_import_is_light() -> None:
 
 # The builtin each public exception also derives from (code catching builtins keeps working).
 NATURAL_BASE = {
+    "CacheError": OSError,
     "CalibrationSetError": ValueError,
     "CheckpointError": ValueError,
+    "ComparisonError": ValueError,
     "DatasetError": ValueError,
     "DeadlineExceededError": TimeoutError,
     "HookError": RuntimeError,
@@ -87,6 +89,10 @@ NATURAL_BASE = {
     "JudgeSetupError": RuntimeError,
     "MissingFieldError": ValueError,
     "MonitorError": RuntimeError,
+    "PreflightError": RuntimeError,
+    "QualityGateError": AssertionError,
+    "ResultFileError": ValueError,
+    "SinkUnavailableError": RuntimeError,
     "UnknownMetricError": ValueError,
     "UnsupportedLanguageError": ValueError,
 }

@@ -11,7 +11,8 @@ A block that cannot run as it is (it creates a virtualenv or installs from PyPI)
 ``<!-- readme: skip <reason> -->``. The marker is refused on any block holding a command other
 than those set-up lines; what such a block also says is checked another way: ``ragmetrics``
 commands still run (``ragmetrics demo`` offline, as on a fresh machine), and the test line must
-be what ``.ci/run`` runs. Any other fence language fails, so no block escapes by its label.
+be what ``.ci/run`` runs. A ```yaml block is a list of GitHub Actions steps whose ``run:``
+commands run the same way. Any other fence language fails, so no block escapes by its label.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
 CI_RUN = REPO / ".ci" / "run"
 TIMEOUT_S = 240
-RUNNABLE = ("python", "bash")
+RUNNABLE = ("python", "bash", "yaml")
 _FENCE = re.compile(r"^```([\w+-]*)\s*$")
 _COMMENT = re.compile(r"(^|\s)#.*$")
 _MARKER = re.compile(r"^<!--\s*readme:\s*(\w+)\s*(.*?)\s*-->$")
@@ -219,6 +220,32 @@ def test_bash_block_runs(
             SEPARATELY_CHECKED[command](cwd, where)
         elif block.skip is None or not _SETUP.match(command):
             run(["bash", "-c", command], cwd=cwd, env=loopback_env(servers), what=where)
+
+
+@pytest.mark.parametrize("block", blocks_of("yaml"), ids=block_id)
+def test_workflow_block_runs(
+    block: Block, servers: tuple[JudgeServer, LangSmithDatasetStub], tmp_path: Path
+) -> None:
+    """A ```yaml block is a list of GitHub Actions steps: every ``run:`` command runs here.
+
+    ``uses:`` steps are GitHub's own actions; ``pip install`` lines are set-up (the package is
+    installed already), as in a skip-marked bash block.
+    """
+    import yaml
+
+    steps = yaml.safe_load(block.code)
+    assert isinstance(steps, list), f"{block.where}: expected a list of workflow steps"
+    assert all(isinstance(step, dict) for step in steps), f"{block.where}: a step is not a map"
+    cwd = checkout_dir(tmp_path)
+    ran = 0
+    for step in steps:
+        for command in shell_commands(str(step.get("run", ""))):
+            if _SETUP.match(command):
+                continue
+            where = f"{block.where}: `{command}`"
+            run(["bash", "-c", command], cwd=cwd, env=loopback_env(servers), what=where)
+            ran += 1
+    assert ran, f"{block.where}: no `run:` command to check"
 
 
 # --------------------------------------------------------------------------- checked another way

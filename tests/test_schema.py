@@ -102,6 +102,18 @@ def test_usage_adds_up() -> None:
     assert total.total_tokens == 10
 
 
+def test_one_definition_of_failed_and_skipped() -> None:
+    def result(score: float | None, error: str | None = None) -> MetricResult:
+        return MetricResult(metric="m", score=score, error=error)
+
+    # (failed, skipped) for: a score, a judge failure, not assessable (None or bare NaN).
+    assert (result(0.5).failed, result(0.5).skipped) == (False, False)
+    assert (result(math.nan, "boom").failed, result(math.nan, "boom").skipped) == (True, False)
+    assert (result(None).failed, result(None).skipped) == (False, True)
+    assert (result(math.nan).failed, result(math.nan).skipped) == (False, True)
+    assert result(None, "bad input").failed  # an error always means failed
+
+
 @pytest.mark.parametrize(
     ("score", "shown"), [(0.25, 0.25), (0.0, 0.0), (math.nan, None), (None, None)]
 )
@@ -109,3 +121,15 @@ def test_finite_score_is_what_json_and_tables_show(
     score: float | None, shown: float | None
 ) -> None:
     assert MetricResult(metric="m", score=score).finite_score == shown
+
+
+def test_usage_total_equals_chained_addition() -> None:
+    parts = [
+        Usage(input_tokens=i, output_tokens=2 * i, judge_calls=1, cache_hits=i % 2, cache_misses=1)
+        for i in range(5)
+    ]
+    chained = Usage()
+    for part in parts:
+        chained = chained + part
+    assert Usage.total(parts) == chained
+    assert Usage.total([]) == Usage()

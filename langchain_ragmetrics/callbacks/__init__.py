@@ -2,7 +2,8 @@
 
 from langchain_ragmetrics.callbacks._isolated import ProcessIsolation, ScoringSetup
 from langchain_ragmetrics.callbacks._records import OnlineResult
-from langchain_ragmetrics.callbacks._stats import HandlerStats
+from langchain_ragmetrics.callbacks._settings import HandlerSettings
+from langchain_ragmetrics.callbacks._stats import HandlerStats, SinkStats
 from langchain_ragmetrics.callbacks.handler import RagMetricsCallbackHandler
 from langchain_ragmetrics.callbacks.langsmith_feedback import LangSmithFeedbackSink
 from langchain_ragmetrics.callbacks.sinks import (
@@ -11,11 +12,13 @@ from langchain_ragmetrics.callbacks.sinks import (
     InMemorySink,
     JsonlSink,
     LoggingSink,
+    SinkUnavailableError,
 )
 
 __all__ = [
     "BaseSink",
     "CallableSink",
+    "HandlerSettings",
     "HandlerStats",
     "InMemorySink",
     "JsonlSink",
@@ -25,4 +28,6 @@ __all__ = [
     "ProcessIsolation",
     "RagMetricsCallbackHandler",
     "ScoringSetup",
+    "SinkStats",
+    "SinkUnavailableError",
 ]

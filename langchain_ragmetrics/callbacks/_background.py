@@ -1,49 +1,32 @@
-"""The handler's background side: worker loop, judge threads, sink thread, and their lifetime.
+"""The handler's background side: worker loop, judge threads, sink outboxes, their lifetime.
 
 ``submit`` is all the caller's thread pays. ``flush`` waits for earlier work, ``close``
-flushes within a deadline and then stops everything, cancelling what is left.
+flushes within a deadline and then stops everything, cancelling what is left. While its
+threads run, the exit registry holds this object strongly (never the handler), so queued
+work is flushed at interpreter exit even when the user dropped every reference.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
-from functools import partial
 
-from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.runnables import RunnableConfig
 
 from langchain_ragmetrics._engine import ScoringEngine
 from langchain_ragmetrics._threads import DaemonThreadPool
-from langchain_ragmetrics.callbacks._pipeline import (
-    AnswerFrom,
-    QuestionFrom,
-    ReferenceProvider,
-    ScoringPipeline,
-)
+from langchain_ragmetrics.callbacks import _exit
+from langchain_ragmetrics.callbacks._outbox import SinkOutbox, flush_all, outboxes_for
+from langchain_ragmetrics.callbacks._pipeline import ScoringPipeline
 from langchain_ragmetrics.callbacks._records import Capture
+from langchain_ragmetrics.callbacks._settings import HandlerSettings
 from langchain_ragmetrics.callbacks._setup import judge_callbacks, untraced
-from langchain_ragmetrics.callbacks._stats import Counters, FailureLog
+from langchain_ragmetrics.callbacks._stats import Counters, FailureLog, SinkStats, logger
 from langchain_ragmetrics.callbacks._worker import BackgroundWorker, deadline_after, remaining
-from langchain_ragmetrics.callbacks.sinks import BaseSink
-from langchain_ragmetrics.metrics._base import BaseRagMetric
 
 __all__ = ["Background"]
 
 _STOP_GRACE_SECONDS = 2.0
 _IDLE_EXIT_CLOSE_SECONDS = 5.0
-
-
-def _start_pools(pools: Sequence[DaemonThreadPool], then: Callable[[], object]) -> None:
-    for pool in pools:
-        pool.start()
-    then()
-
-
-def _shutdown(judges: DaemonThreadPool, pipeline: ScoringPipeline, timeout: float | None) -> bool:
-    """Stop the judge threads (queued calls cancelled), then close the sinks."""
-    stopped = judges.stop(timeout, cancel_pending=True)
-    return pipeline.close(timeout) and stopped
 
 
 class Background:
@@ -52,80 +35,76 @@ class Background:
     Judge calls run through the metrics' sync ``invoke`` on dedicated threads (async model
     clients are often shared process-wide and bound to the application's event loop), under
     the engine's concurrency limit, timeout and rate limit, scheduled by the worker's loop.
+    Results go to one outbox per sink, each drained by that sink's own thread.
 
     Args:
-        metrics: The metrics.
-        sinks: The sinks.
-        question_from: See the handler.
-        answer_from: See the handler.
-        reference_provider: See the handler.
-        max_queue_size: Bound on retrievals waiting or being scored.
-        max_concurrency: Judge jobs at once (also the number of judge threads).
-        rate_limit_per_minute: Cap on judge calls per minute.
-        timeout: Seconds per metric job.
-        trace_judge: None, a LangSmith project name or a tracer for the judge runs.
-        name: Prefix of the thread names.
+        settings: The handler's options.
         counters: Shared counters.
         failures: Shared log-once reporter.
-        on_start: Called once when the threads start (the handler registers its exit hook).
     """
 
     def __init__(
-        self,
-        *,
-        metrics: Sequence[BaseRagMetric],
-        sinks: Sequence[BaseSink],
-        question_from: QuestionFrom,
-        answer_from: AnswerFrom | None,
-        reference_provider: ReferenceProvider | None,
-        max_queue_size: int,
-        max_concurrency: int,
-        rate_limit_per_minute: float | None,
-        timeout: float | None,
-        trace_judge: str | BaseCallbackHandler | None,
-        name: str,
-        counters: Counters,
-        failures: FailureLog,
-        on_start: Callable[[], object],
+        self, settings: HandlerSettings, *, counters: Counters, failures: FailureLog
     ) -> None:
-        judge_config: RunnableConfig = {"callbacks": judge_callbacks(trace_judge)}
-        self.judges = DaemonThreadPool(name=f"{name}-judge", size=max_concurrency)
-        self.sink_pool = DaemonThreadPool(name=f"{name}-sinks")
+        name = settings.name
+        judge_config: RunnableConfig = {"callbacks": judge_callbacks(settings.trace_judge)}
+        self.settings = settings
+        self.judges = DaemonThreadPool(name=f"{name}-judge", size=settings.max_concurrency)
         self.engine = ScoringEngine(
-            max_concurrency=max_concurrency,
-            timeout=timeout,
-            rate_limit_per_minute=rate_limit_per_minute,
+            max_concurrency=settings.max_concurrency,
+            timeout=settings.timeout,
+            rate_limit_per_minute=settings.rate_limit_per_minute,
             config=judge_config,
             executor=self.judges,
         )
+        self.outboxes: list[SinkOutbox] = outboxes_for(
+            settings.sinks, max_size=settings.sink_queue_size, name=name, failures=failures
+        )
         self.pipeline = ScoringPipeline(
-            metrics=metrics,
-            sinks=sinks,
+            settings=settings,
             engine=self.engine,
-            question_from=question_from,
-            answer_from=answer_from,
-            reference_provider=reference_provider,
+            outboxes=self.outboxes,
             counters=counters,
             failures=failures,
-            sink_pool=self.sink_pool,
         )
         self.worker: BackgroundWorker[Capture] = BackgroundWorker(
             self.pipeline.process,
-            max_queue_size=max_queue_size,
-            max_active=max_concurrency,
+            max_queue_size=settings.max_queue_size,
+            max_active=settings.max_concurrency,
             name=f"{name}-worker",
             counters=counters,
             failures=failures,
-            thread_context=untraced if trace_judge is None else None,
-            on_start=partial(_start_pools, (self.judges, self.sink_pool), on_start),
-            on_idle_exit=partial(_shutdown, self.judges, self.pipeline, _IDLE_EXIT_CLOSE_SECONDS),
+            thread_context=untraced if settings.trace_judge is None else None,
+            on_start=self._on_start,
+            on_idle_exit=self._on_idle_exit,
         )
+        self._counters = counters
         self._failures = failures
+        self._close_lock = threading.Lock()
+        self._closed = False
+
+    # ------------------------------------------------------------------ figures
 
     @property
     def queued(self) -> int:
         """Retrievals waiting or being scored."""
         return self.worker.queued
+
+    @property
+    def exit_timeout(self) -> float | None:
+        """Seconds the exit hook may spend on this object (None: not registered)."""
+        return self.settings.exit_timeout
+
+    def sink_stats(self) -> dict[str, SinkStats]:
+        """Each sink's figures, by key."""
+        return {box.key: box.stats() for box in self.outboxes}
+
+    def reset_sink_stats(self) -> None:
+        """Zero every sink's counts."""
+        for box in self.outboxes:
+            box.reset()
+
+    # ------------------------------------------------------------------ work
 
     def submit(self, capture: Capture) -> bool:
         """Enqueue one retrieval (False when dropped)."""
@@ -134,7 +113,7 @@ class Background:
     def owns_current_thread(self, action: str) -> bool:
         """True (and logged once) when called from a background thread: it would deadlock."""
         current = threading.current_thread()
-        own = [self.worker.thread, *self.judges.threads, *self.sink_pool.threads]
+        own = [self.worker.thread, *self.judges.threads, *(b.thread for b in self.outboxes)]
         if not any(current is thread for thread in own):
             return False
         self._failures.report(
@@ -145,24 +124,96 @@ class Background:
         return True
 
     def flush(self, timeout: float | None) -> bool:
-        """Wait for the work submitted so far and flush the sinks, within ``timeout``."""
+        """Wait for the work submitted so far to be scored and delivered, within ``timeout``."""
         if self.owns_current_thread("flush"):
             return False
         deadline = deadline_after(timeout)
         done = self.worker.flush(timeout)
-        return self.pipeline.flush_sinks(remaining(deadline)) and done
+        return not flush_all(self.outboxes, remaining(deadline), self._failures) and done
 
     def close(self, timeout: float | None) -> bool:
-        """Refuse new work, flush within ``timeout``, then stop and close the sinks."""
+        """Refuse new work, flush within ``timeout``, then stop and close the sinks.
+
+        Returns:
+            True when everything finished in time. Otherwise the unscored retrievals are
+            counted in ``abandoned``, the undelivered results in each sink's ``dropped``,
+            and a warning says what was left.
+        """
         if self.owns_current_thread("close"):
             return False
+        with self._close_lock:
+            if self._closed:
+                return True
+            self._closed = True
         deadline = deadline_after(timeout)
         self.worker.close_intake()
         flushed = self.flush(timeout)
         left = remaining(deadline)
         stopped = self.worker.stop(None if left is None else max(left, _STOP_GRACE_SECONDS))
-        return _shutdown(self.judges, self.pipeline, remaining(deadline)) and stopped and flushed
+        shut = self._shutdown(remaining(deadline))
+        _exit.unregister(self)
+        return shut and stopped and flushed
 
     def stop_when_idle(self) -> None:
         """Finish queued work, then let the threads exit (the handler was collected)."""
         self.worker.stop_when_idle()
+
+    # ------------------------------------------------------------------ lifetime
+
+    def _on_start(self) -> None:
+        """The worker thread starts: start the judges, and flush at exit from now on."""
+        self.judges.start()
+        if self.settings.exit_timeout is not None:
+            _exit.register(self)
+
+    def _on_idle_exit(self) -> None:
+        """The worker finished after ``stop_when_idle``: stop the rest, leave the registry."""
+        with self._close_lock:
+            self._closed = True
+        self._shutdown(_IDLE_EXIT_CLOSE_SECONDS)
+        _exit.unregister(self)
+
+    def _shutdown(self, timeout: float | None) -> bool:
+        """Stop the judge threads (queued calls cancelled), then close every sink in time."""
+        deadline = deadline_after(timeout)
+        self.judges.stop(0, cancel_pending=True)
+        for thread in self.judges.threads:
+            if thread is not threading.current_thread():
+                thread.join(remaining(deadline))
+        judges_done = not any(t.is_alive() for t in self.judges.threads)
+        unfinished = flush_all(self.outboxes, remaining(deadline), self._failures, action="close")
+        left: dict[str, int] = {}
+        for box in self.outboxes:
+            if box in unfinished:
+                left[box.key] = box.abandon()
+            else:
+                box.stop()
+        for box in self.outboxes:
+            if box.thread is not None and box not in unfinished:
+                box.thread.join(remaining(deadline))
+        if any(left.values()):
+            described = ", ".join(f"{key}: {n}" for key, n in left.items() if n)
+            logger.warning(
+                "ragmetrics: sinks still busy when close gave up; results not delivered "
+                "(counted in stats.sinks[...].dropped) - %s",
+                described,
+            )
+        return judges_done and not unfinished
+
+    def _flush_at_exit(self, timeout: float) -> None:
+        """The interpreter-exit hook: close within ``timeout``; never raises.
+
+        Work still queued at the deadline is cancelled and reported. A judge request already
+        in flight is not interrupted: give the judge a request timeout to bound it.
+        """
+        try:
+            self.close(timeout)
+            left = self._counters.snapshot(queued=0, open_traces=0).pending_at_deadline
+            if left:
+                logger.warning(
+                    "ragmetrics: %d retrievals were still pending at interpreter exit "
+                    "(not scored); raise exit_timeout or flush() before exiting",
+                    left,
+                )
+        except Exception:  # noqa: S110 - the exit hook must never raise
+            pass

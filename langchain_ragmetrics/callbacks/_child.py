@@ -16,6 +16,7 @@ import os
 import signal
 import threading
 import traceback
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -126,20 +127,18 @@ def _capture(item: dict[str, Any]) -> Capture:
     )
 
 
-def _totals(counters: Counters) -> dict[str, Any]:
-    return counters.snapshot(queued=0, open_traces=0).model_dump()
-
-
-def _report(channel: _Channel, counters: Counters, stop: threading.Event, heartbeat: float) -> None:
+def _report(
+    channel: _Channel, totals: Callable[[], dict[str, Any]], stop: threading.Event, heartbeat: float
+) -> None:
     """Send the counters when they change, and at least every ``heartbeat`` seconds."""
     last: dict[str, Any] | None = None
     quiet = 0.0
     while not stop.wait(_REPORT_EVERY_SECONDS):
         quiet += _REPORT_EVERY_SECONDS
-        totals = _totals(counters)
-        if totals != last or quiet >= heartbeat:
-            channel.send(("stats", totals))
-            last, quiet = totals, 0.0
+        current = totals()
+        if current != last or quiet >= heartbeat:
+            channel.send(("stats", current))
+            last, quiet = current, 0.0
 
 
 def main(
@@ -147,7 +146,7 @@ def main(
 ) -> None:
     """The child's entry point (``multiprocessing`` target)."""
     from langchain_ragmetrics.callbacks._background import Background
-    from langchain_ragmetrics.callbacks._setup import check_metrics, check_sinks
+    from langchain_ragmetrics.callbacks._settings import HandlerSettings
 
     with contextlib.suppress(ValueError):  # Ctrl-C goes to the application, which closes us
         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -159,9 +158,9 @@ def main(
     try:
         scoring = build_setup(setup)
         counters = Counters()
-        background = Background(
-            metrics=check_metrics(scoring.metrics),
-            sinks=check_sinks(scoring.sinks),
+        settings = HandlerSettings(
+            metrics=scoring.metrics,
+            sinks=scoring.sinks,
             question_from=_question,
             answer_from=_question,
             reference_provider=scoring.reference_provider,
@@ -171,19 +170,24 @@ def main(
             timeout=options.timeout,
             trace_judge=options.trace_judge,
             name=options.name,
-            counters=counters,
-            failures=FailureLog(),
-            on_start=lambda: None,
+            sink_queue_size=options.sink_queue_size,
+            exit_timeout=None,  # the parent owns the exit: it closes this process in time
         )
+        background = Background(settings, counters=counters, failures=FailureLog())
     except Exception as exc:
         text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
         channel.send(("fatal", text))
         return
     channel.send(("ready",))
+
+    def _totals() -> dict[str, Any]:
+        snapshot = counters.snapshot(queued=0, open_traces=0, sinks=background.sink_stats())
+        return snapshot.model_dump()
+
     stop = threading.Event()
     reporter = threading.Thread(
         target=_report,
-        args=(channel, counters, stop, options.heartbeat),
+        args=(channel, _totals, stop, options.heartbeat),
         name=f"{options.name}-reporter",
         daemon=True,
     )
@@ -191,7 +195,7 @@ def main(
 
     def flush(token: int, timeout: float | None) -> None:
         ok = background.flush(timeout)
-        channel.send(("flushed", token, ok, _totals(counters)))
+        channel.send(("flushed", token, ok, _totals()))
 
     while True:
         try:
@@ -209,6 +213,6 @@ def main(
             ).start()
         elif kind == "close":
             ok = background.close(message[1])
-            channel.send(("closed", ok, _totals(counters)))
+            channel.send(("closed", ok, _totals()))
             break
     stop.set()

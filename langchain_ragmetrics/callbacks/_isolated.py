@@ -35,7 +35,7 @@ from langchain_ragmetrics.callbacks._mapping import REFERENCE_FIELDS, default_an
 from langchain_ragmetrics.callbacks._otel import plain_span_context
 from langchain_ragmetrics.callbacks._pipeline import AnswerFrom, QuestionFrom
 from langchain_ragmetrics.callbacks._records import Capture
-from langchain_ragmetrics.callbacks._stats import Counters, FailureLog
+from langchain_ragmetrics.callbacks._stats import Counters, FailureLog, SinkStats
 from langchain_ragmetrics.callbacks._worker import deadline_after, remaining
 from langchain_ragmetrics.callbacks.sinks import BaseSink
 from langchain_ragmetrics.errors import HookError
@@ -44,6 +44,8 @@ from langchain_ragmetrics.schema import Usage, _document_id
 
 if TYPE_CHECKING:
     from multiprocessing.process import BaseProcess
+
+    from langchain_ragmetrics.callbacks._settings import HandlerSettings
 
 __all__ = [
     "ChildOptions",
@@ -62,13 +64,14 @@ _CHILD_COUNTERS = (
     "scored",
     "failed",
     "skipped",
-    "sink_errors",
     "handler_errors",
     "abandoned",
     "dropped",
 )
 """Counters the child keeps and the parent adds up (the rest are counted by the parent)."""
 _USAGE_FIELDS = tuple(Usage.model_fields)
+_SINK_COUNTS = ("delivered", "errors", "dropped")
+"""Per-sink counts the parent adds up over the child's restarts (``pending`` is a gauge)."""
 _TICK_SECONDS = 0.5
 _KILL_GRACE_SECONDS = 2.0
 _IDLE_EXIT_CLOSE_SECONDS = 30.0
@@ -259,6 +262,8 @@ class ChildOptions(BaseModel):
     """LangSmith project of the judge runs, or None."""
     name: str
     """Prefix of the child's thread names."""
+    sink_queue_size: int = 10_000
+    """Bound of each sink's outbox in the child."""
     log_levels: dict[str, int]
     """Effective levels of the application's loggers, mirrored in the child."""
     heartbeat: float
@@ -286,6 +291,7 @@ class _Child:
     heard: float = field(default_factory=time.monotonic)
     totals: dict[str, int] = field(default_factory=dict)
     usage: dict[str, int] = field(default_factory=dict)
+    sinks: dict[str, dict[str, int]] = field(default_factory=dict)
     tokens: set[int] = field(default_factory=set)
     listener: threading.Thread | None = None
 
@@ -301,18 +307,11 @@ class IsolatedBackground:
     """The handler's background in a child process: same methods as ``Background``.
 
     Args:
+        settings: The handler's options (``question_from`` / ``answer_from`` run on the
+            caller's thread here; the queue, concurrency and sink bounds go to the child).
         isolation: The child's setup and supervision options.
-        question_from: See the handler (runs on the caller's thread here).
-        answer_from: See the handler (runs on the caller's thread here).
-        max_queue_size: Bound on retrievals waiting, in transit or being scored.
-        max_concurrency: Judge jobs at once in the child.
-        rate_limit_per_minute: Cap on judge calls per minute in the child.
-        timeout: Seconds per metric job.
-        trace_judge: None or a LangSmith project name (a tracer object cannot cross).
-        name: Prefix of the thread and process names.
         counters: Shared counters (the child's are added in as they arrive).
         failures: Shared log-once reporter.
-        on_start: Called once when the first retrieval is submitted.
     """
 
     engine = None
@@ -320,44 +319,39 @@ class IsolatedBackground:
 
     def __init__(
         self,
-        *,
+        settings: HandlerSettings,
         isolation: ProcessIsolation,
-        question_from: QuestionFrom,
-        answer_from: AnswerFrom | None,
-        max_queue_size: int,
-        max_concurrency: int,
-        rate_limit_per_minute: float | None,
-        timeout: float | None,
-        trace_judge: object,
-        name: str,
+        *,
         counters: Counters,
         failures: FailureLog,
-        on_start: Callable[[], object],
     ) -> None:
-        if max_queue_size < 1:
-            msg = "`max_queue_size` must be at least 1"
-            raise ValueError(msg)
+        trace_judge = settings.trace_judge
         if trace_judge is not None and not isinstance(trace_judge, str):
             msg = "with isolation='process', `trace_judge` must be a project name or None"
             raise TypeError(msg)
+        max_queue_size = settings.max_queue_size
+        name = settings.name
         self._options: dict[str, Any] = {
             "max_queue_size": max_queue_size,
-            "max_concurrency": max_concurrency,
-            "rate_limit_per_minute": rate_limit_per_minute,
-            "timeout": timeout,
+            "max_concurrency": settings.max_concurrency,
+            "rate_limit_per_minute": settings.rate_limit_per_minute,
+            "timeout": settings.timeout,
             "trace_judge": trace_judge,
             "name": name,
+            "sink_queue_size": settings.sink_queue_size,
             "heartbeat": min(1.0, (isolation.hang_timeout or 4.0) / 4),
             "niceness": isolation.niceness,
         }
+        self.settings = settings
         self.isolation = isolation
         self.max_queue_size = max_queue_size
         self.name = name
-        self._question_from = question_from
-        self._answer_from = answer_from
+        self._question_from = settings.question_from
+        self._answer_from = settings.answer_from
         self._counters = counters
         self._failures = failures
-        self._on_start = on_start
+        self._sinks: dict[str, dict[str, int]] = {}
+        self._sink_pending: dict[str, int] = {}
         self._cond = threading.Condition()
         self._pending: deque[_Entry] = deque()
         self._pending_items = 0
@@ -477,6 +471,7 @@ class IsolatedBackground:
             self._kill(child, "did not finish closing in time")
             self._on_death(child, None)  # account now, not when the listener wakes
         feeder.join(_KILL_GRACE_SECONDS)
+        _exit.unregister(self)
         self._counters.set("pending_at_deadline", left)
         clean = child is None or child.closed is not False
         return settled and clean and left == 0 and not feeder.is_alive()
@@ -501,17 +496,38 @@ class IsolatedBackground:
             self._cond.notify_all()
         _exit.register(self)
 
-    def _flush_at_exit(self) -> None:
-        """The exit hook of a collected handler's child: wait for it, bounded; never raises."""
+    @property
+    def exit_timeout(self) -> float | None:
+        """Seconds the exit hook may spend on this object (a collected handler's child too)."""
+        if self.settings.exit_timeout is not None:
+            return self.settings.exit_timeout
+        return _IDLE_EXIT_CLOSE_SECONDS + _KILL_GRACE_SECONDS if self._stopping else None
+
+    def _flush_at_exit(self, timeout: float) -> None:
+        """The exit hook: close within ``timeout``, bounded; never raises."""
         with contextlib.suppress(Exception):
-            self.close(_IDLE_EXIT_CLOSE_SECONDS + _KILL_GRACE_SECONDS)
+            self.close(timeout)
+
+    def sink_stats(self) -> dict[str, SinkStats]:
+        """Each sink's figures in the child, added up over its restarts."""
+        with self._cond:
+            return {
+                key: SinkStats(**totals, pending=self._sink_pending.get(key, 0))
+                for key, totals in self._sinks.items()
+            }
+
+    def reset_sink_stats(self) -> None:
+        """Zero the sinks' counts (``pending`` stays live)."""
+        with self._cond:
+            self._sinks = {key: dict.fromkeys(totals, 0) for key, totals in self._sinks.items()}
 
     # ------------------------------------------------------------------ feeder thread
 
     def _start_feeder(self) -> bool:
         """Start the feeder thread (lock held); False if that is impossible."""
         try:
-            self._on_start()
+            if self.settings.exit_timeout is not None:
+                _exit.register(self)  # flushed at exit even if the handler is dropped
             thread = threading.Thread(target=self._feed, name=f"{self.name}-feeder", daemon=True)
             thread.start()
         except RuntimeError as exc:  # e.g. at interpreter shutdown
@@ -697,6 +713,13 @@ class IsolatedBackground:
         used = {k: usage[k] - child.usage.get(k, 0) for k in _USAGE_FIELDS}
         child.totals = {k: stats[k] for k in _CHILD_COUNTERS}
         child.usage = dict(usage)
+        for key, figures in (stats.get("sinks") or {}).items():
+            seen = child.sinks.setdefault(key, {})
+            totals = self._sinks.setdefault(key, dict.fromkeys(_SINK_COUNTS, 0))
+            for name in _SINK_COUNTS:
+                totals[name] += figures[name] - seen.get(name, 0)
+                seen[name] = figures[name]
+            self._sink_pending[key] = figures["pending"]
         done = stats["processed"] + stats["dropped"] + stats["abandoned"]
         if done > child.done:
             self._crashes = 0
@@ -723,6 +746,9 @@ class IsolatedBackground:
                 return
             child.dead = True
             lost = max(0, child.sent - child.done)
+            for key, held in self._sink_pending.items():  # what its sinks held is lost
+                self._sinks.setdefault(key, dict.fromkeys(_SINK_COUNTS, 0))["dropped"] += held
+            self._sink_pending.clear()
             for token in child.tokens:
                 self._flushed[token] = False
             child.tokens.clear()

@@ -1,7 +1,8 @@
-"""What the worker does with one captured retrieval: sample, score, count, deliver.
+"""What the worker does with one captured retrieval: sample, score, count, hand over.
 
 Runs on the worker's event loop. Metrics go through the shared ``ScoringEngine`` (bounded
-concurrency, timeout, rate limit, error capture); sinks run on the sink thread.
+concurrency, timeout, rate limit, error capture); results are appended to each sink's
+outbox, whose own thread delivers them (see ``_outbox``), so no sink can hold up scoring.
 """
 
 from __future__ import annotations
@@ -13,13 +14,11 @@ import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime, timezone
 from functools import partial
-from operator import methodcaller
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from langchain_core.runnables import RunnableConfig
 
 from langchain_ragmetrics._engine import Job, ScoringEngine
-from langchain_ragmetrics._threads import DaemonThreadPool
 from langchain_ragmetrics.callbacks._mapping import (
     REFERENCE_FIELDS,
     default_answer,
@@ -29,9 +28,12 @@ from langchain_ragmetrics.callbacks._mapping import (
 )
 from langchain_ragmetrics.callbacks._records import Capture, OnlineResult
 from langchain_ragmetrics.callbacks._stats import Counters, FailureLog
-from langchain_ragmetrics.callbacks.sinks import BaseSink
 from langchain_ragmetrics.metrics._base import BaseRagMetric
 from langchain_ragmetrics.schema import MetricResult, RagSample
+
+if TYPE_CHECKING:
+    from langchain_ragmetrics.callbacks._outbox import SinkOutbox
+    from langchain_ragmetrics.callbacks._settings import HandlerSettings
 
 __all__ = [
     "AnswerFrom",
@@ -52,31 +54,33 @@ ReferenceProvider = Callable[
 
 
 class ScoringPipeline:
-    """Turns a :class:`Capture` into metric results and hands them to the sinks."""
+    """Turns a :class:`Capture` into metric results and puts them in the sinks' outboxes.
+
+    Args:
+        settings: The handler's options (metrics, mappings, reference provider).
+        engine: The scoring engine.
+        outboxes: One per sink.
+        counters: Shared counters.
+        failures: Shared log-once reporter.
+    """
 
     def __init__(
         self,
         *,
-        metrics: Sequence[BaseRagMetric],
-        sinks: Sequence[BaseSink],
+        settings: HandlerSettings,
         engine: ScoringEngine,
-        question_from: QuestionFrom,
-        answer_from: AnswerFrom | None,
-        reference_provider: ReferenceProvider | None,
+        outboxes: Sequence[SinkOutbox],
         counters: Counters,
         failures: FailureLog,
-        sink_pool: DaemonThreadPool,
     ) -> None:
-        self.metrics = list(metrics)
-        self.sinks = list(sinks)
+        self.metrics = list(settings.metrics)
         self.engine = engine
-        self.question_from = question_from
-        self.answer_from = answer_from or default_answer
-        self.reference_provider = reference_provider
-        self.sink_pool = sink_pool
+        self.outboxes = list(outboxes)
+        self.question_from: QuestionFrom = settings.question_from
+        self.answer_from: AnswerFrom = settings.answer_from or default_answer
+        self.reference_provider = settings.reference_provider
         self._counters = counters
         self._failures = failures
-        self._closed = False
 
     # ---------------------------------------------------------------- building samples
 
@@ -95,14 +99,16 @@ class ScoringPipeline:
         return found
 
     def answer(self, capture: Capture) -> str | None:
-        """The answer of the trace (None for a retriever invoked on its own)."""
-        if capture.root_outputs is None:
-            return None
-        found = self.answer_from(capture.root_outputs)
+        """The answer of the trace (None for a retriever invoked on its own).
+
+        A stream closed early has no usable root output (none, or an empty one): the text
+        the model streamed so far stands in for it.
+        """
+        found = None if capture.root_outputs is None else self.answer_from(capture.root_outputs)
         if found is not None and not isinstance(found, str):
             msg = f"answer_from must return a str or None, got {type(found).__name__}"
             raise TypeError(msg)
-        return found
+        return found or capture.streamed_answer or found
 
     async def references(self, question: str, capture: Capture) -> dict[str, Any]:
         """Reference fields from run metadata, completed by the ``reference_provider``."""
@@ -194,71 +200,21 @@ class ScoringPipeline:
             )
             for result in results
         ]
-        if self.sinks:
-            await asyncio.wrap_future(self.sink_pool.submit(partial(self.deliver, items)))
+        for outbox in self.outboxes:
+            outbox.put(items)
 
     def _count(self, results: Sequence[MetricResult]) -> None:
         scored = failed = skipped = 0
         for result in results:
             self._counters.add_usage(result.usage)
-            if result.failed or (result.score is not None and math.isnan(result.score)):
+            if result.failed:
                 failed += 1
                 kind = (result.error or "unknown").split(":", 1)[0]
                 self._failures.report(
                     f"metric:{result.metric}:{kind}", f"{result.metric} failed: {result.error}"
                 )
-            elif result.score is None:
+            elif result.skipped:
                 skipped += 1
             else:
                 scored += 1
         self._counters.add(scored=scored, failed=failed, skipped=skipped)
-
-    # ------------------------------------------------------------------------ sinks
-
-    def _each_sink(self, action: str, call: Callable[[BaseSink], None]) -> bool:
-        ok = True
-        for sink in self.sinks:
-            try:
-                call(sink)
-            except Exception as exc:
-                ok = False
-                self._counters.add(sink_errors=1)
-                self._failures.report(
-                    f"sink:{sink.name}:{action}:{type(exc).__name__}",
-                    f"sink {sink.name} failed to {action}: {exc!r}",
-                    exc,
-                )
-        return ok
-
-    def deliver(self, items: Sequence[OnlineResult]) -> None:
-        """Hand results to every sink (sink thread); a failing sink never stops the others."""
-        for item in items:
-            self._each_sink("emit", methodcaller("emit", item))
-
-    def flush_sinks(self, timeout: float | None) -> bool:
-        """Flush every sink on the sink thread; False if that did not finish in time."""
-        if not self.sinks or not self.sink_pool.started:
-            return True
-        future = self.sink_pool.submit(
-            partial(self._each_sink, "flush", methodcaller("flush", timeout))
-        )
-        try:
-            return future.result(timeout)
-        except Exception:
-            return False
-
-    def close(self, timeout: float | None) -> bool:
-        """Close every sink and stop the sink thread (idempotent)."""
-        if self._closed:
-            return True
-        self._closed = True
-        if not self.sink_pool.started:
-            return True
-        future = self.sink_pool.submit(
-            partial(self._each_sink, "close", methodcaller("close", timeout))
-        )
-        try:
-            closed = future.result(timeout)
-        except Exception:
-            closed = False
-        return self.sink_pool.stop(timeout) and closed

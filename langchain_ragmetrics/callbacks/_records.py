@@ -47,9 +47,12 @@ class Capture:
     root_inputs: Any
     """The root run's input."""
     root_outputs: Any
-    """The root run's output (None when the retriever is the root)."""
+    """The root run's output (None when the retriever is the root or the stream was closed
+    before the root run could end)."""
     otel_context: Any = None
     """The OpenTelemetry ``SpanContext`` active when the retriever started (None without one)."""
+    streamed_answer: str | None = None
+    """Text the trace's last model run streamed (tokens), kept for streams closed early."""
 
 
 class OnlineResult(BaseModel):
@@ -75,7 +78,8 @@ class OnlineResult(BaseModel):
     sample: RagSample
     """What the metric judged: question, contexts, answer and references."""
     result: MetricResult
-    """The metric's result (score NaN = failed, None = skipped)."""
+    """The metric's result (``result.failed``: error set, score NaN; ``result.skipped``:
+    nothing to assess)."""
     timestamp: datetime
     """When the result was produced (UTC)."""
     otel_context: Any = Field(default=None, exclude=True, repr=False)

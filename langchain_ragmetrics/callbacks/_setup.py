@@ -14,7 +14,6 @@ from langchain_ragmetrics.metrics._base import BaseRagMetric
 
 __all__ = [
     "check_metrics",
-    "check_positive",
     "check_sinks",
     "judge_callbacks",
     "langsmith_trace_id",
@@ -55,15 +54,6 @@ def check_sinks(sinks: Sequence[BaseSink] | None) -> list[BaseSink]:
             )
             raise TypeError(msg)
     return out
-
-
-def check_positive(name: str, value: float | None, *, allow_zero: bool = False) -> None:
-    """Raise a ValueError naming the option unless ``value`` is None or positive."""
-    if value is None or value > 0 or (allow_zero and value == 0):
-        return
-    bound = ">= 0" if allow_zero else "positive"
-    msg = f"`{name}` must be {bound} (or None), got {value!r}"
-    raise ValueError(msg)
 
 
 def judge_callbacks(trace_judge: str | BaseCallbackHandler | None) -> list[BaseCallbackHandler]:

@@ -4,22 +4,44 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from langchain_ragmetrics.schema import Usage
 
-__all__ = ["Counters", "FailureLog", "HandlerStats", "logger"]
+__all__ = ["Counters", "FailureLog", "HandlerStats", "SinkStats", "logger"]
 
 logger = logging.getLogger("langchain_ragmetrics")
 """The package logger; the handler reports failures here (once per kind)."""
+
+
+class SinkStats(BaseModel):
+    """What one sink did with the results it was given.
+
+    Every result handed to a sink ends up in exactly one bucket:
+    ``delivered + errors + dropped + pending`` = results produced since the start.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    delivered: int = 0
+    """Results the sink took (``emit`` returned)."""
+    errors: int = 0
+    """Results whose ``emit`` raised (logged once per kind)."""
+    dropped: int = 0
+    """Results never delivered: the outbox was full, the sink refused them without trying
+    (``SinkUnavailableError``: LangSmith's circuit open or no API key), or ``close`` gave up."""
+    pending: int = 0
+    """Results waiting in the outbox or being delivered right now."""
 
 
 class HandlerStats(BaseModel):
     """A snapshot of what the online handler has seen and done.
 
     Retrieval counts: ``seen >= sampled = dropped + processed + queued + abandoned``.
-    Result counts (one per metric per processed retrieval): ``scored + failed + skipped``.
+    Result counts (one per metric per processed retrieval): ``scored + failed + skipped``,
+    and for every sink ``scored + failed + skipped = delivered + errors + dropped + pending``.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -45,7 +67,7 @@ class HandlerStats(BaseModel):
     skipped: int = 0
     """Metric results that could not be assessed (score None: e.g. no reference)."""
     sink_errors: int = 0
-    """Sink calls that raised (other sinks still ran)."""
+    """Results whose delivery raised, over all sinks (see ``sinks`` for each one)."""
     handler_errors: int = 0
     """Internal errors swallowed in callback methods (the user's call went on)."""
     evicted: int = 0
@@ -58,9 +80,11 @@ class HandlerStats(BaseModel):
     """Retrievals that ``close`` discarded unscored after its timeout."""
     usage: Usage = Field(default_factory=Usage)
     """Judge tokens and calls spent on processed retrievals."""
+    sinks: dict[str, SinkStats] = Field(default_factory=dict)
+    """Per-sink delivery figures, keyed by sink class name (``JsonlSink``, ``JsonlSink#2`` ...)."""
 
 
-_GAUGES = ("queued", "open_traces")
+_GAUGES = ("queued", "open_traces", "sink_errors")
 _COUNTERS = tuple(
     name
     for name, info in HandlerStats.model_fields.items()
@@ -94,12 +118,22 @@ class Counters:
         with self._lock:
             self._usage = self._usage + usage
 
-    def snapshot(self, *, queued: int, open_traces: int) -> HandlerStats:
-        """Freeze the totals together with the live gauges."""
+    def snapshot(
+        self, *, queued: int, open_traces: int, sinks: Mapping[str, SinkStats] | None = None
+    ) -> HandlerStats:
+        """Freeze the totals together with the live gauges and the sinks' figures."""
         with self._lock:
             values = dict(self._totals)
             usage = self._usage
-        return HandlerStats(**values, queued=queued, open_traces=open_traces, usage=usage)
+        per_sink = dict(sinks or {})
+        return HandlerStats(
+            **values,
+            queued=queued,
+            open_traces=open_traces,
+            usage=usage,
+            sinks=per_sink,
+            sink_errors=sum(s.errors for s in per_sink.values()),
+        )
 
     def reset(self) -> None:
         """Zero every counter."""

@@ -2,8 +2,12 @@
 
 Every start event maps ``run_id -> root`` (the parent's root, or the run itself when the
 parent is unknown); retriever starts also keep their query, name, tags and metadata because
-``on_retriever_end`` carries none of it. When the root ends, the trace's finished
-retrievals come out as :class:`Capture` records and all its state is released.
+``on_retriever_end`` carries none of it. Tool runs are ordinary runs here, so a retriever
+called by a tool (an agent's retriever tool) belongs to the request's trace. Tokens a
+model streams are kept per trace (the last streaming model run only), so that a stream the
+consumer closes early can still be scored with the answer streamed so far. When the root
+ends, the trace's finished retrievals come out as :class:`Capture` records and all its
+state is released.
 """
 
 from __future__ import annotations
@@ -43,6 +47,11 @@ class _Trace:
     metadata: Mapping[str, Any]
     runs: set[UUID] = field(default_factory=set)
     retrievals: dict[UUID, _Retrieval] = field(default_factory=dict)
+    stream_run: UUID | None = None
+    tokens: list[str] = field(default_factory=list)
+
+    def streamed(self) -> str | None:
+        return "".join(self.tokens) if self.stream_run is not None else None
 
 
 @dataclass(frozen=True)
@@ -164,23 +173,41 @@ class TraceTracker:
             trace.inputs = inputs
         return FinishedTrace(run_id, False, self._captures(trace, outputs))
 
-    def fail(self, run_id: UUID) -> FinishedTrace | None:
-        """Record a run error; returns an errored trace when ``run_id`` is its root."""
+    def fail(self, run_id: UUID, *, closed_early: bool = False) -> FinishedTrace | None:
+        """Record a run error; returns the finished trace when ``run_id`` is its root.
+
+        Args:
+            run_id: The run that raised.
+            closed_early: The error is the consumer closing a stream (``GeneratorExit``):
+                for the root, the trace is finished, not errored, and its retrievals are
+                scored with the answer streamed so far.
+        """
         with self._lock:
             trace = self._release(run_id)
             if trace is None:
                 return None
-            trace.retrievals.pop(run_id, None)
+            if not closed_early:
+                trace.retrievals.pop(run_id, None)
             if run_id != trace.root_id:
                 return None
             self._close(trace)
+        if closed_early:
+            return FinishedTrace(run_id, False, self._captures(trace, None))
         return FinishedTrace(run_id, True, [])
 
-    def clear(self) -> None:
-        """Forget every open trace."""
+    def token(self, run_id: UUID, parent_run_id: UUID | None, text: str) -> None:
+        """Keep a token a model run streamed inside a known trace (the last such run wins)."""
+        if parent_run_id is None:
+            return
         with self._lock:
-            self._runs.clear()
-            self._traces.clear()
+            root = self._runs.get(parent_run_id)
+            trace = self._traces.get(root) if root is not None else None
+            if trace is None:
+                return
+            if trace.stream_run != run_id:
+                trace.stream_run = run_id
+                trace.tokens = []
+            trace.tokens.append(text)
 
     def _external(self, parent_run_id: UUID) -> UUID | None:
         if self._find_trace_id is None:
@@ -207,6 +234,7 @@ class TraceTracker:
 
     @staticmethod
     def _captures(trace: _Trace, outputs: Any) -> list[Capture]:
+        streamed = trace.streamed()
         return [
             Capture(
                 root_run_id=trace.root_id,
@@ -222,6 +250,7 @@ class TraceTracker:
                 root_inputs=trace.inputs,
                 root_outputs=None if r.run_id == trace.root_id else outputs,
                 otel_context=r.otel_context,
+                streamed_answer=None if r.run_id == trace.root_id else streamed,
             )
             for r in trace.retrievals.values()
             if r.documents is not None

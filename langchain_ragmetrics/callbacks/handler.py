@@ -9,29 +9,22 @@ worker (its own thread and event loop) builds samples, runs the metrics through 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import threading
 import weakref
 from collections.abc import Mapping, Sequence
-from functools import partial
 from typing import TYPE_CHECKING, Any, Literal
 from uuid import UUID
 
 from langchain_core.callbacks import BaseCallbackHandler
 from typing_extensions import Self, override
 
-from langchain_ragmetrics.callbacks import _exit
 from langchain_ragmetrics.callbacks._background import Background
 from langchain_ragmetrics.callbacks._isolated import IsolatedBackground, ProcessIsolation
 from langchain_ragmetrics.callbacks._pipeline import AnswerFrom, QuestionFrom, ReferenceProvider
-from langchain_ragmetrics.callbacks._sampling import check_rate, is_sampled
-from langchain_ragmetrics.callbacks._setup import (
-    check_metrics,
-    check_positive,
-    check_sinks,
-    langsmith_trace_id,
-)
-from langchain_ragmetrics.callbacks._stats import Counters, FailureLog, HandlerStats, logger
+from langchain_ragmetrics.callbacks._sampling import is_sampled
+from langchain_ragmetrics.callbacks._settings import DEFAULT_CLOSE_TIMEOUT, HandlerSettings
+from langchain_ragmetrics.callbacks._setup import langsmith_trace_id
+from langchain_ragmetrics.callbacks._stats import Counters, FailureLog, HandlerStats
 from langchain_ragmetrics.callbacks._tracker import FinishedTrace, TraceTracker
 from langchain_ragmetrics.callbacks.sinks import BaseSink
 from langchain_ragmetrics.metrics._base import BaseRagMetric
@@ -40,59 +33,29 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from langchain_core.documents import Document
+    from langchain_core.outputs import ChatGenerationChunk, GenerationChunk
 
 __all__ = ["RagMetricsCallbackHandler"]
-
-
-def _register_exit(handler: weakref.ref[RagMetricsCallbackHandler]) -> None:
-    """Flush ``handler`` at interpreter exit; holds it weakly so it can still be collected."""
-    target = handler()
-    if target is not None and target.exit_timeout is not None:
-        _exit.register(target)
-
-
-def _process_isolation(
-    isolation: Literal["thread", "process"] | ProcessIsolation,
-    metrics: object,
-    sinks: object,
-    reference_provider: object,
-) -> ProcessIsolation | None:
-    """The isolated mode's options, or None for in-process scoring; checks the conflicts."""
-    if isolation == "thread":
-        return None
-    if isolation == "process":
-        isolation = ProcessIsolation()
-    if not isinstance(isolation, ProcessIsolation):
-        msg = "`isolation` must be 'thread', 'process' or a ProcessIsolation"
-        raise TypeError(msg)
-    for option, value in (
-        ("metrics", metrics),
-        ("sinks", sinks),
-        ("reference_provider", reference_provider),
-    ):
-        if value is not None:
-            msg = (
-                f"with isolation='process', `{option}` is built in the child process: "
-                "return it from ProcessIsolation(setup=...) as part of a ScoringSetup"
-            )
-            raise ValueError(msg)
-    return isolation
 
 
 class RagMetricsCallbackHandler(BaseCallbackHandler):
     """Scores every (sampled) retrieval of a live chain or graph, in the background.
 
     Attach it like any callback: ``chain.invoke(q, config={"callbacks": [handler]})`` or
-    ``chain.with_config(callbacks=[handler])``. Works for LCEL chains, LangGraph graphs, a
-    retriever on its own, several retrievers per trace, sync and async, batch and stream,
-    and many concurrent requests sharing one handler.
+    ``chain.with_config(callbacks=[handler])``. Works for LCEL chains, LangGraph graphs,
+    agents whose tools retrieve, a retriever on its own, several retrievers per trace, sync
+    and async, batch and stream, and many concurrent requests sharing one handler.
 
     A retrieval is scored once its trace's root run ends (so the answer is known); a root
-    run that raises is not scored. Each retrieval becomes a sample: question = the
+    run that raises is not scored, a stream the consumer closed early is (with the answer
+    streamed so far). Each sink has its own outbox and thread, so a sink whose backend is
+    down delays nothing else; ``flush``, ``close`` and the exit hook are bounded (30 s by
+    default). Options are checked once into :attr:`settings`. Each retrieval becomes a
+    sample: question = the
     retriever's query (see ``question_from``), contexts = the documents, answer = the root
     output (see ``answer_from``), references = run metadata keys ``reference``,
     ``reference_contexts``, ``reference_context_ids`` or the ``reference_provider``.
-    A metric whose input is missing gives a *skipped* result (score None), never 0.
+    A metric with nothing to assess gives a *skipped* result (no score, no error), never 0.
 
     Args:
         metrics: The metrics; default ``[ContextRelevance(), ContextPrecision()]`` (both work
@@ -115,8 +78,12 @@ class RagMetricsCallbackHandler(BaseCallbackHandler):
         trace_judge: None (judge runs are never traced), a LangSmith project name, or a
             tracer to which the judge runs are traced, apart from the user's traces.
         max_open_traces: Bound on traces in progress (an abandoned stream never ends).
+        sink_queue_size: Bound on results waiting in each sink's own outbox; a sink that
+            cannot keep up (LangSmith down) drops the overflow, counted in
+            ``stats.sinks[key].dropped``, and never slows scoring or the other sinks.
         exit_timeout: Seconds the interpreter-exit hook may spend flushing before it closes
             the handler (unfinished work is reported, then dropped); None disables it.
+            Queued work is flushed at exit even if the handler was dropped.
         name: Prefix of the background threads' names.
         isolation: ``"thread"`` (default): scoring runs on background threads of this
             process. ``"process"`` or a :class:`ProcessIsolation`: it runs in a child
@@ -145,58 +112,48 @@ class RagMetricsCallbackHandler(BaseCallbackHandler):
         timeout: float | None = 120.0,
         trace_judge: str | BaseCallbackHandler | None = None,
         max_open_traces: int = 10_000,
-        exit_timeout: float | None = 10.0,
+        sink_queue_size: int = 10_000,
+        exit_timeout: float | None = DEFAULT_CLOSE_TIMEOUT,
         name: str = "ragmetrics",
         isolation: Literal["thread", "process"] | ProcessIsolation = "thread",
     ) -> None:
-        if question_from not in ("query", "input") and not callable(question_from):
-            msg = "`question_from` must be 'query', 'input' or a callable"
-            raise ValueError(msg)
-        for option, hook in (
-            ("answer_from", answer_from),
-            ("reference_provider", reference_provider),
-        ):
-            if hook is not None and not callable(hook):
-                msg = f"`{option}` must be a callable"
-                raise TypeError(msg)
-        if max_concurrency < 1:
-            msg = "`max_concurrency` must be at least 1"
-            raise ValueError(msg)
-        check_positive("timeout", timeout)
-        check_positive("exit_timeout", exit_timeout, allow_zero=True)
-        process = _process_isolation(isolation, metrics, sinks, reference_provider)
-        self.metrics = [] if process else check_metrics(metrics)
-        self.sinks = [] if process else check_sinks(sinks)
-        self.sample_rate = check_rate(sample_rate)
-        self.exit_timeout = exit_timeout
+        self.settings = HandlerSettings(
+            metrics=metrics,
+            sinks=sinks,
+            sample_rate=sample_rate,
+            question_from=question_from,
+            answer_from=answer_from,
+            reference_provider=reference_provider,
+            max_queue_size=max_queue_size,
+            max_concurrency=max_concurrency,
+            rate_limit_per_minute=rate_limit_per_minute,
+            timeout=timeout,
+            trace_judge=trace_judge,
+            max_open_traces=max_open_traces,
+            sink_queue_size=sink_queue_size,
+            exit_timeout=exit_timeout,
+            name=name,
+            isolation=isolation,
+        )
+        self.metrics = self.settings.metrics
+        self.sinks = self.settings.sinks
+        self.sample_rate = self.settings.sample_rate
+        self.exit_timeout = self.settings.exit_timeout
         self.name = name
         self._counters = Counters()
         self._failures = FailureLog()
         self._tracker = TraceTracker(
             max_open_traces=max_open_traces, find_trace_id=langsmith_trace_id
         )
-        shared: dict[str, Any] = {
-            "question_from": question_from,
-            "answer_from": answer_from,
-            "max_queue_size": max_queue_size,
-            "max_concurrency": max_concurrency,
-            "rate_limit_per_minute": rate_limit_per_minute,
-            "timeout": timeout,
-            "trace_judge": trace_judge,
-            "name": name,
-            "counters": self._counters,
-            "failures": self._failures,
-            "on_start": partial(_register_exit, weakref.ref(self)),
-        }
         self._background: Background | IsolatedBackground
+        process = self.settings.process
         if process is not None:
-            self._background = IsolatedBackground(isolation=process, **shared)
+            self._background = IsolatedBackground(
+                self.settings, process, counters=self._counters, failures=self._failures
+            )
         else:
             self._background = Background(
-                metrics=self.metrics,
-                sinks=self.sinks,
-                reference_provider=reference_provider,
-                **shared,
+                self.settings, counters=self._counters, failures=self._failures
             )
         self.engine = self._background.engine
         self._finalizer = weakref.finalize(self, self._background.stop_when_idle)
@@ -207,9 +164,11 @@ class RagMetricsCallbackHandler(BaseCallbackHandler):
 
     @property
     def stats(self) -> HandlerStats:
-        """A snapshot of the counters (see :class:`HandlerStats`)."""
+        """A snapshot of the counters and of each sink's figures (see :class:`HandlerStats`)."""
         return self._counters.snapshot(
-            queued=self._background.queued, open_traces=self._tracker.open_traces
+            queued=self._background.queued,
+            open_traces=self._tracker.open_traces,
+            sinks=self._background.sink_stats(),
         )
 
     @property
@@ -220,29 +179,36 @@ class RagMetricsCallbackHandler(BaseCallbackHandler):
     def reset_stats(self) -> None:
         """Zero the counters and log every failure kind once again."""
         self._counters.reset()
+        self._background.reset_sink_stats()
         self._failures.reset()
 
-    def flush(self, timeout: float | None = None) -> bool:
+    def flush(self, timeout: float | None = DEFAULT_CLOSE_TIMEOUT) -> bool:
         """Wait until the retrievals enqueued before this call are scored and delivered.
 
         Args:
-            timeout: Seconds to wait at most (None: until done).
+            timeout: Seconds to wait at most (default 30; None: until done, which a hung
+                sink or judge can make forever).
 
         Returns:
-            True when everything was done in time; otherwise False, and
-            ``stats.pending_at_deadline`` says how many retrievals were still pending.
+            True when everything was done in time; otherwise False:
+            ``stats.pending_at_deadline`` says how many retrievals were still being scored
+            and ``stats.sinks[key].pending`` how many results each sink still holds.
+            Nothing is dropped by a flush.
         """
         return self._background.flush(timeout)
 
-    async def aflush(self, timeout: float | None = None) -> bool:
+    async def aflush(self, timeout: float | None = DEFAULT_CLOSE_TIMEOUT) -> bool:
         """:meth:`flush` without blocking the event loop."""
         return await asyncio.to_thread(self.flush, timeout)
 
-    def close(self, timeout: float | None = None) -> bool:
+    def close(self, timeout: float | None = DEFAULT_CLOSE_TIMEOUT) -> bool:
         """Flush, then stop the background threads and close the sinks (idempotent).
 
-        New retrievals are dropped from now on. Work still unfinished at the deadline is
-        cancelled and counted in ``stats.abandoned`` (and ``stats.pending_at_deadline``).
+        Returns within ``timeout`` (default 30 s, plus a 2 s grace to stop the worker) even
+        when a judge or a sink hangs. New retrievals are dropped from now on. Work still
+        unfinished at the deadline is cancelled: retrievals are counted in
+        ``stats.abandoned`` (and ``stats.pending_at_deadline``), undelivered results in
+        ``stats.sinks[key].dropped``, and a warning names what was left.
 
         Returns:
             True when everything finished and shut down in time.
@@ -254,11 +220,10 @@ class RagMetricsCallbackHandler(BaseCallbackHandler):
                 return True
             self._closed = True
         done = self._background.close(timeout)
-        _exit.unregister(self)
         self._finalizer.detach()
         return done
 
-    async def aclose(self, timeout: float | None = None) -> bool:
+    async def aclose(self, timeout: float | None = DEFAULT_CLOSE_TIMEOUT) -> bool:
         """:meth:`close` without blocking the event loop."""
         return await asyncio.to_thread(self.close, timeout)
 
@@ -271,7 +236,7 @@ class RagMetricsCallbackHandler(BaseCallbackHandler):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.close(self.exit_timeout)
+        self.close()
 
     def __copy__(self) -> Self:
         return self
@@ -279,37 +244,17 @@ class RagMetricsCallbackHandler(BaseCallbackHandler):
     def __deepcopy__(self, memo: dict[int, Any]) -> Self:
         return self
 
-    def _flush_at_exit(self) -> None:
-        """The interpreter-exit hook: close within ``exit_timeout``; never raises.
-
-        Work still queued at the deadline is cancelled and reported. A judge request already
-        in flight is not interrupted: give the judge a request timeout to bound it.
-        """
-        with contextlib.suppress(Exception):
-            self.close(self.exit_timeout)
-            left = self._counters.snapshot(queued=0, open_traces=0).pending_at_deadline
-            if left:
-                logger.warning(
-                    "ragmetrics: %d retrievals were still pending at interpreter exit "
-                    "(not scored); raise exit_timeout or flush() before exiting",
-                    left,
-                )
-
     # --------------------------------------------------------------- what LangChain sees
 
-    @property
-    @override
-    def ignore_llm(self) -> bool:
-        return True  # model runs never parent a retrieval; skipping them saves per-token calls
+    # Model runs are not tracked (they never parent a retrieval); of their events only the
+    # streamed tokens matter (the partial answer of a stream closed early), which come with
+    # ``ignore_llm`` off. Chat-model starts stay ignored: that saves a dispatch per call.
+    # Agent events stay on: in langchain-core ``ignore_agent`` also silences the tool
+    # callbacks, and a retriever called by a tool must be linked to the request's trace.
 
     @property
     @override
     def ignore_chat_model(self) -> bool:
-        return True
-
-    @property
-    @override
-    def ignore_agent(self) -> bool:
         return True
 
     @property
@@ -335,6 +280,25 @@ class RagMetricsCallbackHandler(BaseCallbackHandler):
         **kwargs: Any,
     ) -> None:
         self._start("on_chain_start", run_id, parent_run_id, inputs, metadata)
+
+    @override
+    def on_llm_new_token(
+        self,
+        token: str | list[str | dict[str, Any]],
+        *,
+        chunk: GenerationChunk | ChatGenerationChunk | None = None,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        tags: list[str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        text = token if isinstance(token, str) else ("" if chunk is None else chunk.text)
+        if not text or parent_run_id is None:
+            return
+        try:
+            self._tracker.token(run_id, parent_run_id, text)
+        except Exception as exc:
+            self._internal_error("on_llm_new_token", exc)
 
     @override
     def on_tool_start(
@@ -412,7 +376,8 @@ class RagMetricsCallbackHandler(BaseCallbackHandler):
         parent_run_id: UUID | None = None,
         **kwargs: Any,
     ) -> None:
-        self._fail("on_chain_error", run_id)
+        # GeneratorExit: the consumer closed a stream early; the trace is finished, not failed.
+        self._fail("on_chain_error", run_id, closed_early=isinstance(error, GeneratorExit))
 
     @override
     def on_tool_error(
@@ -480,9 +445,9 @@ class RagMetricsCallbackHandler(BaseCallbackHandler):
         except Exception as exc:
             self._internal_error(event, exc)
 
-    def _fail(self, event: str, run_id: UUID) -> None:
+    def _fail(self, event: str, run_id: UUID, *, closed_early: bool = False) -> None:
         try:
-            finished = self._tracker.fail(run_id)
+            finished = self._tracker.fail(run_id, closed_early=closed_early)
             if finished is not None:
                 self._dispatch(finished)
         except Exception as exc:
@@ -495,7 +460,7 @@ class RagMetricsCallbackHandler(BaseCallbackHandler):
             return
         captures = finished.captures
         trace_id = (captures[0].trace_id or finished.root_run_id) if captures else None
-        sampled = trace_id is not None and is_sampled(trace_id, self.sample_rate)
+        sampled = trace_id is not None and is_sampled(trace_id, self.settings.sample_rate)
         count = len(captures)
         self._counters.add(traces=1, seen=count, sampled=count if sampled else 0)
         if sampled:

@@ -1,8 +1,9 @@
 """Where online results go: a file, a logger, a list, or any function.
 
-Sinks are called on the handler's sink thread, one call at a time, never on the caller's
-thread. ``flush`` and ``close`` run there too. A sink that raises is logged once per kind
-and counted in ``stats.sink_errors``; the other sinks still run.
+Each sink has its own bounded outbox and delivery thread: its methods are called there, one
+call at a time, never on the caller's thread and never on another sink's. A sink that
+raises is logged once per kind and counted in ``stats.sinks[key].errors``; a sink that hangs
+only fills its own outbox (overflow counted in ``dropped``). The other sinks go on.
 """
 
 from __future__ import annotations
@@ -14,17 +15,45 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from typing_extensions import override
 
 from langchain_ragmetrics.callbacks._records import OnlineResult
+from langchain_ragmetrics.errors import SinkUnavailableError
 
-__all__ = ["BaseSink", "CallableSink", "InMemorySink", "JsonlSink", "LoggingSink"]
+__all__ = [
+    "BaseSink",
+    "CallableSink",
+    "InMemorySink",
+    "JsonlSink",
+    "LoggingSink",
+    "SinkUnavailableError",
+    "escape_unencodable",
+]
+
+
+def escape_unencodable(value: Any) -> Any:
+    r"""``value`` with every string made UTF-8 safe: lone surrogates become ``\udXXX``.
+
+    Strings inside dicts and lists are escaped too; other values are returned unchanged.
+    Text from documents and models can hold lone surrogates, which no UTF-8 writer accepts.
+    """
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "backslashreplace").decode("utf-8")
+        return value
+    if isinstance(value, dict):
+        return {escape_unencodable(k): escape_unencodable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [escape_unencodable(v) for v in value]
+    return value
 
 
 class BaseSink(ABC):
-    """Receives every metric result of every scored retrieval."""
+    """Receives every metric result of every scored retrieval, on its own delivery thread."""
 
     @property
     def name(self) -> str:
@@ -33,13 +62,19 @@ class BaseSink(ABC):
 
     @abstractmethod
     def emit(self, item: OnlineResult) -> None:
-        """Deliver one result (called on the sink thread)."""
+        """Deliver one result (called on this sink's thread).
+
+        Raise :class:`SinkUnavailableError` to refuse it without trying (counted as dropped).
+        """
 
     def flush(self, timeout: float | None = None) -> None:  # noqa: B027 - optional hook
         """Push buffered results out, waiting at most ``timeout`` seconds."""
 
     def close(self, timeout: float | None = None) -> None:
-        """Flush and release resources; called once by the handler's ``close``."""
+        """Flush and release resources; called once by the handler's ``close``.
+
+        Must return within ``timeout`` (the handler stops waiting for it then anyway).
+        """
         self.flush(timeout)
 
 
@@ -81,7 +116,7 @@ class CallableSink(BaseSink):
     """Calls ``fn(result)`` for every result (a metrics client, a queue, a database ...).
 
     Args:
-        fn: Called on the sink thread with each :class:`OnlineResult`.
+        fn: Called on the sink's thread with each :class:`OnlineResult`.
     """
 
     def __init__(self, fn: Callable[[OnlineResult], object]) -> None:
@@ -104,7 +139,8 @@ class LoggingSink(BaseSink):
     """Logs one line per result; failed results at WARNING or above.
 
     The flat record (see :meth:`OnlineResult.to_record`) rides along as
-    ``extra={"ragmetrics": ...}`` for structured-logging handlers.
+    ``extra={"ragmetrics": ...}`` for structured-logging handlers. Text that cannot be
+    encoded (lone surrogates) is escaped, so no handler drops the line.
 
     Args:
         logger: Defaults to ``logging.getLogger("langchain_ragmetrics.online")``.
@@ -122,9 +158,9 @@ class LoggingSink(BaseSink):
         if not self.logger.isEnabledFor(level):
             return
         if result.failed:
-            outcome = f"failed ({result.error})"
+            outcome = f"failed ({escape_unencodable(result.error)})"
         elif result.skipped:
-            outcome = f"skipped ({result.reason})"
+            outcome = f"skipped ({escape_unencodable(result.reason)})"
         else:
             outcome = f"{result.score:.3f}"
         self.logger.log(
@@ -133,18 +169,20 @@ class LoggingSink(BaseSink):
             result.metric,
             outcome,
             item.trace_id or item.root_run_id,
-            item.retriever,
-            item.question,
-            extra={"ragmetrics": item.to_record()},
+            escape_unencodable(item.retriever),
+            escape_unencodable(item.question),
+            extra={"ragmetrics": escape_unencodable(item.to_record())},
         )
 
 
 class JsonlSink(BaseSink):
-    """Appends one JSON object per result to a file, written and flushed line by line.
+    r"""Appends one JSON object per result to a file, written and flushed line by line.
 
     Each line has ``timestamp``, ``trace_id``, ``root_run_id``, ``run_id``, ``retriever``,
     ``tags``, ``question``, ``metric``, ``score`` (null when failed or skipped), ``skipped``,
-    ``reason``, ``error``, ``details``, ``usage``, ``judge`` and ``latency_s``.
+    ``reason``, ``error``, ``details``, ``usage``, ``judge`` and ``latency_s``. Lone
+    surrogates are written as JSON escapes (``\ud800``): reading the line back gives the
+    original text.
 
     Args:
         path: The file; created on first write, appended to if it exists.
@@ -184,7 +222,9 @@ class JsonlSink(BaseSink):
         line = json.dumps(record, ensure_ascii=False, default=str, allow_nan=False)
         with self._lock:
             if self._file is None or self._file.closed:
-                self._file = self.path.open("a", encoding="utf-8")
+                # Only lone surrogates cannot be encoded; they sit inside JSON strings,
+                # where the backslash escape is valid JSON for the same code point.
+                self._file = self.path.open("a", encoding="utf-8", errors="backslashreplace")
             self._file.write(line + "\n")
             self._file.flush()
 

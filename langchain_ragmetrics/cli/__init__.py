@@ -17,7 +17,7 @@ from langchain_ragmetrics.cli._common import ExitCode, build_judge, error, no_ke
 __all__ = ["ExitCode", "build_judge", "build_parser", "main", "no_key_message"]
 
 # Sub-command modules, in the order ``--help`` lists them; each has ``register(commands)``.
-_COMMANDS: tuple[str, ...] = ("evaluate", "demo", "monitor", "check-judge")
+_COMMANDS: tuple[str, ...] = ("evaluate", "compare", "report", "demo", "monitor", "check-judge")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -26,7 +26,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(
         prog="ragmetrics",
-        description="Retrieval-quality metrics for RAG: evaluate a dataset, or run the demo.",
+        description="Retrieval-quality metrics for RAG: evaluate a dataset, compare and report "
+        "saved runs, monitor a LangSmith project, check a judge, or run the demo.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="{" + ",".join(_COMMANDS) + "}")

@@ -18,6 +18,7 @@ __all__ = [
     "echo",
     "error",
     "exit_codes_help",
+    "fraction",
     "no_key_message",
     "positive_float",
     "positive_int",
@@ -36,6 +37,9 @@ class ExitCode(IntEnum):
     INVALID_DATASET = 5
     MISSING_COLUMNS = 6
     NO_API_KEY = 7
+    PREFLIGHT_FAILED = 8
+    QUALITY_GATE = 9
+    REGRESSION = 10
     JUDGE_DISAGREES = 11
     INTERRUPTED = 130
 
@@ -49,6 +53,11 @@ _MEANING: dict[ExitCode, str] = {
     ExitCode.INVALID_DATASET: "the dataset cannot be read or has malformed rows (all listed)",
     ExitCode.MISSING_COLUMNS: "a metric needs a column that no row has",
     ExitCode.NO_API_KEY: "an LLM-judged metric was asked for but no judge is configured",
+    ExitCode.PREFLIGHT_FAILED: "checked before any paid call: --out not writable, cache unusable, "
+    "or the judge unreachable / failing / without structured output",
+    ExitCode.QUALITY_GATE: "a --fail-under threshold or --max-failed-rate was missed, or every "
+    "job failed",
+    ExitCode.REGRESSION: "compare: a metric dropped by more than --max-drop",
     ExitCode.JUDGE_DISAGREES: "check-judge: a metric's agreement with the labels is below "
     "--min-agreement",
     ExitCode.INTERRUPTED: "Ctrl-C: the partial results were printed (and written with --out)",
@@ -94,6 +103,17 @@ def positive_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be positive, got {value:g}")
+    return value
+
+
+def fraction(text: str) -> float:
+    """An argparse type: a number between 0 and 1 (a rate, a drop in score)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number such as 0.05, got {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {value:g}")
     return value
 
 

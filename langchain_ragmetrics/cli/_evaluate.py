@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import random
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langchain_ragmetrics.cli._common import (
     ExitCode,
@@ -13,11 +14,15 @@ from langchain_ragmetrics.cli._common import (
     echo,
     error,
     exit_codes_help,
+    fraction,
     no_key_message,
     positive_float,
     positive_int,
     split_names,
 )
+
+if TYPE_CHECKING:
+    from langchain_ragmetrics._dataset import LoadedDataset
 
 __all__ = ["register"]
 
@@ -40,8 +45,9 @@ def register(commands: Any) -> None:
     evaluate.add_argument("dataset", type=Path, help="dataset file (.jsonl, .json or .csv)")
     evaluate.add_argument(
         "--metrics",
-        required=True,
-        help=f"comma-separated metric names; known: {known}",
+        default=None,
+        help="comma-separated metric names (default: every metric the dataset's columns allow; "
+        f"LLM-judged ones only when a judge is configured); known: {known}",
     )
     add_judge_options(evaluate)
     evaluate.add_argument(
@@ -60,40 +66,165 @@ def register(commands: Any) -> None:
         "--out", type=Path, default=None, help="write per-row results to a .jsonl or .csv file"
     )
     evaluate.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    subset = evaluate.add_mutually_exclusive_group()
+    subset.add_argument(
+        "--limit", type=positive_int, default=None, help="score only the first N rows"
+    )
+    subset.add_argument(
+        "--sample",
+        type=positive_int,
+        default=None,
+        help="score N rows drawn at random (reproducible with --seed)",
+    )
+    evaluate.add_argument(
+        "--seed", type=int, default=0, help="random seed of --sample (default: %(default)s)"
+    )
+    gates = evaluate.add_argument_group("CI gates (exit code 9 when missed)")
+    gates.add_argument(
+        "--fail-under",
+        default=None,
+        metavar="METRIC=MIN,...",
+        help="lowest acceptable MEAN score per metric over its scored rows (failed and skipped "
+        "rows do not count), e.g. context_recall=0.7,context_precision=0.6",
+    )
+    gates.add_argument(
+        "--max-failed-rate",
+        type=fraction,
+        default=None,
+        metavar="RATE",
+        help="highest acceptable share of failed jobs, e.g. 0.05 (a run where every job failed "
+        "always exits 9)",
+    )
+    checks = evaluate.add_argument_group("pre-flight and cache")
+    checks.add_argument(
+        "--no-preflight",
+        action="store_true",
+        help="skip the one tiny test request sent to the judge before scoring",
+    )
+    checks.add_argument(
+        "--cache",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="verdict cache file (default: ragmetrics/verdicts.sqlite3 under the user's cache "
+        "directory); an unchanged re-run makes no judge call",
+    )
+    checks.add_argument(
+        "--no-cache", action="store_true", help="neither read nor write the verdict cache"
+    )
     evaluate.set_defaults(handler=_evaluate_command)
 
 
-def _evaluate_command(args: argparse.Namespace) -> int:
+def _check_writable(out: Path) -> str | None:
+    """Create ``out``'s parents and prove the file can be written; why not, if it cannot."""
+    existed = out.exists()
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with out.open("a", encoding="utf-8"):
+            pass
+    except OSError as exc:
+        return f"cannot write --out {out}: {exc.strerror or exc}"
+    if not existed:
+        out.unlink(missing_ok=True)
+    return None
+
+
+def _subset(
+    data: LoadedDataset, *, limit: int | None, sample: int | None, seed: int
+) -> LoadedDataset:
+    """The first ``limit`` rows, or ``sample`` rows drawn with ``seed`` (in dataset order)."""
+    from dataclasses import replace
+
+    count = len(data.samples)
+    if limit is not None:
+        keep = list(range(min(limit, count)))
+    elif sample is not None:
+        keep = sorted(
+            random.Random(seed).sample(  # noqa: S311 - sampling rows, not crypto
+                range(count), min(sample, count)
+            )
+        )
+    else:
+        return data
+    return replace(data, samples=[data.samples[i] for i in keep], refs=[data.refs[i] for i in keep])
+
+
+def _default_metrics(data: LoadedDataset, *, judge_available: bool) -> tuple[list[Any], str]:
+    """The metrics whose fields some row has, and a line telling the user what was picked."""
+    from langchain_ragmetrics.evaluation import is_judged, metric_classes, metric_from_name
+
+    picked, left_out = [], []
+    for name in metric_classes():
+        metric = metric_from_name(name)
+        usable = False
+        for row in data.samples:
+            try:
+                metric.validate_sample(row)
+            except ValueError:
+                continue
+            usable = True
+            break
+        if not usable:
+            continue
+        if is_judged(metric) and not judge_available:
+            left_out.append(name)
+        else:
+            picked.append(metric)
+    note = "No --metrics given; scoring what the dataset's columns allow: " + (
+        ", ".join(m.metric_name for m in picked) or "nothing"
+    )
+    if left_out:
+        note += f" (not {', '.join(left_out)}: no judge configured, see OPENAI_API_KEY)"
+    return picked, note
+
+
+def _evaluate_command(args: argparse.Namespace) -> int:  # noqa: PLR0915 - one linear flow
+    from langchain_ragmetrics._cache import VerdictCache
     from langchain_ragmetrics._dataset import read_dataset
     from langchain_ragmetrics._text import check_language
+    from langchain_ragmetrics.errors import CacheError
     from langchain_ragmetrics.evaluation import (
         DatasetError,
         JudgeSetupError,
         MissingFieldError,
+        PreflightError,
         UnknownMetricError,
         evaluate,
         is_judged,
         metric_from_name,
     )
+    from langchain_ragmetrics.evaluation._gates import gate_problems, parse_thresholds
 
     out: Path | None = args.out
     if out is not None and out.suffix.lower() not in _OUTPUT_SUFFIXES:
         error(f"--out must end in {' or '.join(_OUTPUT_SUFFIXES)}, got {str(out)!r}")
         return ExitCode.USAGE
-    names = split_names(args.metrics)
-    if not names:
-        error("--metrics is empty")
-        return ExitCode.USAGE
-    try:
-        metrics = [metric_from_name(name) for name in names]
-    except UnknownMetricError as exc:
-        error(str(exc))
-        return ExitCode.UNKNOWN_METRIC
+    thresholds: dict[str, float] = {}
+    if args.fail_under is not None:
+        try:
+            thresholds = parse_thresholds(args.fail_under)
+        except ValueError as exc:
+            error(f"--fail-under: {exc}")
+            return ExitCode.USAGE
+    metrics = None
+    if args.metrics is not None:
+        names = split_names(args.metrics)
+        if not names:
+            error("--metrics is empty")
+            return ExitCode.USAGE
+        try:
+            metrics = [metric_from_name(name) for name in names]
+        except UnknownMetricError as exc:
+            error(str(exc))
+            return ExitCode.UNKNOWN_METRIC
     try:
         language = check_language(args.language, field="--language") if args.language else None
     except ValueError as exc:
         error(str(exc))
         return ExitCode.USAGE
+    if out is not None and (problem := _check_writable(out)) is not None:
+        error(problem)
+        return ExitCode.PREFLIGHT_FAILED
     try:
         data = read_dataset(args.dataset)
     except FileNotFoundError:
@@ -102,9 +233,32 @@ def _evaluate_command(args: argparse.Namespace) -> int:
     except DatasetError as exc:
         error(str(exc))
         return ExitCode.INVALID_DATASET
+    data = _subset(data, limit=args.limit, sample=args.sample, seed=args.seed)
+
+    if metrics is None:
+        available = build_judge(args.model, args.base_url) is not None
+        metrics, note = _default_metrics(data, judge_available=available)
+        echo(note)
+        if not metrics:
+            error(f"{data.source}: no metric can score these columns; pass --metrics")
+            return ExitCode.MISSING_COLUMNS
+    columns = [m.metric_name for m in metrics]
+    unknown = [name for name in thresholds if name not in columns]
+    if unknown:
+        error(
+            f"--fail-under names {', '.join(unknown)}, not among the metrics: {', '.join(columns)}"
+        )
+        return ExitCode.USAGE
 
     judged = [m.metric_name for m in metrics if is_judged(m)]
     llm = build_judge(args.model, args.base_url) if judged else None
+    cache = None
+    if judged and not args.no_cache:
+        try:
+            cache = VerdictCache(args.cache)
+        except CacheError as exc:
+            error(f"{exc} (use --no-cache to run without it)")
+            return ExitCode.PREFLIGHT_FAILED
     try:
         result = evaluate(
             data,
@@ -114,6 +268,8 @@ def _evaluate_command(args: argparse.Namespace) -> int:
             max_concurrency=args.concurrency,
             timeout=args.timeout,
             show_progress=not args.no_progress,
+            cache=cache,
+            preflight=not args.no_preflight,
         )
     except MissingFieldError as exc:
         error(str(exc))
@@ -121,6 +277,12 @@ def _evaluate_command(args: argparse.Namespace) -> int:
     except JudgeSetupError:
         error(no_key_message(judged))
         return ExitCode.NO_API_KEY
+    except PreflightError as exc:
+        error(f"pre-flight check failed, nothing was scored: {exc}")
+        return ExitCode.PREFLIGHT_FAILED
+    finally:
+        if cache is not None:
+            cache.close()
 
     echo(result.summary())
     if out is not None:
@@ -130,4 +292,9 @@ def _evaluate_command(args: argparse.Namespace) -> int:
             error(f"cannot write {out}: {exc.strerror or exc}")
             return ExitCode.ERROR
         echo(f"Results written to {written}")
-    return ExitCode.INTERRUPTED if result.interrupted else ExitCode.OK
+    if result.interrupted:
+        return ExitCode.INTERRUPTED
+    problems = gate_problems(result, fail_under=thresholds, max_failed_rate=args.max_failed_rate)
+    for problem in problems:
+        error(f"quality gate: {problem}")
+    return ExitCode.QUALITY_GATE if problems else ExitCode.OK

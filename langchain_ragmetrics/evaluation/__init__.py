@@ -1,12 +1,20 @@
 """Offline evaluation: score a dataset with metrics and read the results as a table."""
 
+from langchain_ragmetrics._cache import VerdictCache
 from langchain_ragmetrics._dataset import RowProblem, load_dataset
 from langchain_ragmetrics.errors import (
+    CacheError,
+    ComparisonError,
     DatasetError,
     JudgeSetupError,
     MissingFieldError,
+    PreflightError,
+    QualityGateError,
+    ResultFileError,
     UnknownMetricError,
 )
+from langchain_ragmetrics.evaluation._compare import Comparison, MetricComparison, RowChange
+from langchain_ragmetrics.evaluation._preflight import preflight
 from langchain_ragmetrics.evaluation._registry import (
     is_judged,
     metric_classes,
@@ -24,18 +32,29 @@ from langchain_ragmetrics.evaluation._run import (
     aevaluate,
     evaluate,
 )
+from langchain_ragmetrics.evaluation._saved import RunInfo, sample_id
 
 __all__ = [
+    "CacheError",
+    "Comparison",
+    "ComparisonError",
     "DatasetError",
     "EvaluationResult",
     "EvaluationRow",
     "JudgeSetupError",
+    "MetricComparison",
     "MetricSummary",
     "MissingFieldError",
+    "PreflightError",
+    "QualityGateError",
     "ResultCallback",
+    "ResultFileError",
+    "RowChange",
     "RowProblem",
+    "RunInfo",
     "Status",
     "UnknownMetricError",
+    "VerdictCache",
     "aevaluate",
     "evaluate",
     "is_judged",
@@ -43,4 +62,6 @@ __all__ = [
     "metric_classes",
     "metric_from_name",
     "metric_names",
+    "preflight",
+    "sample_id",
 ]

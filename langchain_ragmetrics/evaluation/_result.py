@@ -13,12 +13,16 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 from typing_extensions import override
 
+from langchain_ragmetrics.evaluation._saved import SAMPLE_FIELDS, RunInfo
 from langchain_ragmetrics.schema import MetricResult, RagSample, Usage
 
 if TYPE_CHECKING:
     import os
+    from collections.abc import Mapping
 
     import pandas as pd
+
+    from langchain_ragmetrics.evaluation._compare import Comparison
 
 __all__ = [
     "NOT_RUN_ERROR",
@@ -36,17 +40,6 @@ Status = Literal["scored", "failed", "skipped", "not_run"]
 NOT_RUN_ERROR = "not run: the evaluation was interrupted"
 """The error exports show for jobs that never finished."""
 
-_SAMPLE_FIELDS = (
-    "question",
-    "contexts",
-    "context_ids",
-    "answer",
-    "reference",
-    "reference_contexts",
-    "reference_context_ids",
-    "language",
-)
-
 
 def status_of(result: MetricResult | None) -> Status:
     """Classify a job: scored, failed (NaN with an error), skipped (None) or not run."""
@@ -54,7 +47,7 @@ def status_of(result: MetricResult | None) -> Status:
         return "not_run"
     if result.failed:
         return "failed"
-    if result.score is None:
+    if result.skipped:
         return "skipped"
     return "scored"
 
@@ -131,6 +124,8 @@ class EvaluationResult(BaseModel):
     """Wall time of the evaluation, in seconds."""
     interrupted: bool = False
     """True when the run was stopped (Ctrl-C) before every job finished."""
+    info: RunInfo | None = None
+    """Run metadata (package version, judge, prompt hashes, dataset fingerprint, time)."""
 
     # ------------------------------------------------------------------ access
 
@@ -167,7 +162,7 @@ class EvaluationResult(BaseModel):
         finite = [s for r in results if r is not None and (s := r.finite_score) is not None]
         scores = np.asarray(finite, dtype=np.float64)
         nan = math.nan
-        usage = sum((r.usage for r in results if r is not None), Usage())
+        usage = Usage.total(r.usage for r in results if r is not None)
         judge = next((r.judge for r in results if r is not None and r.judge), None)
         return MetricSummary(
             metric=metric,
@@ -186,8 +181,8 @@ class EvaluationResult(BaseModel):
     @property
     def usage(self) -> Usage:
         """Tokens and judge calls of the whole evaluation."""
-        return sum(
-            (r.usage for row in self.rows for r in row.results.values() if r is not None), Usage()
+        return Usage.total(
+            r.usage for row in self.rows for r in row.results.values() if r is not None
         )
 
     @property
@@ -210,10 +205,12 @@ class EvaluationResult(BaseModel):
     def _sample_columns(self, row: EvaluationRow) -> dict[str, Any]:
         data = row.sample.model_dump()
         out: dict[str, Any] = {"row": row.position + 1}
-        out.update({name: data[name] for name in _SAMPLE_FIELDS})
-        taken = set(out) | {
-            f"{m}{suffix}" for m in self.metrics for suffix in ("", "_reason", "_error")
-        }
+        out.update({name: data[name] for name in SAMPLE_FIELDS})
+        taken = (
+            set(out)
+            | {"location", "results"}
+            | {f"{m}{suffix}" for m in self.metrics for suffix in ("", "_reason", "_error")}
+        )
         for key, value in row.sample.metadata.items():
             out[key if key not in taken else f"metadata.{key}"] = value
         return out
@@ -262,19 +259,39 @@ class EvaluationResult(BaseModel):
         return frame
 
     def to_jsonl(self, path: str | os.PathLike[str]) -> Path:
-        """Write one JSON object per sample (full results nested under ``results``).
+        """Write the run: a header line with its metadata, then one JSON object per sample.
 
-        NaN scores are written as null; ``status`` tells failed, skipped and not run apart.
+        Each sample line holds the sample's fields, its metadata keys, ``location`` and the
+        full result per metric under ``results`` (NaN scores are written as null; ``status``
+        tells failed, skipped and not run apart). Missing parent directories are created.
+        :meth:`load` reads the file back; the dataset loader reads it as a dataset.
         """
+        from langchain_ragmetrics.evaluation._saved import header_line
+
         target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
         with target.open("w", encoding="utf-8") as out:
+            out.write(header_line(self) + "\n")
             for row in self.rows:
                 record = self._sample_columns(row)
+                record["location"] = row.location
                 record["results"] = {
                     name: self._result_json(row.results.get(name)) for name in self.metrics
                 }
                 out.write(_json(record) + "\n")
         return target
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> EvaluationResult:
+        """Read a run saved with :meth:`to_jsonl` (scores, reasons, details, usage, metadata).
+
+        Raises:
+            FileNotFoundError: The file does not exist.
+            ResultFileError: A line cannot be read back (file and line named).
+        """
+        from langchain_ragmetrics.evaluation._saved import read_result
+
+        return read_result(path)
 
     @staticmethod
     def _result_json(result: MetricResult | None) -> dict[str, Any]:
@@ -289,6 +306,7 @@ class EvaluationResult(BaseModel):
         records = self.to_records()
         columns = list(dict.fromkeys(key for record in records for key in record))
         target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
         with target.open("w", encoding="utf-8", newline="") as out:
             writer = csv.DictWriter(out, fieldnames=columns)
             writer.writeheader()
@@ -306,7 +324,77 @@ class EvaluationResult(BaseModel):
             return _json(value)
         return value
 
+    # ------------------------------------------------------------------ gates and comparison
+
+    def check(
+        self,
+        *,
+        fail_under: Mapping[str, float] | None = None,
+        max_failed_rate: float | None = None,
+    ) -> EvaluationResult:
+        """Raise :class:`QualityGateError` when the run misses a gate; return self otherwise.
+
+        Args:
+            fail_under: Per metric, the lowest acceptable MEAN score (failed and skipped rows
+                do not count), e.g. ``{"context_recall": 0.7}``.
+            max_failed_rate: Highest acceptable share of failed jobs, e.g. ``0.05``.
+
+        A run in which every job failed never passes. The error lists every missed gate.
+
+        Raises:
+            QualityGateError: A gate was missed (also an AssertionError, for pytest).
+            KeyError: ``fail_under`` names a metric this run does not have.
+        """
+        from langchain_ragmetrics.errors import QualityGateError
+        from langchain_ragmetrics.evaluation._gates import gate_problems
+
+        problems = gate_problems(self, fail_under=fail_under, max_failed_rate=max_failed_rate)
+        if problems:
+            raise QualityGateError(problems)
+        return self
+
+    def compare(
+        self, base: EvaluationResult, *, seed: int = 0, resamples: int = 2000
+    ) -> Comparison:
+        """Compare this run with an earlier one (``base``), row by row.
+
+        Rows are matched by sample id (the sample's ``id`` / ``sample_id``, else a hash of
+        its question and reference). Per metric: both means, the mean paired difference
+        (this run minus base) with a seeded bootstrap 95 % interval, and the rows that got
+        worse most.
+        """
+        from langchain_ragmetrics.evaluation._compare import compare_results
+
+        return compare_results(base, self, seed=seed, resamples=resamples)
+
     # ------------------------------------------------------------------ display
+
+    def to_html(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        compare: EvaluationResult | None = None,
+    ) -> str:
+        """A self-contained HTML report (inline CSS and SVG, opens offline).
+
+        Summary table, a score histogram per metric, the worst samples with their reasons
+        and verdicts, and, with ``compare`` (an earlier run), the comparison view.
+        Written to ``path`` when given (parents created); the HTML is returned either way.
+        """
+        from langchain_ragmetrics.evaluation._html import render_report
+
+        html = render_report(self, base=compare)
+        if path is not None:
+            target = Path(path)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(html, encoding="utf-8")
+        return html
+
+    def _repr_html_(self) -> str:
+        """The report, inline in a notebook."""
+        from langchain_ragmetrics.evaluation._html import render_report
+
+        return render_report(self, base=None, standalone=False)
 
     def summary(self) -> str:
         """The summary table: per-metric aggregates, usage, and the first failures."""

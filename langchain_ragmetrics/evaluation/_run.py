@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from langchain_ragmetrics._cache import CacheLike, resolve_cache
 from langchain_ragmetrics._dataset import (
     DatasetLike,
     LoadedDataset,
@@ -19,8 +20,10 @@ from langchain_ragmetrics._engine import Job, ScoringEngine
 from langchain_ragmetrics._progress import Progress
 from langchain_ragmetrics._text import check_language
 from langchain_ragmetrics.errors import JudgeSetupError
+from langchain_ragmetrics.evaluation._preflight import DEFAULT_PREFLIGHT_TIMEOUT, preflight_metrics
 from langchain_ragmetrics.evaluation._registry import metric_from_name
 from langchain_ragmetrics.evaluation._result import EvaluationResult, EvaluationRow, column_names
+from langchain_ragmetrics.evaluation._saved import run_info
 from langchain_ragmetrics.metrics import BaseRagMetric, JudgedMetric
 from langchain_ragmetrics.schema import _ALIASES, MetricResult
 
@@ -44,8 +47,9 @@ def prepare_metrics(
     *,
     llm: BaseChatModel | None = None,
     language: str | None = None,
+    cache: CacheLike = None,
 ) -> list[BaseRagMetric]:
-    """Copies of the metrics with ``llm`` / ``language`` filled in where they have none.
+    """Copies of the metrics with ``llm`` / ``language`` / ``cache`` filled in where unset.
 
     Names (``"context_recall"``) are built from the registry. The caller's metric objects are
     never modified.
@@ -56,6 +60,7 @@ def prepare_metrics(
         msg = "pass at least one metric, e.g. metrics=[ContextRecall(), ContextPrecision()]"
         raise ValueError(msg)
     lang = check_language(language) if language is not None else None
+    verdicts = resolve_cache(cache)
     out = []
     for item in metrics:
         metric = metric_from_name(item) if isinstance(item, str) else item
@@ -67,6 +72,8 @@ def prepare_metrics(
             update["llm"] = llm
         if lang is not None and metric.language is None:
             update["language"] = lang
+        if verdicts is not None and isinstance(metric, JudgedMetric) and metric.cache is None:
+            update["cache"] = verdicts
         out.append(metric.model_copy(update=update))
     return out
 
@@ -222,6 +229,7 @@ class _Run:
             source=self.data.source,
             elapsed_s=self.elapsed,
             interrupted=interrupted,
+            info=run_info(self.columns, self.metrics, self.data.samples),
         )
 
 
@@ -238,8 +246,9 @@ def _prepare(
     raise_exceptions: bool,
     config: RunnableConfig | None,
     on_result: ResultCallback | None,
+    cache: CacheLike = None,
 ) -> _Run:
-    prepared = prepare_metrics(metrics, llm=llm, language=language)
+    prepared = prepare_metrics(metrics, llm=llm, language=language, cache=cache)
     engine = ScoringEngine(
         max_concurrency=max_concurrency,
         timeout=timeout,
@@ -251,7 +260,15 @@ def _prepare(
     run = _Run(data, prepared, engine, show_progress=show_progress, on_result=on_result)
     check_fields(data, run.columns, prepared)
     _resolve_judges(prepared)
+    preflight_metrics(prepared, call=False)  # no tool calling: refused now, without a call
     return run
+
+
+def _preflight(run: _Run) -> None:
+    """The pre-flight request to each judge (skipped for judges whose calls are all cached)."""
+    preflight_metrics(
+        run.metrics, call=True, samples=run.data.samples, timeout=DEFAULT_PREFLIGHT_TIMEOUT
+    )
 
 
 def evaluate(
@@ -267,6 +284,8 @@ def evaluate(
     raise_exceptions: bool = False,
     config: RunnableConfig | None = None,
     on_result: ResultCallback | None = None,
+    cache: CacheLike = None,
+    preflight: bool = False,
 ) -> EvaluationResult:
     """Score every sample of a dataset with every metric.
 
@@ -294,6 +313,13 @@ def evaluate(
         config: RunnableConfig for the metric runs (callbacks, tags, metadata).
         on_result: Called with (row position, metric column, result) as each job finishes; a
             KeyboardInterrupt raised there stops the run like Ctrl-C.
+        cache: Verdict cache for the LLM-judged metrics that have none: a
+            :class:`~langchain_ragmetrics.VerdictCache`, a file path, or True for the default
+            file under the user's cache directory. An unchanged re-run then makes no judge
+            call; ``result.usage`` counts ``cache_hits`` and ``cache_misses``.
+        preflight: Send each judge one tiny structured request before scoring, so an
+            unreachable or unsuitable judge fails at once (a judge without tool calling /
+            structured output is always refused up front, without a call).
 
     Returns:
         The :class:`EvaluationResult`.
@@ -304,6 +330,7 @@ def evaluate(
         MissingFieldError: A metric needs a field that no row has.
         UnknownMetricError: A metric name is not known.
         JudgeSetupError: An LLM-judged metric has no judge and no OpenAI key is configured.
+        PreflightError: A judge cannot do structured output, or failed the pre-flight call.
     """
     run = _prepare(
         dataset,
@@ -317,7 +344,10 @@ def evaluate(
         raise_exceptions=raise_exceptions,
         config=config,
         on_result=on_result,
+        cache=cache,
     )
+    if preflight:
+        _preflight(run)
     completed = run.execute()
     return run.result(interrupted=not completed)
 
@@ -335,6 +365,8 @@ async def aevaluate(
     raise_exceptions: bool = False,
     config: RunnableConfig | None = None,
     on_result: ResultCallback | None = None,
+    cache: CacheLike = None,
+    preflight: bool = False,
 ) -> EvaluationResult:
     """Async twin of :func:`evaluate` (same arguments): ``ainvoke`` on the caller's event loop.
 
@@ -353,7 +385,10 @@ async def aevaluate(
         raise_exceptions=raise_exceptions,
         config=config,
         on_result=on_result,
+        cache=cache,
     )
+    if preflight:  # a blocking check, bounded: off the caller's event loop
+        await asyncio.to_thread(_preflight, run)
     inner = asyncio.ensure_future(run.aexecute())
     try:
         await inner

@@ -177,10 +177,6 @@ class MonitorSummary(BaseModel):
         return "\n".join(lines)
 
 
-def _failed(result: MetricResult) -> bool:
-    return result.failed or (result.score is not None and math.isnan(result.score))
-
-
 def _uuid(value: Any) -> UUID | None:
     return None if value is None else UUID(str(value))
 
@@ -582,12 +578,12 @@ class LangSmithMonitor:
     ) -> None:
         summary = self.summary
         run_id, metric = str(run.id), result.metric
-        if _failed(result):
+        if result.failed:
             summary.results_failed += 1
             if checkpoint.failed_attempt(run_id, metric) < self.max_attempts:
                 return  # retried on the next poll or run
         else:
-            summary.results_scored += int(result.score is not None)
+            summary.results_scored += int(not result.skipped)
         item = OnlineResult(
             trace_id=_uuid(run.trace_id),
             root_run_id=root.id if root is not None else run.id,
@@ -612,7 +608,7 @@ class LangSmithMonitor:
             summary.feedback_failed += 1
             return
         summary.feedback_sent += 1
-        checkpoint.settle(run_id, metric, "failed" if _failed(result) else "scored")
+        checkpoint.settle(run_id, metric, "failed" if result.failed else "scored")
         await self._to_sinks(item)
 
     async def _to_sinks(self, item: OnlineResult) -> None:

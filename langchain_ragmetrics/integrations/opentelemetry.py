@@ -18,7 +18,6 @@ Example::
 from __future__ import annotations
 
 import contextlib
-import math
 import threading
 import weakref
 from collections.abc import Iterable
@@ -181,9 +180,9 @@ class OpenTelemetrySink(BaseSink):
     def emit(self, item: OnlineResult) -> None:
         result = item.result
         attributes = metric_attributes(item)
-        if result.failed or (result.score is not None and math.isnan(result.score)):
+        if result.failed:
             self._failed.add(1, attributes)
-        elif result.score is None:
+        elif result.skipped or result.score is None:
             self._skipped.add(1, attributes)
         else:
             self._score.record(result.score, attributes)

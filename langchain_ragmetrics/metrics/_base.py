@@ -21,6 +21,7 @@ from langchain_core.runnables.config import get_executor_for_config, patch_confi
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 from typing_extensions import override
 
+from langchain_ragmetrics._cache import VerdictCache
 from langchain_ragmetrics._text import check_language, language_name
 from langchain_ragmetrics.errors import JudgeError
 from langchain_ragmetrics.metrics._judge import (
@@ -211,6 +212,8 @@ class JudgedMetric(BaseRagMetric):
     """Retries for transient errors and unparseable answers."""
     max_parallel_calls: int = Field(default=8, ge=1)
     """Upper bound on concurrent judge calls inside one sample (``per_context`` modes)."""
+    cache: VerdictCache | None = None
+    """Verdict cache consulted before each judge call (None: always ask the judge)."""
 
     _default_llm: BaseChatModel | None = PrivateAttr(default=None)
     _runners: dict[tuple[int, int, type[BaseModel]], JudgeRunner] = PrivateAttr(
@@ -288,13 +291,14 @@ class JudgedMetric(BaseRagMetric):
             return self._result(plan)
         if len(plan.calls) == 1:
             call = plan.calls[0]
-            outcomes = [call_judge(self.runner(call), call, config, self.retry)]
+            outcomes = [call_judge(self.runner(call), call, config, self.retry, self.cache)]
         else:
             limited = patch_config(config, max_concurrency=self.max_parallel_calls)
             with get_executor_for_config(limited) as pool:
                 outcomes = list(
                     pool.map(
-                        lambda c: call_judge(self.runner(c), c, config, self.retry), plan.calls
+                        lambda c: call_judge(self.runner(c), c, config, self.retry, self.cache),
+                        plan.calls,
                     )
                 )
         return self._finish(plan, outcomes)
@@ -308,7 +312,7 @@ class JudgedMetric(BaseRagMetric):
 
         async def one(call: JudgeCall) -> JudgeOutcome:
             async with gate:
-                return await acall_judge(self.runner(call), call, config, self.retry)
+                return await acall_judge(self.runner(call), call, config, self.retry, self.cache)
 
         outcomes = await asyncio.gather(*(one(c) for c in plan.calls))
         return self._finish(plan, outcomes)

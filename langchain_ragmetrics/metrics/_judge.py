@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from langchain_ragmetrics._cache import CachedCall
 from langchain_ragmetrics._gate import Admission, DeadlineExceededError, current_admission
 from langchain_ragmetrics.errors import JudgeConfigError
 from langchain_ragmetrics.schema import Usage
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
     from langchain_core.prompts import ChatPromptTemplate
     from langchain_core.runnables import Runnable, RunnableConfig
+
+    from langchain_ragmetrics._cache import VerdictCache
 
 __all__ = [
     "DEFAULT_JUDGE_MODEL",
@@ -348,13 +351,20 @@ class _Attempts:
 
 
 def call_judge(
-    runner: JudgeRunner, call: JudgeCall, config: RunnableConfig | None, policy: RetryPolicy
+    runner: JudgeRunner,
+    call: JudgeCall,
+    config: RunnableConfig | None,
+    policy: RetryPolicy,
+    cache: VerdictCache | None = None,
 ) -> JudgeOutcome:
     """Run one judge call synchronously with bounded retries; never raises for judge faults.
 
     Under the scoring engine each HTTP attempt spends one request of the engine's rate limit,
     and the job gives its concurrency slot back while it sleeps out a backoff.
     """
+    cached = CachedCall.open(cache, runner, call)
+    if cached is not None and cached.hit is not None:
+        return cached.hit
     state = _Attempts(call, policy)
     admission = current_admission()
     messages = runner.prompt.format_messages(**call.variables)
@@ -380,13 +390,20 @@ def call_judge(
         delay = None
         outcome = state.on_output(output)
         if outcome is not None:
-            return outcome
+            return outcome if cached is None else cached.store(outcome)
 
 
 async def acall_judge(
-    runner: JudgeRunner, call: JudgeCall, config: RunnableConfig | None, policy: RetryPolicy
+    runner: JudgeRunner,
+    call: JudgeCall,
+    config: RunnableConfig | None,
+    policy: RetryPolicy,
+    cache: VerdictCache | None = None,
 ) -> JudgeOutcome:
     """Async twin of :func:`call_judge`."""
+    cached = CachedCall.open(cache, runner, call)
+    if cached is not None and cached.hit is not None:
+        return cached.hit
     state = _Attempts(call, policy)
     admission = current_admission()
     messages = runner.prompt.format_messages(**call.variables)
@@ -412,4 +429,4 @@ async def acall_judge(
         delay = None
         outcome = state.on_output(output)
         if outcome is not None:
-            return outcome
+            return outcome if cached is None else cached.store(outcome)

@@ -18,10 +18,10 @@ def _unique(ids: list[str | None]) -> list[str]:
 
 
 def id_recall(retrieved: list[str | None], reference: list[str]) -> Verdict:
-    """Share of distinct reference ids that were retrieved; NaN without reference ids."""
+    """Share of distinct reference ids that were retrieved; None (skipped) without any."""
     ref = _unique(list(reference))
     if not ref:
-        return Verdict(float("nan"), "There are no reference context ids.")
+        return Verdict(None, "skipped: there are no reference context ids.")
     got = set(_unique(retrieved))
     found = [i for i in ref if i in got]
     details = {"found": found, "missing": [i for i in ref if i not in got]}

@@ -74,7 +74,7 @@ class NonLLMContextRecall(_SimilarityMetric):
     def score_matrix(self, matrix: np.ndarray[Any, np.dtype[np.float64]]) -> Verdict:
         n_retrieved, n_reference = matrix.shape
         if n_reference == 0:
-            return Verdict(float("nan"), "There are no reference contexts to recall.")
+            return Verdict(None, "skipped: there are no reference contexts to recall.")
         best = matrix.max(axis=0) if n_retrieved else np.zeros(n_reference)
         hits = best >= self.threshold
         details = {"best_similarity": [round(float(b), 4) for b in best], "recalled": hits.tolist()}

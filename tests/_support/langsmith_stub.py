@@ -15,6 +15,12 @@ logging feedback:
 * Projects: ``GET/POST /sessions``, ``GET/PATCH/DELETE /sessions/<id>``, with a
   stable id derived from the project name.
 
+Outages, for the online sink's tests: ``fail`` answers a status (500, 429 ...),
+``hang`` accepts a request and never answers it (until ``release_hangs`` or stop), a
+second ``POST /feedback`` with an id the stub already has gets 409 (as LangSmith answers),
+and the module functions ``refused_url`` (nothing listens) and ``silent_server`` (a port
+that accepts connections and never answers) stand for LangSmith unreachable.
+
 Nothing is ever sent beyond 127.0.0.1.
 """
 
@@ -26,6 +32,7 @@ import datetime as dt
 import gzip
 import json
 import re
+import socket
 import threading
 import time
 import uuid
@@ -37,7 +44,7 @@ from urllib.parse import parse_qs, urlsplit
 from tests._support.openai_server import LoopbackHandler, LoopbackServer
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping
+    from collections.abc import Callable, Iterable, Iterator, Mapping
 
 __all__ = [
     "LangSmithStub",
@@ -46,8 +53,10 @@ __all__ = [
     "decode_body",
     "parse_multipart",
     "project_id_for",
+    "refused_url",
     "run_matches_query",
     "runs_page",
+    "silent_server",
 ]
 
 _T = TypeVar("_T")
@@ -251,6 +260,9 @@ class LangSmithStub(LoopbackServer):
         self._feedback_log: list[tuple[str, dict[str, Any]]] = []
         self._projects: dict[str, dict[str, Any]] = {}
         self._fail_rules: list[_FailRule] = []
+        self._hang_prefixes: list[str] = []
+        self._hung = 0
+        self._release = threading.Event()
         self.page_size = 100
         """Runs per ``/runs/query`` page (the query's ``limit`` lowers it)."""
 
@@ -409,6 +421,7 @@ class LangSmithStub(LoopbackServer):
             elif record.raw:
                 with contextlib.suppress(ValueError):
                     record.body = json.loads(record.raw)
+            self._hold_if_hung(method, path)
             status, payload = self._failure(method, path) or self._route(record)
         except _Route as answer:
             status, payload = answer.status, answer.payload
@@ -458,6 +471,50 @@ class LangSmithStub(LoopbackServer):
             if verb == method and match:
                 return handler(req, match)
         return 404, {"detail": f"LangSmithStub: no route for {method} {path}"}
+
+    # --------------------------------------------------------------- outages
+
+    def hang(self, prefix: str) -> None:
+        """Accept requests matching ``"METHOD /path"`` prefix and never answer them.
+
+        They are held until :meth:`release_hangs` or ``stop`` (a hung LangSmith).
+        """
+        with self._lock:
+            self._release.clear()
+            self._hang_prefixes.append(prefix)
+
+    def release_hangs(self) -> None:
+        """Stop hanging: held requests go on, new ones are answered."""
+        with self._lock:
+            self._hang_prefixes.clear()
+            self._release.set()
+
+    @property
+    def hung(self) -> int:
+        """Requests currently held by :meth:`hang`."""
+        with self._lock:
+            return self._hung
+
+    def _hold_if_hung(self, method: str, path: str) -> None:
+        target = f"{method} {path}"
+        with self._lock:
+            if not any(target.startswith(p) for p in self._hang_prefixes):
+                return
+            self._hung += 1
+        try:
+            while not self._release.wait(0.05):
+                if self.pause(0):
+                    return  # the stub is stopping
+        finally:
+            with self._lock:
+                self._hung -= 1
+
+    def _refuse_duplicate_feedback(self, body: dict[str, Any]) -> None:
+        """LangSmith answers 409 to a feedback id it already has."""
+        with self._lock:
+            known = body.get("id") is not None and str(body["id"]) in self._feedback
+        if known:
+            raise _Route(409, {"detail": f"feedback {body['id']} already exists"})
 
     # ------------------------------------------------------------------ runs
 
@@ -571,6 +628,7 @@ class LangSmithStub(LoopbackServer):
         """Create feedback from a JSON body."""
         if not isinstance(req.body, dict) or "key" not in req.body:
             raise _Route(422, {"detail": "feedback body must be a JSON object with a key"})
+        self._refuse_duplicate_feedback(req.body)
         with self._lock:
             return 200, self._feedback_view(self._store_feedback("POST /feedback", req.body))
 
@@ -763,3 +821,25 @@ def runs_page(
     page = selected[offset : offset + size]
     more = offset + size < len(selected)
     return {"runs": page, "cursors": {"next": str(offset + size) if more else None}}
+
+
+# --------------------------------------------------------------------------- #
+# LangSmith unreachable
+# --------------------------------------------------------------------------- #
+
+
+def refused_url() -> str:
+    """A loopback URL where nothing listens: connections are refused at once."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+@contextlib.contextmanager
+def silent_server() -> Iterator[str]:
+    """A loopback URL that accepts connections (kernel backlog) and never answers."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(64)
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"

@@ -2,10 +2,10 @@
 
 It answers every structured request the metrics send (``RecallStatements``,
 ``DecomposedStatements``, ``ContextVerdicts``, ``SingleContextVerdict``, ``EntityLists``,
-``EntityList``, ``RelevantSentences``) and plain-text requests (an answering model), so
-whole programs (the CLI, the demo, the cookbook) can run against a ``JudgeServer`` with
-realistic, predictable scores. English is tokenised into words, other scripts into
-character bigrams.
+``EntityList``, ``RelevantSentences``, the pre-flight ``PreflightAnswer``) and plain-text
+requests (an answering model), so whole programs (the CLI, the demo, the cookbook) can run
+against a ``JudgeServer`` with realistic, predictable scores. English is tokenised into
+words, other scripts into character bigrams.
 """
 
 from __future__ import annotations
@@ -104,6 +104,8 @@ def lexical_judge(answer: str | None = None) -> Any:
         name = req.schema_name
         if name is None:
             return _answer_text(req, answer)
+        if name == "PreflightAnswer":  # the one-line check evaluate / the CLI send first
+            return {"ok": True}
         data = _payload(req)
         if name == "RecallStatements":
             context = _passage_text(data)

@@ -1,4 +1,4 @@
-"""Interpreter exit flushes live handlers (bounded); dropped handlers are not kept alive."""
+"""Interpreter exit flushes pending work (bounded), even of a handler the user dropped."""
 
 import gc
 import json
@@ -7,7 +7,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 import weakref
 from collections.abc import Callable
 from pathlib import Path
@@ -23,15 +22,17 @@ JudgeFactory = Callable[..., ChatOpenAI]
 REPO = Path(__file__).resolve().parents[2]
 
 APP = """
+import gc
 import sys
 import threading
 from langchain_openai import ChatOpenAI
-from langchain_ragmetrics import ContextRelevance, JsonlSink, RetryPolicy
+from langchain_ragmetrics import CallableSink, ContextRelevance, JsonlSink, RetryPolicy
 from tests._support.openai_server import JudgeServer, reply_hold
 from tests._support.rag import build_chain, corpus, make_retriever, online_handler, question
 from tests._support.rag import rag_router
 
-hold = sys.argv[2] == "hold"
+mode = sys.argv[2]
+hold = mode == "hold"
 never = threading.Event()
 overrides = {{"RelevantSentences": lambda req: reply_hold(never, {{}})}} if hold else {{}}
 server = JudgeServer(rag_router(**overrides)).start()
@@ -42,11 +43,20 @@ judge = ChatOpenAI(
 )
 metrics = [ContextRelevance(llm=judge, retry=RetryPolicy(max_retries=0))]
 chain = build_chain(llm, make_retriever(corpus(10)))
-handler = online_handler(
-    llm, metrics=metrics, sinks=[JsonlSink(sys.argv[1])], exit_timeout={exit_timeout}
-)
-for i in range(3):
-    print(chain.invoke(question(i), config={{"callbacks": [handler]}}), flush=True)
+sinks = [JsonlSink(sys.argv[1])]
+if mode == "hung-sink":
+    sinks.append(CallableSink(lambda item: never.wait()))  # accepts and never returns
+
+
+def serve():
+    # The handler lives in a local variable only: nothing references it after this returns.
+    handler = online_handler(llm, metrics=metrics, sinks=sinks, exit_timeout={exit_timeout})
+    for i in range(3):
+        print(chain.invoke(question(i), config={{"callbacks": [handler]}}), flush=True)
+
+
+serve()
+gc.collect()
 # No flush and no close: the exit hook has to deliver (or give up within exit_timeout).
 """
 
@@ -66,7 +76,7 @@ def run_app(tmp_path: Path, mode: str, exit_timeout: float) -> subprocess.Comple
     )
 
 
-def test_results_are_delivered_at_interpreter_exit(tmp_path: Path) -> None:
+def test_a_dropped_handlers_results_are_delivered_at_interpreter_exit(tmp_path: Path) -> None:
     done = run_app(tmp_path, "normal", exit_timeout=30)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [f"Answer about item00{i}." for i in range(3)]
@@ -83,22 +93,35 @@ def test_the_exit_flush_is_bounded_and_reports_what_was_left(tmp_path: Path) -> 
     assert not (tmp_path / "scores.jsonl").exists()
 
 
+def test_a_hung_sink_does_not_hold_the_exit_and_is_reported(tmp_path: Path) -> None:
+    done = run_app(tmp_path, "hung-sink", exit_timeout=1)
+    assert done.returncode == 0, done.stderr
+    # The other sink got every result; the hung one is named with what it did not deliver.
+    lines = (tmp_path / "scores.jsonl").read_text().splitlines()
+    assert len(lines) == 3
+    assert "results not delivered" in done.stderr
+    assert "CallableSink: 3" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
 def test_exit_registration_follows_the_worker_lifetime(
     judge_server: JudgeServer, make_judge: JudgeFactory
 ) -> None:
     app = rag_app(judge_server, make_judge)
     handler = online_handler(app.llm)
-    assert not _exit.registered(handler)  # nothing started yet
+    background = handler._background
+    assert not _exit.registered(background)  # nothing started yet
     app.chain.invoke(question(1), config={"callbacks": [handler]})
-    assert _exit.registered(handler)
-    _exit.flush_all()  # what the exit hook runs
+    assert _exit.registered(background)  # held strongly while its threads run
+    _exit.flush_all()  # what the exit hook runs: closes it within its exit_timeout
     assert handler.stats.processed == 1
-    assert handler.close(10)
-    assert not _exit.registered(handler)
+    assert handler.stats.sinks["InMemorySink"].delivered == 1
+    assert not _exit.registered(background)
+    assert handler.close(10)  # idempotent
 
     opted_out = online_handler(app.llm, exit_timeout=None)
     app.chain.invoke(question(2), config={"callbacks": [opted_out]})
-    assert not _exit.registered(opted_out)
+    assert not _exit.registered(opted_out._background)
     assert opted_out.close(10)
 
 
@@ -111,13 +134,14 @@ def test_a_dropped_handler_is_collected_and_its_threads_finish(
     app.chain.invoke(question(1), config={"callbacks": [handler]})
     prefix = f"{handler.name}-"
     sink = handler.sinks[0]
+    background = handler._background
     ref = weakref.ref(handler)
     del handler
     gc.collect()
-    assert ref() is None  # neither the worker nor the exit hook keeps it alive
-    deadline = time.monotonic() + 10
-    while any(t.name.startswith(prefix) for t in threading.enumerate()):
-        assert time.monotonic() < deadline, "background threads did not exit"
-        time.sleep(0.01)
-    # The queued work was finished before the threads exited.
+    assert ref() is None  # neither the worker nor the exit registry keeps the handler alive
+    for thread in [t for t in threading.enumerate() if t.name.startswith(prefix)]:
+        thread.join(10)
+        assert not thread.is_alive(), f"{thread.name} did not exit"
+    # The queued work was finished before the threads exited, and nothing is left to flush.
     assert len(sink.results) == 1  # type: ignore[attr-defined]
+    assert not _exit.registered(background)

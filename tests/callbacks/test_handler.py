@@ -22,6 +22,7 @@ from langchain_ragmetrics import (
     OnlineResult,
     RagMetricsCallbackHandler,
 )
+from langchain_ragmetrics.callbacks import HandlerSettings
 from langchain_ragmetrics.callbacks._sampling import is_sampled
 from tests._support.openai_server import JudgeServer
 from tests._support.rag import (
@@ -383,13 +384,25 @@ def test_handler_is_shared_not_copied() -> None:
     assert handler.close()
 
 
+def test_options_are_checked_once_and_handed_down_as_one_settings_object() -> None:
+    handler = RagMetricsCallbackHandler(sample_rate=0.25, max_concurrency=2, name="rm-settings")
+    settings = handler.settings
+    assert isinstance(settings, HandlerSettings)
+    assert (settings.sample_rate, settings.max_concurrency) == (0.25, 2)
+    assert handler._background.settings is settings  # the same object, not a relay
+    assert handler.close(1)
+
+
 def test_defaults_and_lazy_threads() -> None:
     handler = RagMetricsCallbackHandler(name="ragmetrics-lazy")
     assert [m.metric_name for m in handler.metrics] == ["context_relevance", "context_precision"]
     assert isinstance(handler.sinks[0], LoggingSink)
     assert handler.run_inline
-    assert handler.ignore_llm
+    # Model events carry the streamed tokens (chat-model starts are not needed); agent
+    # events must stay on for the tool callbacks.
+    assert not handler.ignore_llm
     assert handler.ignore_chat_model
+    assert not handler.ignore_agent
     assert not any(t.name.startswith("ragmetrics-lazy") for t in threading.enumerate())
     assert handler.flush(1)
     assert handler.close(1)

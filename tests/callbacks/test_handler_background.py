@@ -19,6 +19,7 @@ from langchain_ragmetrics import (
     OnlineResult,
     RagMetricsCallbackHandler,
 )
+from langchain_ragmetrics.callbacks import SinkStats
 from langchain_ragmetrics.metrics import RetryPolicy
 from tests._support.openai_server import (
     JudgeServer,
@@ -190,7 +191,9 @@ def test_close_reports_and_abandons_work_left_at_the_deadline(
     assert app.chain.invoke(question(5), config={"callbacks": [handler]})
     assert handler.stats.dropped == 1
     release.set()  # the judge thread blocked in its HTTP call can now finish and exit
-    wait_until(lambda: not threads_of(handler), "the background threads to exit")
+    for thread in threads_of(handler):  # each exits once its call returns: join, no polling
+        thread.join(10)
+        assert not thread.is_alive(), f"{thread.name} did not exit"
     assert results(handler) == []
 
 
@@ -281,6 +284,7 @@ def test_reset_stats_zeroes_counters_and_logs_again(
                 app.chain.invoke(question(1), config={"callbacks": [handler]})
                 assert handler.flush(10)
                 handler.reset_stats()
-        assert handler.stats == HandlerStats()  # every counter back to zero
+        # Every counter back to zero, the sink's figures included.
+        assert handler.stats == HandlerStats(sinks={"InMemorySink": SinkStats()})
     failures = [r for r in caplog.records if "context_relevance failed" in r.getMessage()]
     assert len(failures) == 2  # once per kind, again after the reset

@@ -202,8 +202,14 @@ def test_a_child_that_dies_by_itself_mid_run_is_replaced(
         assert handler.flush(START)
         stats = handler.stats
     assert not marker.exists()
-    assert (stats.processed, stats.abandoned, stats.sampled) == (4, 1, 5)
-    assert sorted(r["question"] for r in lines(jsonl)) == [question(i) for i in (0, 1, 3, 4)]
+    # Each sink has its own outbox in the child: retrieval 2 was scored and handed to the
+    # sinks before one of them killed the process. Whether the child reported it processed
+    # before dying is a race; either way it is accounted for exactly once.
+    assert stats.sampled == 5
+    assert stats.processed + stats.abandoned == 5
+    assert stats.abandoned in (0, 1)
+    written = {r["question"] for r in lines(jsonl)}
+    assert {question(i) for i in (0, 1, 3, 4)} <= written <= {question(i) for i in range(5)}
 
 
 def test_a_silent_child_is_killed_and_replaced(
@@ -238,14 +244,18 @@ def test_close_is_bounded_when_the_child_hangs(
     setup = partial(isolated_setups.hanging_sink_setup, judge_server.base_url, str(jsonl))
     handler = isolated_handler(setup, hang_timeout=None)
     ask(app, handler, range(2))
-    wait_until(lambda: lines(jsonl) == [] and handler.stats.queued == 2, "work in the child")
-    wait_until(lambda: judge_server.count("RelevantSentences") >= 1, "the child at work")
+    # Sinks have their own outboxes: the hung sink holds up neither scoring nor the JSONL sink.
+    wait_until(lambda: len(lines(jsonl)) == 2, "the other sink to get both results")
+    wait_until(lambda: handler.stats.processed == 2, "the child to report them processed")
     pid = background(handler).child_pid
     started = time.monotonic()
-    assert handler.close(timeout=1.0) is False
+    assert handler.close(timeout=1.0) is False  # the hung sink cannot close in time
     assert time.monotonic() - started < CEILING
     stats = handler.stats
-    assert (stats.abandoned, stats.queued, stats.processed) == (2, 0, 0)
+    assert (stats.abandoned, stats.queued, stats.processed) == (0, 0, 2)
+    hung = stats.sinks["CallableSink"]
+    assert (hung.delivered, hung.dropped + hung.pending) == (0, 2)  # its results, lost
+    assert stats.sinks["JsonlSink"].delivered == 2
     assert pid is not None
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)

@@ -17,6 +17,7 @@ from langchain_ragmetrics import (
     ContextRelevance,
     LangSmithFeedbackSink,
 )
+from langchain_ragmetrics._ids import feedback_id
 from tests._support.langsmith_stub import LangSmithStub, project_id_for
 from tests._support.openai_server import JudgeServer, reply_error
 from tests._support.rag import FAST, online_handler, question, rag_app, rag_router
@@ -56,6 +57,7 @@ def test_feedback_payloads_alongside_langchains_tracer(
     relevance = next(p for p in first if p["key"] == "context_relevance")
     run = retriever_run(langsmith_stub, roots[0])
     assert relevance["run_id"] == run["id"]  # the traced retriever run, same id
+    assert relevance["id"] == str(feedback_id(run["id"], "context_relevance"))  # stable id
     assert relevance["score"] == 0.5
     assert relevance["comment"].startswith("1 of 2 context sentences")
     assert relevance["session_id"] == project_id_for("app")

@@ -117,7 +117,13 @@ def test_jsonl_sink_writes_one_line_per_result(tmp_path: Path) -> None:
         "reason": "because",
         "error": None,
         "details": {"relevant_indices": [0]},
-        "usage": {"input_tokens": 10, "output_tokens": 2, "judge_calls": 1},
+        "usage": {
+            "input_tokens": 10,
+            "output_tokens": 2,
+            "judge_calls": 1,
+            "cache_hits": 0,
+            "cache_misses": 0,
+        },
         "judge": "judge-model",
         "latency_s": 0.1,
     }
@@ -168,3 +174,59 @@ def test_jsonl_sink_validates_the_path(tmp_path: Path) -> None:
         JsonlSink(tmp_path / "missing" / "scores.jsonl")
     with pytest.raises(ValueError, match="is a directory"):
         JsonlSink(tmp_path)
+
+
+LONE = "broken \ud800 text"
+
+
+def surrogate_item() -> OnlineResult:
+    return OnlineResult(
+        trace_id=TRACE,
+        root_run_id=TRACE,
+        run_id=RUN,
+        retriever="docs",
+        query=LONE,
+        sample=RagSample(question=LONE, contexts=[LONE, "fine"], answer=LONE),
+        result=MetricResult(metric="context_relevance", score=0.5, reason=LONE),
+        timestamp=datetime.now(timezone.utc),
+    )
+
+
+def test_jsonl_sink_keeps_text_that_cannot_be_encoded(tmp_path: Path) -> None:
+    path = tmp_path / "scores.jsonl"
+    sink = JsonlSink(path, include_contexts=True, include_answer=True)
+    sink.emit(surrogate_item())
+    sink.emit(item())
+    sink.close()
+    first, second = path.read_text(encoding="utf-8").splitlines()
+    assert "\\ud800" in first  # escaped in the file ...
+    record = json.loads(first)
+    assert record["question"] == record["answer"] == record["reason"] == LONE  # ... not lost
+    assert record["contexts"] == [LONE, "fine"]
+    assert json.loads(second)["score"] == 0.75
+
+
+def test_logging_sink_keeps_text_that_cannot_be_encoded(tmp_path: Path) -> None:
+    path = tmp_path / "app.log"
+    logger = logging.getLogger(f"test.surrogates.{uuid.uuid4()}")
+    logger.propagate = False
+    logger.setLevel(logging.INFO)
+    handler = logging.FileHandler(path, encoding="utf-8")  # strict UTF-8, like most files
+    handler.setFormatter(logging.Formatter("%(message)s %(ragmetrics)s"))
+    logger.addHandler(handler)
+    try:
+        LoggingSink(logger).emit(surrogate_item())
+    finally:
+        handler.close()
+        logger.removeHandler(handler)
+    (line,) = path.read_text(encoding="utf-8").splitlines()
+    assert "question='broken \\\\ud800 text'" in line
+    assert "'reason': 'broken \\\\ud800 text'" in line
+
+
+def test_escape_unencodable_leaves_encodable_values_alone() -> None:
+    from langchain_ragmetrics.callbacks.sinks import escape_unencodable
+
+    data = {"a": ["é", 1, None], "b": ("x\udcff",)}
+    assert escape_unencodable(data) == {"a": ["é", 1, None], "b": ["x\\udcff"]}
+    assert escape_unencodable("plain") == "plain"

@@ -211,3 +211,40 @@ def test_a_failing_trace_id_lookup_is_ignored() -> None:
     finished = tracker.end(sub, outputs="a")
     assert finished is not None
     assert finished.captures[0].trace_id is None
+
+
+def test_a_stream_closed_early_finishes_the_trace_with_the_streamed_tokens() -> None:
+    tracker = TraceTracker(max_open_traces=10)
+    root, ret, model, first_model = ids(4)
+    tracker.start(root, None, inputs="q?")
+    tracker.start(ret, root, retrieval=("q", None, ()))
+    tracker.end(ret, documents=DOCS)
+    tracker.token(first_model, root, "draft")  # an earlier model run (e.g. a rewrite step)
+    for piece in ("Par", "tial"):
+        tracker.token(model, root, piece)  # the last model run streaming the answer
+    tracker.token(model, uuid.uuid4(), "elsewhere")  # a parent the tracker never saw
+    finished = tracker.fail(root, closed_early=True)  # GeneratorExit at the root
+    assert finished is not None
+    assert not finished.errored
+    (capture,) = finished.captures
+    assert capture.root_outputs is None
+    assert capture.streamed_answer == "Partial"
+    assert (tracker.open_traces, tracker.open_runs) == (0, 0)
+
+
+def test_a_retriever_called_by_a_tool_belongs_to_the_trace() -> None:
+    tracker = TraceTracker(max_open_traces=10)
+    root, agent, tool_run, ret = ids(4)
+    tracker.start(root, None, inputs={"messages": []})
+    tracker.start(agent, root)
+    tracker.start(tool_run, agent, inputs={"query": "q"})  # on_tool_start
+    tracker.start(ret, tool_run, retrieval=("q", "docs", ()))
+    tracker.end(ret, documents=DOCS)
+    tracker.end(tool_run, outputs="fact")  # on_tool_end
+    tracker.end(agent, outputs={})
+    finished = tracker.end(root, outputs={"messages": ["final"]})
+    assert finished is not None
+    (capture,) = finished.captures
+    assert capture.root_run_id == root
+    assert capture.parent_run_id == tool_run
+    assert capture.streamed_answer is None

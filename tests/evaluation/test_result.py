@@ -149,12 +149,20 @@ def test_to_pandas_without_pandas(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_to_jsonl_keeps_everything_and_loads_back(tmp_path: Path) -> None:
     path = make_result().to_jsonl(tmp_path / "out.jsonl")
-    records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    header, *records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    assert header["ragmetrics_run"]["metrics"] == ["context_recall", "context_precision"]
     assert [r["question"] for r in records] == ["q1", "q2", "q3"]
+    assert records[0]["location"] == "data.jsonl, row 1"
     first = records[0]["results"]["context_recall"]
     assert first["status"] == "scored"
     assert first["score"] == 0.5
-    assert first["usage"] == {"input_tokens": 100, "output_tokens": 20, "judge_calls": 1}
+    assert first["usage"] == {
+        "input_tokens": 100,
+        "output_tokens": 20,
+        "judge_calls": 1,
+        "cache_hits": 0,
+        "cache_misses": 0,
+    }
     failed = records[1]["results"]["context_recall"]
     assert (failed["status"], failed["score"], failed["error"]) == (
         "failed",

@@ -1,5 +1,3 @@
-import math
-
 import pytest
 from langchain_core.documents import Document
 
@@ -23,12 +21,13 @@ def test_ragas_column_names_and_duplicates() -> None:
 
 
 def test_edge_cases() -> None:
-    assert math.isnan(
-        IDBasedContextRecall()
-        .invoke({"retrieved_context_ids": ["a"], "reference_context_ids": []})
-        .score
-        or 0
+    nothing_to_recall = IDBasedContextRecall().invoke(
+        {"retrieved_context_ids": ["a"], "reference_context_ids": []}
     )
+    assert nothing_to_recall.score is None  # a skip (nothing to assess), not a failure
+    assert nothing_to_recall.skipped
+    assert not nothing_to_recall.failed
+    assert nothing_to_recall.reason == "skipped: there are no reference context ids."
     assert (
         IDBasedContextPrecision()
         .invoke({"retrieved_context_ids": [], "reference_context_ids": ["a"]})

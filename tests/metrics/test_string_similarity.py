@@ -1,5 +1,3 @@
-import math
-
 import pytest
 
 from langchain_ragmetrics import NonLLMContextPrecision, NonLLMContextRecall
@@ -58,9 +56,11 @@ def test_edge_cases() -> None:
     assert (
         NonLLMContextRecall().invoke({"contexts": [], "reference_contexts": REFERENCE}).score == 0.0
     )
-    assert math.isnan(
-        NonLLMContextRecall().invoke({"contexts": RETRIEVED, "reference_contexts": []}).score or 0
+    nothing_to_recall = NonLLMContextRecall().invoke(
+        {"contexts": RETRIEVED, "reference_contexts": []}
     )
+    assert nothing_to_recall.score is None
+    assert nothing_to_recall.skipped
     assert (
         NonLLMContextPrecision().invoke({"contexts": [], "reference_contexts": REFERENCE}).score
         == 0.0

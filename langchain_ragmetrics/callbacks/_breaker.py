@@ -1,0 +1,74 @@
+"""A small circuit breaker: after N consecutive failures, pause for a cool-down.
+
+Written here rather than taken from a library: it is a dozen lines, has no I/O, and the
+sink needs to interrupt its waits on close (a library breaker would add a dependency for
+less than this).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+__all__ = ["CircuitBreaker"]
+
+
+class CircuitBreaker:
+    """Closed until ``threshold`` failures in a row; then open for ``cooldown`` seconds.
+
+    After the cool-down one attempt is let through (half-open): a success closes the
+    circuit, a failure opens it for another cool-down.
+
+    Args:
+        threshold: Consecutive failures that open the circuit.
+        cooldown: Seconds the circuit stays open.
+        clock: Monotonic clock (tests may pass their own).
+    """
+
+    def __init__(
+        self, *, threshold: int, cooldown: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        if threshold < 1:
+            msg = "`failure_threshold` must be at least 1"
+            raise ValueError(msg)
+        if cooldown < 0:
+            msg = "`cooldown` must be >= 0"
+            raise ValueError(msg)
+        self.threshold = threshold
+        self.cooldown = cooldown
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._failures = 0
+        self._open_until: float | None = None
+
+    @property
+    def is_open(self) -> bool:
+        """Whether calls are refused right now."""
+        with self._lock:
+            return self._open_until is not None and self._clock() < self._open_until
+
+    @property
+    def retry_in(self) -> float:
+        """Seconds until the next attempt is allowed (0 when closed or half-open)."""
+        with self._lock:
+            if self._open_until is None:
+                return 0.0
+            return max(0.0, self._open_until - self._clock())
+
+    def success(self) -> bool:
+        """Record a success; True when it closed an open circuit."""
+        with self._lock:
+            was_open = self._open_until is not None
+            self._failures = 0
+            self._open_until = None
+            return was_open
+
+    def failure(self) -> bool:
+        """Record a failure; True when it (re)opened the circuit."""
+        with self._lock:
+            self._failures += 1
+            if self._failures < self.threshold:
+                return False
+            self._open_until = self._clock() + self.cooldown
+            return True

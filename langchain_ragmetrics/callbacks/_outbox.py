@@ -1,0 +1,274 @@
+"""One bounded outbox and one delivery thread per sink, so sinks never wait on each other.
+
+The scoring side only appends to an outbox (a lock and a deque append); each sink's own
+daemon thread takes results out in order and calls ``sink.emit``. A sink that hangs, is
+slow or raises holds up nobody but itself: its outbox fills up, and what does not fit is
+dropped and counted in that sink's figures, so an outage is visible in numbers.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent import futures
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Literal
+
+from langchain_ragmetrics.callbacks._records import OnlineResult
+from langchain_ragmetrics.callbacks._stats import FailureLog, SinkStats
+from langchain_ragmetrics.callbacks._worker import deadline_after, remaining
+from langchain_ragmetrics.callbacks.sinks import BaseSink, SinkUnavailableError
+
+__all__ = ["SinkOutbox", "flush_all", "outboxes_for"]
+
+
+@dataclass
+class _Call:
+    """A control entry run on the delivery thread, in order with the results (flush/close)."""
+
+    fn: Callable[[], object]
+    future: Future[object]
+
+
+class SinkOutbox:
+    """A bounded FIFO of results in front of one sink, drained by the sink's own thread.
+
+    Args:
+        sink: The sink.
+        key: The sink's key in ``stats.sinks``.
+        max_size: Bound on results waiting; beyond it new results are dropped (counted).
+        thread_name: Name of the delivery thread.
+        failures: Log-once reporter.
+    """
+
+    def __init__(
+        self, sink: BaseSink, *, key: str, max_size: int, thread_name: str, failures: FailureLog
+    ) -> None:
+        self.sink = sink
+        self.key = key
+        self.max_size = max_size
+        self.thread_name = thread_name
+        self._failures = failures
+        self._cond = threading.Condition()
+        self._entries: deque[OnlineResult | _Call] = deque()
+        self._waiting = 0
+        self._busy = False
+        self._accepting = True
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self._delivered = self._errors = self._dropped = 0
+
+    # ------------------------------------------------------------------ producer side
+
+    @property
+    def thread(self) -> threading.Thread | None:
+        """The delivery thread, once started."""
+        return self._thread
+
+    def put(self, items: Sequence[OnlineResult]) -> None:
+        """Queue results for the sink without ever blocking; what does not fit is dropped."""
+        with self._cond:
+            room = self.max_size - self._waiting if self._accepting else 0
+            if room > 0 and self._thread is None:
+                room = room if self._start() else 0
+            taken = items[: max(room, 0)]
+            self._entries.extend(taken)
+            self._waiting += len(taken)
+            self._dropped += len(items) - len(taken)
+            if taken:
+                self._cond.notify()
+        if len(taken) < len(items):
+            self._failures.report(
+                f"outbox-full:{self.key}",
+                f"sink {self.key} is not keeping up (its outbox of {self.max_size} is full "
+                f"or closed): results are dropped and counted in stats.sinks[{self.key!r}]",
+            )
+
+    def stats(self) -> SinkStats:
+        """A snapshot of this sink's figures."""
+        with self._cond:
+            pending = self._waiting + (1 if self._busy else 0)
+            return SinkStats(
+                delivered=self._delivered,
+                errors=self._errors,
+                dropped=self._dropped,
+                pending=pending,
+            )
+
+    def reset(self) -> None:
+        """Zero the counts (``pending`` is live and stays)."""
+        with self._cond:
+            self._delivered = self._errors = self._dropped = 0
+
+    def request(self, fn: Callable[[], object]) -> Future[object]:
+        """Run ``fn`` on the delivery thread after the results queued so far."""
+        future: Future[object] = Future()
+        with self._cond:
+            if self._thread is None or self._stopping:
+                future.set_result(None)  # nothing was ever delivered, or already closed
+                return future
+            self._entries.append(_Call(fn, future))
+            self._cond.notify()
+        return future
+
+    def stop(self) -> None:
+        """Refuse new results; the thread exits once the queued entries are done."""
+        with self._cond:
+            self._accepting = False
+            self._stopping = True
+            self._cond.notify()
+
+    def abandon(self) -> int:
+        """Drop what is still queued (counted), after a deadline passed; returns how many."""
+        with self._cond:
+            self._accepting = False
+            self._stopping = True
+            left = [e for e in self._entries if isinstance(e, OnlineResult)]
+            for entry in self._entries:
+                if isinstance(entry, _Call):
+                    entry.future.cancel()
+            self._entries.clear()
+            self._waiting = 0
+            self._dropped += len(left)
+            self._cond.notify()
+            return len(left) + (1 if self._busy else 0)
+
+    # ------------------------------------------------------------------ delivery thread
+
+    def _start(self) -> bool:
+        """Start the delivery thread in an empty context (lock held); False if impossible."""
+        try:
+            thread = threading.Thread(
+                target=contextvars.Context().run,
+                args=(self._serve,),
+                name=self.thread_name,
+                daemon=True,
+            )
+            thread.start()
+        except RuntimeError as exc:  # e.g. at interpreter shutdown
+            self._failures.report(
+                f"outbox-start:{self.key}", f"cannot start sink thread {self.key}: {exc}", exc
+            )
+            return False
+        self._thread = thread
+        return True
+
+    def _serve(self) -> None:
+        while True:
+            with self._cond:
+                while not self._entries and not self._stopping:
+                    self._cond.wait()
+                if not self._entries:
+                    return
+                entry = self._entries.popleft()
+                if isinstance(entry, OnlineResult):  # a flush/close call is not a result
+                    self._busy = True
+                    self._waiting -= 1
+            try:
+                if isinstance(entry, _Call):
+                    self._run(entry)
+                else:
+                    self._deliver(entry)
+            finally:
+                with self._cond:
+                    self._busy = False
+                    self._cond.notify_all()
+
+    def _deliver(self, item: OnlineResult) -> None:
+        outcome = "delivered"
+        try:
+            self.sink.emit(item)
+        except SinkUnavailableError:
+            outcome = "dropped"  # the sink logs its own state changes (breaker, disabled)
+        except Exception as exc:
+            outcome = "errors"
+            self._failures.report(
+                f"sink:{self.key}:emit:{type(exc).__name__}",
+                f"sink {self.key} failed to emit: {exc!r}",
+                exc,
+            )
+        with self._cond:
+            if outcome == "delivered":
+                self._delivered += 1
+            elif outcome == "dropped":
+                self._dropped += 1
+            else:
+                self._errors += 1
+
+    def _run(self, call: _Call) -> None:
+        if not call.future.set_running_or_notify_cancel():
+            return
+        try:
+            call.future.set_result(call.fn())
+        except Exception as exc:
+            call.future.set_exception(exc)
+
+
+def outboxes_for(
+    sinks: Sequence[BaseSink], *, max_size: int, name: str, failures: FailureLog
+) -> list[SinkOutbox]:
+    """One outbox per sink, keyed by class name (``JsonlSink``, then ``JsonlSink#2`` ...)."""
+    out: list[SinkOutbox] = []
+    keys: set[str] = set()
+    for i, sink in enumerate(sinks):
+        base = type(sink).__name__
+        key, n = base, 1
+        while key in keys:
+            n += 1
+            key = f"{base}#{n}"
+        keys.add(key)
+        out.append(
+            SinkOutbox(
+                sink,
+                key=key,
+                max_size=max_size,
+                thread_name=f"{name}-sink-{i}",
+                failures=failures,
+            )
+        )
+    return out
+
+
+def flush_all(
+    outboxes: Sequence[SinkOutbox],
+    timeout: float | None,
+    failures: FailureLog,
+    *,
+    action: Literal["flush", "close"] = "flush",
+) -> list[SinkOutbox]:
+    """Run ``sink.flush`` (or ``close``) on every sink's thread, all at once, within ``timeout``.
+
+    Each call is queued behind the results already in that sink's outbox, so a sink that
+    finished has been handed every result produced so far.
+
+    Returns:
+        The outboxes that did not finish in time (empty when all did).
+    """
+    deadline = deadline_after(timeout)
+
+    def make(sink: BaseSink) -> Callable[[], object]:
+        def call() -> None:
+            left = remaining(deadline)
+            if action == "close":
+                sink.close(left)
+            else:
+                sink.flush(left)
+
+        return call
+
+    unfinished: list[SinkOutbox] = []
+    for box, future in [(box, box.request(make(box.sink))) for box in outboxes]:
+        try:
+            future.result(remaining(deadline))
+        except (futures.TimeoutError, futures.CancelledError):
+            unfinished.append(box)
+        except Exception as exc:  # the sink's own flush/close raised: it is done, badly
+            failures.report(
+                f"sink:{box.key}:{action}:{type(exc).__name__}",
+                f"sink {box.key} failed to {action}: {exc!r}",
+                exc,
+            )
+    return unfinished

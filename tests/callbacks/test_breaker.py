@@ -1,0 +1,47 @@
+"""The circuit breaker on its own, with a hand-driven clock (no sleeping)."""
+
+import pytest
+
+from langchain_ragmetrics.callbacks._breaker import CircuitBreaker
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_opens_after_the_threshold_pauses_then_lets_one_try_through() -> None:
+    clock = Clock()
+    breaker = CircuitBreaker(threshold=3, cooldown=30, clock=clock)
+    assert [breaker.failure() for _ in range(2)] == [False, False]
+    assert not breaker.is_open
+    assert breaker.failure() is True  # the third failure in a row opens it
+    assert breaker.is_open
+    assert breaker.retry_in == 30
+    clock.now += 29.5
+    assert breaker.is_open
+    clock.now += 1  # cool-down over: half-open, one attempt may go
+    assert not breaker.is_open
+    assert breaker.failure() is True  # that attempt failed: open again at once
+    assert breaker.retry_in == 30
+    clock.now += 31
+    assert breaker.success() is True  # it worked: closed, and the count starts over
+    assert not breaker.is_open
+    assert breaker.failure() is False
+
+
+def test_a_success_resets_the_count() -> None:
+    breaker = CircuitBreaker(threshold=2, cooldown=1, clock=Clock())
+    breaker.failure()
+    assert breaker.success() is False  # it was not open
+    assert breaker.failure() is False
+    assert breaker.failure() is True
+
+
+@pytest.mark.parametrize(("threshold", "cooldown"), [(0, 1), (1, -1)])
+def test_bad_options(threshold: int, cooldown: float) -> None:
+    with pytest.raises(ValueError, match=r"failure_threshold|cooldown"):
+        CircuitBreaker(threshold=threshold, cooldown=cooldown)

@@ -1,0 +1,239 @@
+"""LangSmith down (500, 429, hung, refused, silent): scoring and the other sinks go on.
+
+The sink builds its own real ``langsmith.Client`` from ``LANGSMITH_ENDPOINT`` /
+``LANGSMITH_API_KEY`` pointed at the loopback stub (or at a port that refuses or never
+answers), as a user's deployment would.
+"""
+
+import contextlib
+import json
+import logging
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+from langchain_openai import ChatOpenAI
+
+from langchain_ragmetrics import (
+    ContextRelevance,
+    InMemorySink,
+    JsonlSink,
+    LangSmithFeedbackSink,
+    MetricResult,
+    OnlineResult,
+    RagSample,
+)
+from langchain_ragmetrics._ids import feedback_id
+from tests._support.langsmith_stub import LangSmithStub, refused_url, silent_server
+from tests._support.openai_server import JudgeServer
+from tests._support.rag import FAST, online_handler, question, rag_app
+
+JudgeFactory = Callable[..., ChatOpenAI]
+TRACES = 8
+FAULTS = ("500", "429", "hang", "refused", "silent")
+
+
+@contextlib.contextmanager
+def langsmith_at(fault: str, stub: LangSmithStub) -> Iterator[str]:
+    """The endpoint the sink talks to, in the given state of outage."""
+    if fault in ("500", "429"):
+        stub.fail("", int(fault), times=None)  # every route
+        yield stub.url
+    elif fault == "hang":
+        stub.hang("")  # accepts every request and never answers
+        try:
+            yield stub.url
+        finally:
+            stub.release_hangs()
+    elif fault == "refused":
+        yield refused_url()
+    else:
+        with silent_server() as url:
+            yield url
+
+
+def outage_sink() -> LangSmithFeedbackSink:
+    return LangSmithFeedbackSink(
+        project_name="app",
+        timeout=0.3,
+        max_retries=1,
+        backoff=0.01,
+        failure_threshold=3,
+        cooldown=600,
+    )
+
+
+def item(run_id: uuid.UUID, score: float | None = 0.5, error: str | None = None) -> OnlineResult:
+    return OnlineResult(
+        trace_id=run_id,
+        root_run_id=run_id,
+        run_id=run_id,
+        query="q",
+        sample=RagSample(question="q", contexts=["c"]),
+        result=MetricResult(metric="context_relevance", score=score, error=error),
+        timestamp=datetime.now(timezone.utc),
+    )
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+def test_langsmith_down_never_holds_scoring_or_the_other_sinks(
+    fault: str,
+    judge_server: JudgeServer,
+    make_judge: JudgeFactory,
+    langsmith_stub: LangSmithStub,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    app = rag_app(judge_server, make_judge)
+    with langsmith_at(fault, langsmith_stub) as url:
+        monkeypatch.setenv("LANGSMITH_ENDPOINT", url)
+        monkeypatch.setenv("LANGSMITH_API_KEY", "test")
+        sinks = [outage_sink(), JsonlSink(tmp_path / "scores.jsonl"), InMemorySink()]
+        metrics = [ContextRelevance(llm=app.llm, retry=FAST)]
+        with online_handler(app.llm, metrics=metrics, sinks=sinks) as handler:
+            answers = [
+                app.chain.invoke(question(i), config={"callbacks": [handler]})
+                for i in range(TRACES)
+            ]
+            assert handler.flush(60)
+            stats = handler.stats
+        assert handler.closed
+    assert answers == [f"Answer about item00{i}." for i in range(TRACES)]
+    assert stats.scored == TRACES
+    # JSONL and memory got every result while LangSmith was down.
+    lines = (tmp_path / "scores.jsonl").read_text(encoding="utf-8").splitlines()
+    assert sorted(json.loads(line)["question"] for line in lines) == sorted(
+        question(i) for i in range(TRACES)
+    )
+    assert stats.sinks["JsonlSink"].delivered == TRACES
+    assert stats.sinks["InMemorySink"].delivered == TRACES
+    # The outage in numbers: 3 failed requests (the project lookup, the first send and its
+    # retry) opened the breaker; every later result was dropped at once, not piled up.
+    langsmith = stats.sinks["LangSmithFeedbackSink"]
+    assert (langsmith.delivered, langsmith.errors, langsmith.pending) == (0, 1, 0)
+    assert langsmith.dropped == TRACES - 1
+    assert stats.sink_errors == 1
+    for figures in stats.sinks.values():  # the accounting identity, per sink
+        total = figures.delivered + figures.errors + figures.dropped + figures.pending
+        assert total == stats.scored + stats.failed + stats.skipped
+    if fault in ("500", "429"):
+        assert langsmith_stub.feedback() == []
+
+
+def test_a_transient_failure_is_retried_without_duplicates(
+    judge_server: JudgeServer,
+    make_judge: JudgeFactory,
+    langsmith_stub: LangSmithStub,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    app = rag_app(judge_server, make_judge)
+    monkeypatch.setenv("LANGSMITH_ENDPOINT", langsmith_stub.url)
+    monkeypatch.setenv("LANGSMITH_API_KEY", "test")
+    langsmith_stub.fail("POST /feedback", 500, times=1)
+    langsmith_stub.fail("POST /feedback", 429, times=1)
+    sink = LangSmithFeedbackSink(project_name="app", timeout=5, max_retries=2, backoff=0.01)
+    roots = [uuid.uuid4() for _ in range(3)]
+    with online_handler(app.llm, sinks=[sink]) as handler:
+        for i, root in enumerate(roots):
+            app.chain.invoke(question(i), config={"callbacks": [handler], "run_id": root})
+        assert handler.flush(30)
+        figures = handler.stats.sinks["LangSmithFeedbackSink"]
+    assert (figures.delivered, figures.errors, figures.dropped) == (3, 0, 0)
+    records = langsmith_stub.feedback_records()
+    assert len(records) == 3  # sent directly by the client the sink built, once each
+    assert {transport for transport, _ in records} == {"POST /feedback"}
+    assert {p["trace_id"] for _, p in records} == {str(r) for r in roots}
+    for _, payload in records:  # the stable id: (retriever run, metric)
+        assert payload["id"] == str(feedback_id(payload["run_id"], payload["key"]))
+    assert len(langsmith_stub.requests_to("POST", "/feedback")) == 5  # 2 failed + 3
+
+
+def test_a_duplicate_id_counts_as_delivered(
+    langsmith_stub: LangSmithStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LANGSMITH_ENDPOINT", langsmith_stub.url)
+    monkeypatch.setenv("LANGSMITH_API_KEY", "test")
+    sink = outage_sink()
+    result = item(uuid.uuid4())
+    sink.emit(result)
+    sink.emit(result)  # e.g. a retry after the first answer was lost: LangSmith says 409
+    assert [r.status for r in langsmith_stub.requests_to("POST", "/feedback")] == [200, 409]
+    assert len(langsmith_stub.feedback()) == 1
+    assert not sink.breaker.is_open
+    sink.close(5)
+
+
+def test_the_breaker_pauses_then_resumes(
+    langsmith_stub: LangSmithStub,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from langchain_ragmetrics.callbacks import SinkUnavailableError
+
+    monkeypatch.setenv("LANGSMITH_ENDPOINT", langsmith_stub.url)
+    monkeypatch.setenv("LANGSMITH_API_KEY", "test")
+    sink = LangSmithFeedbackSink(project_name="app", max_retries=0, failure_threshold=2)
+    langsmith_stub.fail("POST /feedback", 500, times=2)
+    with caplog.at_level(logging.WARNING, logger="langchain_ragmetrics"):
+        for _ in range(2):
+            with pytest.raises(Exception, match="500"):
+                sink.emit(item(uuid.uuid4()))
+        assert sink.breaker.is_open
+        with pytest.raises(SinkUnavailableError, match="circuit open"):
+            sink.emit(item(uuid.uuid4()))
+        sink.breaker.cooldown = 0  # the cool-down is over: one send is tried, and works
+        sink.breaker.failure()  # (re-arm the open state with the shorter cool-down)
+        sink.emit(item(uuid.uuid4()))
+    assert not sink.breaker.is_open
+    messages = [r.getMessage() for r in caplog.records]
+    assert sum("failed requests in a row" in m for m in messages) == 1
+    assert sum("sending resumed" in m for m in messages) == 1
+    assert len(langsmith_stub.feedback()) == 1
+    sink.close(5)
+
+
+def test_skipped_results_are_not_sent_and_failed_ones_are_flagged(
+    langsmith_stub: LangSmithStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LANGSMITH_ENDPOINT", langsmith_stub.url)
+    monkeypatch.setenv("LANGSMITH_API_KEY", "test")
+    sink = outage_sink()
+    sink.emit(item(uuid.uuid4(), score=None))  # not assessable: nothing to send
+    sink.emit(item(uuid.uuid4(), score=float("nan")))  # NaN without error: a skip too
+    sink.emit(item(uuid.uuid4(), score=float("nan"), error="JudgeError: boom"))
+    (feedback,) = langsmith_stub.feedback()
+    assert feedback["error"] is True
+    assert feedback.get("score") is None
+    assert feedback["comment"] == "error: JudgeError: boom"
+    sink.close(5)
+
+
+@pytest.mark.parametrize("endpoint", ["unset", "refused"])
+def test_without_an_api_key_the_sink_disables_itself_with_one_warning(
+    endpoint: str,
+    judge_server: JudgeServer,
+    make_judge: JudgeFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    if endpoint == "refused":
+        monkeypatch.setenv("LANGSMITH_ENDPOINT", refused_url())
+    app = rag_app(judge_server, make_judge)
+    with caplog.at_level(logging.WARNING, logger="langchain_ragmetrics"):
+        sink = LangSmithFeedbackSink()
+        assert not sink.enabled
+        memory = InMemorySink()
+        with online_handler(app.llm, sinks=[sink, memory]) as handler:
+            for i in range(3):
+                app.chain.invoke(question(i), config={"callbacks": [handler]})
+            assert handler.flush(30)
+            stats = handler.stats
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1
+    assert "LangSmithFeedbackSink disabled" in warnings[0]
+    assert "LANGSMITH_API_KEY" in warnings[0]
+    assert len(memory.results) == 3
+    assert stats.sinks["LangSmithFeedbackSink"].dropped == 3
+    assert stats.sinks["LangSmithFeedbackSink"].errors == 0

@@ -1,0 +1,306 @@
+import json
+import sqlite3
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain_core.messages import HumanMessage
+from langchain_openai import ChatOpenAI
+from pydantic import BaseModel
+
+from langchain_ragmetrics import ContextPrecision, ContextRecall, VerdictCache
+from langchain_ragmetrics._cache import (
+    default_cache_path,
+    judge_identity,
+    resolve_cache,
+)
+from langchain_ragmetrics.errors import CacheError
+from langchain_ragmetrics.evaluation import evaluate
+from tests._support.judges import (
+    EINSTEIN_CONTEXT,
+    EINSTEIN_REFERENCE,
+    EINSTEIN_VERDICTS,
+    keyword_precision,
+)
+from tests._support.openai_server import JudgeServer, reply_error, reply_garbage, router
+
+ROWS = [
+    {
+        "question": f"What can you tell me about Albert Einstein? #{i}",
+        "contexts": [EINSTEIN_CONTEXT, "Paris is the capital of France."],
+        "reference": EINSTEIN_REFERENCE,
+    }
+    for i in range(3)
+]
+
+
+class Answer(BaseModel):
+    ok: bool
+
+
+def messages(text: str = "hello") -> list[HumanMessage]:
+    return [HumanMessage(text)]
+
+
+def test_default_path_is_under_the_user_cache_dir(tmp_path: Path) -> None:
+    # conftest points XDG_CACHE_HOME at a fresh directory for every test
+    path = default_cache_path()
+    assert path.name == "verdicts.sqlite3"
+    assert path.parent.name == "ragmetrics"
+    cache = VerdictCache()
+    assert cache.path == path
+    assert path.exists()
+
+
+def test_key_depends_on_judge_identity_prompt_and_schema(tmp_path: Path) -> None:
+    cache = VerdictCache(tmp_path / "c.sqlite3")
+    base = ChatOpenAI(model="m", base_url="http://127.0.0.1:1/v1", api_key="k", temperature=0)
+    key = cache.key(base, messages(), Answer)
+    same = ChatOpenAI(model="m", base_url="http://127.0.0.1:1/v1/", api_key="other", temperature=0)
+    assert cache.key(same, messages(), Answer) == key  # the key (a secret) is not identity
+    for other in (
+        ChatOpenAI(model="m2", base_url="http://127.0.0.1:1/v1", api_key="k", temperature=0),
+        ChatOpenAI(model="m", base_url="http://127.0.0.1:2/v1", api_key="k", temperature=0),
+        ChatOpenAI(model="m", base_url="http://127.0.0.1:1/v1", api_key="k", temperature=0.7),
+        ChatOpenAI(model="m", base_url="http://127.0.0.1:1/v1", api_key="k", temperature=0, seed=3),
+    ):
+        assert cache.key(other, messages(), Answer) != key, judge_identity(other)
+    assert cache.key(base, messages("other payload"), Answer) != key
+
+    class Answer2(BaseModel):
+        ok: bool
+        why: str
+
+    assert cache.key(base, messages(), Answer2) != key
+
+
+def test_resolve_cache_options(tmp_path: Path) -> None:
+    assert resolve_cache(None) is None
+    assert resolve_cache(False) is None
+    cache = VerdictCache(tmp_path / "a.sqlite3")
+    assert resolve_cache(cache) is cache
+    assert resolve_cache(tmp_path / "b.sqlite3").path == tmp_path / "b.sqlite3"  # type: ignore[union-attr]
+    assert resolve_cache(True).path == default_cache_path()  # type: ignore[union-attr]
+    with pytest.raises(TypeError, match="cache must be"):
+        resolve_cache(3)  # type: ignore[arg-type]
+
+
+def test_unusable_files_are_refused_with_a_clear_error(tmp_path: Path) -> None:
+    garbage = tmp_path / "garbage.sqlite3"
+    garbage.write_bytes(b"this is not a database" * 100)
+    with pytest.raises(CacheError, match=r"cannot open the verdict cache .*garbage\.sqlite3"):
+        VerdictCache(garbage)
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(CacheError, match="cannot open the verdict cache"):
+        VerdictCache(blocker / "sub" / "c.sqlite3")
+
+
+def test_parents_are_created_and_wal_is_on(tmp_path: Path) -> None:
+    cache = VerdictCache(tmp_path / "deep" / "er" / "c.sqlite3")
+    cache.put("k", {"a": 1})
+    assert cache.get("k") == {"a": 1}
+    assert cache.get("missing") is None
+    conn = sqlite3.connect(cache.path)
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    conn.close()
+    assert len(cache) == 1
+    cache.clear()
+    assert len(cache) == 0
+
+
+@pytest.fixture
+def judge(judge_server: JudgeServer) -> JudgeServer:
+    judge_server.script = router(
+        RecallStatements=EINSTEIN_VERDICTS, ContextVerdicts=keyword_precision("Einstein")
+    )
+    return judge_server
+
+
+def test_an_unchanged_rerun_makes_no_judge_call(
+    judge: JudgeServer, make_judge: Callable[..., ChatOpenAI], tmp_path: Path
+) -> None:
+    path = tmp_path / "verdicts.sqlite3"
+    metrics = [ContextRecall(), ContextPrecision()]
+    first = evaluate(ROWS, metrics, llm=make_judge(), cache=path, show_progress=False)
+    assert judge.count() == 6
+    assert (first.usage.cache_hits, first.usage.cache_misses, first.usage.judge_calls) == (0, 6, 6)
+    judge.reset()
+    # a new client object, a new cache object on the same file: still the same judge
+    second = evaluate(ROWS, metrics, llm=make_judge(), cache=path, show_progress=False)
+    assert judge.count() == 0
+    assert (second.usage.cache_hits, second.usage.cache_misses) == (6, 0)
+    assert second.usage.judge_calls == 0
+    assert second["context_recall"] == first["context_recall"]
+    assert second["context_precision"] == first["context_precision"]
+    assert second.rows[0].results["context_recall"].details == (  # type: ignore[union-attr]
+        first.rows[0].results["context_recall"].details  # type: ignore[union-attr]
+    )
+    assert "Verdict cache: 6 hits, 0 misses" in second.summary()
+    # another temperature is another judge: everything is asked again
+    evaluate(ROWS, metrics, llm=make_judge(temperature=0.5), cache=path, show_progress=False)
+    assert judge.count() == 6
+
+
+def test_a_changed_row_is_the_only_call(
+    judge: JudgeServer, make_judge: Callable[..., ChatOpenAI], tmp_path: Path
+) -> None:
+    cache = VerdictCache(tmp_path / "v.sqlite3")
+    evaluate(ROWS, ["context_recall"], llm=make_judge(), cache=cache, show_progress=False)
+    judge.reset()
+    changed = [*ROWS[:2], {**ROWS[2], "contexts": [EINSTEIN_CONTEXT, "Berlin is in Germany."]}]
+    result = evaluate(changed, ["context_recall"], llm=make_judge(), cache=cache)
+    assert judge.count() == 1
+    assert (result.usage.cache_hits, result.usage.cache_misses) == (2, 1)
+    assert (cache.hits, cache.misses) == (2, 4)
+
+
+@pytest.mark.parametrize(
+    "bad", [reply_garbage(), reply_error(500)], ids=["malformed", "server-error"]
+)
+def test_only_valid_verdicts_are_cached(
+    judge_server: JudgeServer, make_judge: Callable[..., ChatOpenAI], tmp_path: Path, bad: Any
+) -> None:
+    judge_server.script = router(RecallStatements=bad)
+    path = tmp_path / "v.sqlite3"
+    metric = ContextRecall(retry={"max_retries": 0, "parse_retries": 0, "initial_backoff": 0})
+    failed = evaluate(ROWS[:1], [metric], llm=make_judge(), cache=path, show_progress=False)
+    assert failed.aggregates["context_recall"].failed == 1
+    assert len(VerdictCache(path)) == 0
+    judge_server.script = router(RecallStatements=EINSTEIN_VERDICTS)
+    judge_server.reset()
+    ok = evaluate(ROWS[:1], [metric], llm=make_judge(), cache=path, show_progress=False)
+    assert judge_server.count() == 1  # the failure was not replayed from the cache
+    assert ok["context_recall"] == [0.5]
+
+
+def test_an_entry_that_no_longer_validates_is_asked_again(
+    judge: JudgeServer, make_judge: Callable[..., ChatOpenAI], tmp_path: Path
+) -> None:
+    cache = VerdictCache(tmp_path / "v.sqlite3")
+    evaluate(ROWS[:1], ["context_recall"], llm=make_judge(), cache=cache, show_progress=False)
+    with sqlite3.connect(cache.path) as conn:
+        conn.execute("UPDATE verdicts SET value = ?", (json.dumps({"nonsense": True}),))
+    judge.reset()
+    result = evaluate(ROWS[:1], ["context_recall"], llm=make_judge(), cache=cache)
+    assert judge.count() == 1
+    assert result["context_recall"] == [0.5]
+
+
+def test_the_cache_on_a_metric_works_without_evaluate(
+    judge: JudgeServer, make_judge: Callable[..., ChatOpenAI], tmp_path: Path
+) -> None:
+    # what the online handler does: a metric carrying a cache, called directly
+    metric = ContextRecall(llm=make_judge(), cache=VerdictCache(tmp_path / "v.sqlite3"))
+    first = metric.invoke(ROWS[0])
+    again = metric.invoke(ROWS[0])
+    assert judge.count() == 1
+    assert (first.usage.cache_misses, again.usage.cache_hits, again.usage.judge_calls) == (1, 1, 0)
+    assert again.score == first.score == 0.5
+
+
+async def test_the_async_path_uses_the_cache_too(
+    judge: JudgeServer, make_judge: Callable[..., ChatOpenAI], tmp_path: Path
+) -> None:
+    metric = ContextRecall(llm=make_judge(), cache=VerdictCache(tmp_path / "v.sqlite3"))
+    await metric.ainvoke(ROWS[0])
+    again = await metric.ainvoke(ROWS[0])
+    assert judge.count() == 1
+    assert again.usage.cache_hits == 1
+
+
+def test_threads_share_one_cache(tmp_path: Path) -> None:
+    cache = VerdictCache(tmp_path / "v.sqlite3")
+    errors: list[BaseException] = []
+
+    def work(n: int) -> None:
+        try:
+            for i in range(100):
+                cache.put(f"{n}-{i}", {"n": n, "i": i})
+                assert cache.get(f"{n}-{i}") == {"n": n, "i": i}
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert errors == []
+    assert len(cache) == 800
+
+
+WRITER = """
+import sys
+from langchain_ragmetrics import VerdictCache
+cache = VerdictCache(sys.argv[1])
+n = sys.argv[2]
+for i in range(150):
+    cache.put(f"{n}-{i}", {"n": n, "i": i})
+    assert cache.get(f"{n}-{i}") == {"n": n, "i": i}
+    assert cache.get(f"0-{i}") in (None, {"n": "0", "i": i})
+print("done")
+"""
+
+
+def test_processes_share_one_cache_file(tmp_path: Path) -> None:
+    path = tmp_path / "shared.sqlite3"
+    VerdictCache(path).put("seed", 1)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(path), str(n)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for n in range(4)
+    ]
+    outputs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0, 0], outputs
+    assert all(out.strip() == "done" for out, _ in outputs)
+    assert len(VerdictCache(path)) == 4 * 150 + 1
+
+
+def test_a_cache_that_breaks_mid_run_falls_back_to_the_judge(
+    judge: JudgeServer, make_judge: Callable[..., ChatOpenAI], tmp_path: Path
+) -> None:
+    cache = VerdictCache(tmp_path / "v.sqlite3")
+    with sqlite3.connect(cache.path) as conn:
+        conn.execute("DROP TABLE verdicts")
+    with pytest.warns(RuntimeWarning, match="verdict cache .* unusable"):
+        result = evaluate(ROWS, ["context_recall"], llm=make_judge(), cache=cache)
+    assert result["context_recall"] == [0.5, 0.5, 0.5]
+    assert judge.count() == 3
+
+
+def test_a_cache_locked_by_another_process_does_not_hold_the_run(
+    judge: JudgeServer, make_judge: Callable[..., ChatOpenAI], tmp_path: Path
+) -> None:
+    path = tmp_path / "v.sqlite3"
+    cache = VerdictCache(path, timeout=0.2)
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")  # another writer that never lets go
+    try:
+        with pytest.warns(RuntimeWarning, match="database is locked"):
+            result = evaluate(ROWS, ["context_recall"], llm=make_judge(), cache=cache)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert result["context_recall"] == [0.5, 0.5, 0.5]  # scored; only the stores were lost
+    assert len(cache) == 0
+
+
+def test_a_cache_crosses_process_boundaries_by_path(tmp_path: Path) -> None:
+    import pickle
+
+    cache = VerdictCache(tmp_path / "v.sqlite3", timeout=3.0)
+    cache.put("k", {"v": 1})
+    copy = pickle.loads(pickle.dumps(cache))
+    assert (copy.path, copy.timeout) == (cache.path, 3.0)
+    assert copy.get("k") == {"v": 1}
+    metric = ContextRecall(cache=cache)
+    assert pickle.loads(pickle.dumps(metric)).cache.get("k") == {"v": 1}  # type: ignore[union-attr]
