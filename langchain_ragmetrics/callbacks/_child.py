@@ -26,6 +26,7 @@ from langchain_ragmetrics.callbacks._isolated import (
     SetupSource,
     build_setup,
 )
+from langchain_ragmetrics.callbacks._otel import span_context_from_plain
 from langchain_ragmetrics.callbacks._records import Capture
 from langchain_ragmetrics.callbacks._stats import Counters, FailureLog
 
@@ -122,6 +123,7 @@ def _capture(item: dict[str, Any]) -> Capture:
         root_metadata=item["root_metadata"],
         root_inputs=item["question"],
         root_outputs=root_outputs,
+        otel_context=span_context_from_plain(item.get("otel_context")),
     )
 
 

@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from langchain_ragmetrics.callbacks import _exit
 from langchain_ragmetrics.callbacks._mapping import REFERENCE_FIELDS, default_answer
+from langchain_ragmetrics.callbacks._otel import plain_span_context
 from langchain_ragmetrics.callbacks._pipeline import AnswerFrom, QuestionFrom
 from langchain_ragmetrics.callbacks._records import Capture
 from langchain_ragmetrics.callbacks._stats import Counters, FailureLog, SinkStats
@@ -240,6 +241,7 @@ def plain_capture(
         "root_metadata": _plain_metadata(capture.root_metadata),
         "question": question,
         "answer": answer,
+        "otel_context": plain_span_context(capture.otel_context),
     }
 
 

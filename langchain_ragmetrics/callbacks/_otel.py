@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-__all__ = ["current_span_context"]
+__all__ = ["current_span_context", "plain_span_context", "span_context_from_plain"]
 
 
 def current_span_context() -> Any:
@@ -23,3 +23,20 @@ def current_span_context() -> Any:
     except Exception:
         return None
     return context if context.is_valid else None
+
+
+def plain_span_context(context: Any) -> tuple[int, int, int] | None:
+    """``(trace_id, span_id, trace_flags)`` of a span context: picklable, for isolated mode."""
+    if context is None:
+        return None
+    return int(context.trace_id), int(context.span_id), int(context.trace_flags)
+
+
+def span_context_from_plain(plain: tuple[int, int, int] | None) -> Any:
+    """The span context back from :func:`plain_span_context` (None stays None)."""
+    if plain is None:
+        return None
+    from opentelemetry.trace import SpanContext, TraceFlags
+
+    trace_id, span_id, flags = plain
+    return SpanContext(trace_id, span_id, is_remote=True, trace_flags=TraceFlags(flags))

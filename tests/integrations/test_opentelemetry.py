@@ -345,3 +345,21 @@ def test_the_package_imports_opentelemetry_only_when_the_sink_is_used() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout.strip()
     assert out == "False True"
+
+
+def test_span_context_crosses_to_an_isolated_child_as_plain_ints(otel: Otel) -> None:
+    import pickle
+
+    from langchain_ragmetrics.callbacks._otel import plain_span_context, span_context_from_plain
+
+    with otel.tracer_provider.get_tracer("t").start_as_current_span("s") as span:
+        plain = plain_span_context(current_span_context())
+    back = span_context_from_plain(pickle.loads(pickle.dumps(plain)))
+    original = span.get_span_context()
+    assert (back.trace_id, back.span_id, back.trace_flags) == (
+        original.trace_id,
+        original.span_id,
+        original.trace_flags,
+    )
+    assert plain_span_context(None) is None
+    assert span_context_from_plain(None) is None

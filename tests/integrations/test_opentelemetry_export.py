@@ -30,6 +30,7 @@ from langchain_ragmetrics import (
     InMemorySink,
     OnlineResult,
     OpenTelemetrySink,
+    RagMetricsCallbackHandler,
 )
 from tests._support.openai_server import JudgeServer
 from tests._support.otlp_receiver import OtlpReceiver
@@ -210,3 +211,26 @@ def test_prometheus_recipe_serves_the_metrics(
     assert float(sum_line.rsplit(" ", 1)[1]) == pytest.approx(sum(r.score or 0 for r in results))
     assert "ragmetrics_judge_calls_total" in text
     assert "ragmetrics_judge_tokens_total" in text
+
+
+def test_isolated_handler_events_keep_the_parent_process_spans(
+    judge_server: JudgeServer, make_judge: JudgeFactory
+) -> None:
+    from functools import partial
+
+    from langchain_ragmetrics.callbacks import ProcessIsolation
+    from tests._support.otel_setups import otlp_setup
+
+    app = rag_app(judge_server, make_judge, max_retries=2)
+    tracer_provider = TracerProvider()
+    with OtlpReceiver() as receiver:
+        setup = partial(otlp_setup, judge_server.base_url, receiver.url)
+        handler = RagMetricsCallbackHandler(isolation=ProcessIsolation(setup=setup, niceness=0))
+        spans = requests_under_spans(app, handler, tracer_provider, 4)
+        assert handler.flush(timeout=120)
+        assert handler.close(timeout=60)
+        events = receiver.logs()
+    assert len(events) == 4
+    expected = {(f"{s.trace_id:032x}", f"{s.span_id:016x}") for s in spans.values()}
+    assert {(e.trace_id, e.span_id) for e in events} == expected
+    assert {e.event_name for e in events} == {"gen_ai.evaluation.result"}
