@@ -222,6 +222,7 @@ def test_bash_block_runs(
             run(["bash", "-c", command], cwd=cwd, env=loopback_env(servers), what=where)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("block", blocks_of("yaml"), ids=block_id)
 def test_workflow_block_runs(
     block: Block, servers: tuple[JudgeServer, LangSmithDatasetStub], tmp_path: Path
