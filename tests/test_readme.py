@@ -263,7 +263,7 @@ def _pytest_is_what_ci_runs(cwd: Path, where: str) -> None:
     assert re.search(r"^pip install (-q )?-e \"\.\[test\]\"", ci, re.M), (
         f"{where}: .ci/run does not install the test extras as the README says"
     )
-    assert re.search(r"^python -m pytest -q$", ci, re.M), (
+    assert re.search(r"^python -m pytest -q( --durations=\d+)?$", ci, re.M), (  # a report only
         f"{where}: .ci/run does not run `python -m pytest -q` as the README says"
     )
 
