@@ -13,6 +13,7 @@ from langchain_ragmetrics.cli._common import (
     echo,
     error,
     exit_codes_help,
+    fraction,
     no_key_message,
     positive_float,
     positive_int,
@@ -20,18 +21,6 @@ from langchain_ragmetrics.cli._common import (
 )
 
 __all__ = ["register"]
-
-
-def _share(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected a number between 0 and 1, got {text!r}"
-        ) from None
-    if not 0 <= value <= 1:
-        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {value:g}")
-    return value
 
 
 def register(commands: Any) -> None:
@@ -58,7 +47,7 @@ def register(commands: Any) -> None:
     )
     parser.add_argument(
         "--min-agreement",
-        type=_share,
+        type=fraction,
         default=0.8,
         help="lowest acceptable verdict accuracy per metric (default: %(default)s)",
     )

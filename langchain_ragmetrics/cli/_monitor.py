@@ -15,9 +15,11 @@ from langchain_ragmetrics.cli._common import (
     echo,
     error,
     exit_codes_help,
+    fraction,
     no_key_message,
     positive_float,
     positive_int,
+    split_names,
 )
 
 __all__ = ["register"]
@@ -32,16 +34,6 @@ def _shard(text: str) -> tuple[int, int]:
         return parse_shard(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _rate(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a fraction, got {text!r}") from None
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {value:g}")
-    return value
 
 
 def register(commands: Any) -> None:
@@ -73,7 +65,7 @@ def register(commands: Any) -> None:
         f"known: {', '.join(metric_classes())}",
     )
     monitor.add_argument(
-        "--sample-rate", type=_rate, default=1.0, help="fraction of traces scored (default: 1)"
+        "--sample-rate", type=fraction, default=1.0, help="fraction of traces scored (default: 1)"
     )
     monitor.add_argument(
         "--checkpoint",
@@ -113,7 +105,7 @@ def _monitor_command(args: argparse.Namespace) -> int:
     from langchain_ragmetrics.evaluation import UnknownMetricError, is_judged, metric_from_name
     from langchain_ragmetrics.integrations.monitor import CheckpointError, LangSmithMonitor
 
-    names = list(dict.fromkeys(n.strip().lower() for n in args.metrics.split(",") if n.strip()))
+    names = split_names(args.metrics)
     if not names:
         error("--metrics is empty")
         return ExitCode.USAGE
