@@ -7,7 +7,7 @@ import math
 import time
 from abc import abstractmethod
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
 from langchain_core.callbacks import (
@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 from typing_extensions import override
 
 from langchain_ragmetrics._cache import VerdictCache
-from langchain_ragmetrics._text import check_language, language_name
+from langchain_ragmetrics._text import Truncation, cap_texts, check_language, language_name
 from langchain_ragmetrics.errors import JudgeError
 from langchain_ragmetrics.metrics._judge import (
     JudgeCall,
@@ -37,7 +37,21 @@ from langchain_ragmetrics.metrics._judge import (
 from langchain_ragmetrics.prompts._common import to_payload
 from langchain_ragmetrics.schema import MetricInput, MetricResult, RagSample, Usage, coerce_sample
 
-__all__ = ["BaseRagMetric", "JudgeError", "JudgedMetric", "Plan", "Verdict"]
+__all__ = [
+    "DEFAULT_MAX_CONTEXT_CHARS",
+    "DEFAULT_MAX_SAMPLE_CHARS",
+    "BaseRagMetric",
+    "JudgeError",
+    "JudgedMetric",
+    "Plan",
+    "Verdict",
+    "note_truncation",
+]
+
+DEFAULT_MAX_CONTEXT_CHARS = 20_000
+"""Default cap on the characters of one context sent to the judge (about 5k tokens)."""
+DEFAULT_MAX_SAMPLE_CHARS = 60_000
+"""Default cap on the characters of all of a sample's contexts sent to the judge."""
 
 
 @dataclass
@@ -231,6 +245,10 @@ class JudgedMetric(BaseRagMetric):
     """Upper bound on concurrent judge calls inside one sample (``per_context`` modes)."""
     cache: VerdictCache | None = None
     """Verdict cache consulted before each judge call (None: always ask the judge)."""
+    max_context_chars: int | None = Field(default=DEFAULT_MAX_CONTEXT_CHARS, gt=0)
+    """Characters of each retrieved context sent to the judge; None: no cap."""
+    max_sample_chars: int | None = Field(default=DEFAULT_MAX_SAMPLE_CHARS, gt=0)
+    """Characters of all the sample's contexts sent to the judge (later ones cut first)."""
 
     _default_llm: BaseChatModel | None = PrivateAttr(default=None)
     _runners: dict[tuple[int, int, type[BaseModel]], JudgeRunner] = PrivateAttr(
@@ -301,8 +319,26 @@ class JudgedMetric(BaseRagMetric):
             return self._failure(errors[0], usage)
         return self._result(self.score(plan, [o.parsed for o in outcomes]), usage)
 
+    def capped(self, sample: RagSample) -> tuple[RagSample, list[Truncation]]:
+        """The sample with its contexts cut to the size caps, and what was cut.
+
+        Bounds the judge's input (cost, context window) and the CPU spent before the call.
+        """
+        contexts, truncated = cap_texts(
+            sample.contexts,
+            max_chars_each=self.max_context_chars,
+            max_chars_total=self.max_sample_chars,
+        )
+        if not truncated:
+            return sample, truncated
+        return sample.model_copy(update={"contexts": contexts}), truncated
+
     @override
     def _evaluate(self, sample: RagSample, config: RunnableConfig) -> MetricResult:
+        sample, truncated = self.capped(sample)
+        return note_truncation(self._evaluate_capped(sample, config), truncated)
+
+    def _evaluate_capped(self, sample: RagSample, config: RunnableConfig) -> MetricResult:
         plan = self.plan(sample)
         if isinstance(plan, Verdict):
             return self._result(plan)
@@ -322,6 +358,10 @@ class JudgedMetric(BaseRagMetric):
 
     @override
     async def _aevaluate(self, sample: RagSample, config: RunnableConfig) -> MetricResult:
+        sample, truncated = self.capped(sample)
+        return note_truncation(await self._aevaluate_capped(sample, config), truncated)
+
+    async def _aevaluate_capped(self, sample: RagSample, config: RunnableConfig) -> MetricResult:
         plan = self.plan(sample)
         if isinstance(plan, Verdict):
             return self._result(plan)
@@ -333,3 +373,10 @@ class JudgedMetric(BaseRagMetric):
 
         outcomes = await asyncio.gather(*(one(c) for c in plan.calls))
         return self._finish(plan, outcomes)
+
+
+def note_truncation(result: MetricResult, truncated: Sequence[Truncation]) -> MetricResult:
+    """Record in ``details["truncated"]`` which contexts the size caps shortened (if any)."""
+    if truncated:
+        result.details["truncated"] = [asdict(t) for t in truncated]
+    return result

@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from langchain_core.prompts import ChatPromptTemplate
 from pydantic import BaseModel, ConfigDict, Field
 from typing_extensions import override
 
-from langchain_ragmetrics._text import Truncation, cap_texts, segment
-from langchain_ragmetrics.metrics._base import JudgedMetric, Plan, Verdict
+from langchain_ragmetrics._text import segment
+from langchain_ragmetrics.metrics._base import (
+    DEFAULT_MAX_CONTEXT_CHARS,
+    DEFAULT_MAX_SAMPLE_CHARS,
+    JudgedMetric,
+    Plan,
+    Verdict,
+)
 from langchain_ragmetrics.prompts import context_relevance as prompts
 from langchain_ragmetrics.schema import RagSample
 from langchain_ragmetrics.scoring import relevance_ratio
@@ -26,12 +32,6 @@ __all__ = [
     "score_context_relevance",
     "split_contexts",
 ]
-
-
-DEFAULT_MAX_CONTEXT_CHARS = 20_000
-"""Characters of one context that ContextRelevance segments and sends to the judge."""
-DEFAULT_MAX_SAMPLE_CHARS = 60_000
-"""Characters of all contexts of one sample that ContextRelevance segments and sends."""
 
 
 class RelevantSentences(BaseModel):
@@ -95,14 +95,6 @@ def score_context_relevance(
     return Verdict(score, f"{summary} {reason}".strip(), details)
 
 
-@dataclass
-class _Prepared:
-    """What the scorer needs after the judge call: the numbered sentences, and any cut."""
-
-    sentences: list[ContextSentence]
-    truncated: list[Truncation] = field(default_factory=list)
-
-
 class ContextRelevance(JudgedMetric):
     """Share of the retrieved sentences that the question actually needs (reference-free).
 
@@ -120,11 +112,6 @@ class ContextRelevance(JudgedMetric):
     requires: ClassVar[tuple[str, ...]] = ("question",)
     output_schema: ClassVar[type[BaseModel]] = RelevantSentences
 
-    max_context_chars: int | None = Field(default=DEFAULT_MAX_CONTEXT_CHARS, gt=0)
-    """Characters of each context that are segmented and judged; None: no cap."""
-    max_sample_chars: int | None = Field(default=DEFAULT_MAX_SAMPLE_CHARS, gt=0)
-    """Characters of all the sample's contexts that are segmented and judged; None: no cap."""
-
     @classmethod
     @override
     def default_prompt(cls) -> ChatPromptTemplate:
@@ -132,35 +119,19 @@ class ContextRelevance(JudgedMetric):
 
     @override
     def plan(self, sample: RagSample) -> Plan | Verdict:
-        contexts, truncated = cap_texts(
-            sample.contexts,
-            max_chars_each=self.max_context_chars,
-            max_chars_total=self.max_sample_chars,
-        )
-        sentences = split_contexts(contexts, self.sample_language(sample))
+        sentences = split_contexts(sample.contexts, self.sample_language(sample))
         if not sentences:
-            verdict = score_context_relevance([], [], "No context sentences were retrieved.")
-            return _note_truncation(verdict, truncated)
+            return score_context_relevance([], [], "No context sentences were retrieved.")
         data = {
             "question": sample.question or "",
             "sentences": [{"index": s.index, "text": s.text} for s in sentences],
         }
         count = len(sentences)
         call = self.ask(sample, data, check=lambda answer: check_sentence_indices(answer, count))
-        return Plan([call], _Prepared(sentences, truncated))
+        return Plan([call], sentences)
 
     @override
     def score(self, plan: Plan, answers: Sequence[Any]) -> Verdict:
         answer: RelevantSentences = answers[0]
-        state: _Prepared = plan.state
-        verdict = score_context_relevance(
-            state.sentences, answer.relevant_sentence_indices, answer.reason
-        )
-        return _note_truncation(verdict, state.truncated)
-
-
-def _note_truncation(verdict: Verdict, truncated: Sequence[Truncation]) -> Verdict:
-    """Record in the details which contexts the size cap shortened (nothing when none)."""
-    if truncated:
-        verdict.details["truncated"] = [asdict(t) for t in truncated]
-    return verdict
+        sentences: list[ContextSentence] = plan.state
+        return score_context_relevance(sentences, answer.relevant_sentence_indices, answer.reason)

@@ -8,13 +8,14 @@ from typing import Any
 
 import pytest
 
-from langchain_ragmetrics import ContextRelevance, RagSample
+from langchain_ragmetrics import ContextPrecision, ContextRelevance, RagSample
 from langchain_ragmetrics._engine import Job, ScoringEngine
+from langchain_ragmetrics.metrics._base import Plan
 from langchain_ragmetrics.metrics.context_relevance import (
     DEFAULT_MAX_CONTEXT_CHARS,
     DEFAULT_MAX_SAMPLE_CHARS,
 )
-from tests._support.judges import keyword_relevance, payload
+from tests._support.judges import keyword_precision, keyword_relevance, payload
 from tests._support.openai_server import JudgeServer, reply_hold
 
 JudgeFactory = Callable[..., Any]
@@ -95,9 +96,13 @@ def test_planning_a_huge_sample_takes_bounded_cpu() -> None:
     # before its judge call (and after a timeout abandons it) is bounded.
     sample = RagSample(question="q", contexts=[long_text(1_000_000)] * 10)
     start = time.thread_time()
-    plan = ContextRelevance().plan(sample)
+    metric = ContextRelevance()
+    capped, truncated = metric.capped(sample)  # what _evaluate does before planning
+    plan = metric.plan(capped)
     assert time.thread_time() - start < 10.0  # generous: about 0.5 s of CPU
-    assert sum(len(s.text) for s in plan.state.sentences) <= DEFAULT_MAX_SAMPLE_CHARS
+    assert isinstance(plan, Plan)
+    assert sum(len(s.text) for s in plan.state) <= DEFAULT_MAX_SAMPLE_CHARS
+    assert len(truncated) == 10
 
 
 async def test_a_timed_out_long_context_job_ends(
@@ -113,3 +118,27 @@ async def test_a_timed_out_long_context_job_ends(
         release.set()
     assert result.error == "timed out after 0.5s"
     assert engine.stats.timed_out == 1
+
+
+def test_every_judged_metric_sends_capped_contexts(
+    judge_server: JudgeServer, make_judge: JudgeFactory
+) -> None:
+    # The caps live on JudgedMetric: precision (and recall, entity recall) send no more of a
+    # huge context to the judge than relevance does, and say what they cut.
+    judge_server.script = keyword_precision("capital")
+    metric = ContextPrecision(llm=make_judge(), max_context_chars=500, max_sample_chars=800)
+    result = metric.invoke(
+        {
+            "question": "What is the capital?",
+            "contexts": [long_text(100_000), long_text(100_000), "The capital is Paris."],
+            "reference": "Paris is the capital.",
+        }
+    )
+    assert result.error is None
+    passages = payload(judge_server.requests[0])["passages"]
+    assert [len(p["text"]) for p in passages] == [500, 300, 0]
+    assert result.details["truncated"] == [
+        {"index": 0, "chars": 100_000, "kept": 500},
+        {"index": 1, "chars": 100_000, "kept": 300},
+        {"index": 2, "chars": 21, "kept": 0},
+    ]
