@@ -510,10 +510,8 @@ class LangSmithStub(LoopbackServer):
                 self._hung -= 1
 
     def _refuse_duplicate_feedback(self, body: dict[str, Any]) -> None:
-        """LangSmith answers 409 to a feedback id it already has."""
-        with self._lock:
-            known = body.get("id") is not None and str(body["id"]) in self._feedback
-        if known:
+        """LangSmith answers 409 to a feedback id it already has (lock held by the caller)."""
+        if body.get("id") is not None and str(body["id"]) in self._feedback:
             raise _Route(409, {"detail": f"feedback {body['id']} already exists"})
 
     # ------------------------------------------------------------------ runs
@@ -628,8 +626,8 @@ class LangSmithStub(LoopbackServer):
         """Create feedback from a JSON body."""
         if not isinstance(req.body, dict) or "key" not in req.body:
             raise _Route(422, {"detail": "feedback body must be a JSON object with a key"})
-        self._refuse_duplicate_feedback(req.body)
-        with self._lock:
+        with self._lock:  # check and store at once: two racing posts of one id store one
+            self._refuse_duplicate_feedback(req.body)
             return 200, self._feedback_view(self._store_feedback("POST /feedback", req.body))
 
     @staticmethod
