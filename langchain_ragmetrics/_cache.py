@@ -6,8 +6,11 @@ validation would be replayed forever; it is installed globally (``set_llm_cache`
 model, with no hit / miss accounting per result; and its SQLite flavour lives in
 langchain-community on top of SQLAlchemy. Here only answers that parsed and passed the
 metric's checks are stored, keyed by what decides a verdict: the judge's identity (class,
-model, base URL, sampling settings), the formatted prompt (template and payload) and the
-output schema.
+model, the endpoint its client really calls, sampling and reasoning settings), the formatted
+prompt (template and payload), the output schema and the tool definition sent with it.
+
+This module knows nothing of metrics or judge calls (``metrics._judge.CachedCall`` puts the
+two together), so the layers import downward only.
 """
 
 from __future__ import annotations
@@ -18,36 +21,40 @@ import os
 import threading
 import time
 import warnings
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from langchain_ragmetrics.errors import CacheError
-from langchain_ragmetrics.schema import Usage
 
 if TYPE_CHECKING:
     import sqlite3
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
     from langchain_core.messages import BaseMessage
     from pydantic import BaseModel
 
-    from langchain_ragmetrics.metrics._judge import JudgeCall, JudgeOutcome, JudgeRunner
-
 __all__ = [
     "CacheError",
     "CacheLike",
-    "CachedCall",
     "VerdictCache",
     "default_cache_path",
+    "judge_endpoint",
     "judge_identity",
     "resolve_cache",
 ]
 
 _BUSY_TIMEOUT_S = 30.0
-_SCHEMA_VERSION = 1
-_URL_ATTRS = ("openai_api_base", "base_url", "api_base", "endpoint_url")
+_SCHEMA_VERSION = 2  # 2: endpoint from the client, bound tool definitions
+_URL_ATTRS = (
+    "openai_api_base",
+    "base_url",
+    "api_base",
+    "endpoint_url",
+    "azure_endpoint",
+    "anthropic_api_url",
+)
+_CLIENT_ATTRS = ("root_client", "root_async_client")
 _Scalar = (str, int, float, bool, type(None))
 
 
@@ -68,12 +75,39 @@ def _plain(value: Any) -> bool:
     return False
 
 
+def _client_url(llm: Any) -> str | None:
+    """The base URL the model's own HTTP client resolved (from arguments or the environment)."""
+    for holder in _CLIENT_ATTRS:
+        client = getattr(llm, holder, None)
+        url = getattr(client, "base_url", None)
+        if url is not None and str(url):
+            return str(url)
+    return None
+
+
+def judge_endpoint(llm: Any) -> str | None:
+    """Where the judge's requests really go, or None when the model shows no URL.
+
+    The client's resolved URL comes first: langchain-openai leaves ``openai_api_base`` empty
+    when the URL comes from ``OPENAI_BASE_URL``, but its ``root_client`` holds the one used.
+    """
+    url = _client_url(llm)
+    if url is None:
+        for attr in _URL_ATTRS:
+            value = getattr(llm, attr, None)
+            if isinstance(value, str) and value:
+                url = value
+                break
+    return None if url is None else url.rstrip("/")
+
+
 def judge_identity(llm: Any) -> dict[str, Any]:
     """What makes two judges give the same verdict: class, model, endpoint, sampling settings.
 
     Taken from the model's ``_identifying_params`` (model name, temperature, top_p, seed,
-    max tokens ...) plus its base URL; values that are not plain data (clients, callables)
-    are left out so the identity is stable from one process to the next.
+    max tokens, reasoning settings ...) plus the endpoint its client really calls; values
+    that are not plain data (clients, callables) are left out so the identity is stable from
+    one process to the next. The API key is a secret, not an identity: it is never read.
     """
     try:
         params = dict(getattr(llm, "_identifying_params", None) or {})
@@ -83,11 +117,9 @@ def judge_identity(llm: Any) -> dict[str, Any]:
         "class": f"{type(llm).__module__}.{type(llm).__qualname__}",
         "params": {k: v for k, v in sorted(params.items()) if _plain(v)},
     }
-    for attr in _URL_ATTRS:
-        url = getattr(llm, attr, None)
-        if isinstance(url, str) and url:
-            identity["base_url"] = url.rstrip("/")
-            break
+    endpoint = judge_endpoint(llm)
+    if endpoint is not None:
+        identity["base_url"] = endpoint
     return identity
 
 
@@ -98,7 +130,8 @@ def _schema_text(schema: type[BaseModel]) -> str:
 
 def _digest(data: Any) -> str:
     text = json.dumps(data, sort_keys=True, ensure_ascii=False, default=str)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    # surrogatepass: a lone surrogate in a custom prompt must not make the key raise
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 class VerdictCache:
@@ -174,15 +207,32 @@ class VerdictCache:
                 stacklevel=3,
             )
 
-    def key(self, llm: Any, messages: Sequence[BaseMessage], schema: type[BaseModel]) -> str:
-        """The cache key of one judge request (judge identity, formatted prompt, schema)."""
+    def key(
+        self,
+        llm: Any,
+        messages: Sequence[BaseMessage],
+        schema: type[BaseModel],
+        *,
+        request: Mapping[str, Any] | None = None,
+    ) -> str:
+        """The cache key of one judge request.
+
+        Args:
+            llm: The judge (its identity: class, settings, endpoint).
+            messages: The formatted prompt.
+            schema: The output schema.
+            request: What else goes into the request: the tool definitions and tool choice
+                the schema was bound with (entries that are not plain data are left out).
+        """
         prompt = [(m.type, m.content) for m in messages]
+        options = {k: v for k, v in sorted((request or {}).items()) if _plain(v)}
         return _digest(
             {
                 "v": _SCHEMA_VERSION,
                 "judge": judge_identity(llm),
                 "prompt": prompt,
                 "schema": _schema_text(schema),
+                "request": options,
             }
         )
 
@@ -206,7 +256,7 @@ class VerdictCache:
         """Store a JSON-serialisable value under ``key`` (last writer wins)."""
         import sqlite3
 
-        text = json.dumps(value, ensure_ascii=False)
+        text = json.dumps(value)  # ASCII: a lone surrogate in a verdict cannot break SQLite
         try:
             with self._lock:
                 self._connect().execute(
@@ -263,47 +313,3 @@ def resolve_cache(cache: CacheLike) -> VerdictCache | None:
         return VerdictCache(cache)
     msg = f"cache must be a VerdictCache, a path, True or None, got {type(cache).__name__}"
     raise TypeError(msg)
-
-
-@dataclass
-class CachedCall:
-    """One judge request seen through the cache: a hit to return, or a key to store under."""
-
-    cache: VerdictCache
-    key: str
-    hit: JudgeOutcome | None
-
-    @classmethod
-    def open(
-        cls, cache: VerdictCache | None, runner: JudgeRunner, call: JudgeCall
-    ) -> CachedCall | None:
-        """Look the request up; None when there is no cache (the caller goes on as before)."""
-        if cache is None:
-            return None
-        from langchain_ragmetrics.metrics._judge import JudgeOutcome
-
-        messages = runner.prompt.format_messages(**call.variables)
-        key = cache.key(runner.llm, messages, call.schema)
-        stored = cache.get(key)
-        hit = None
-        if stored is not None:
-            try:
-                parsed = call.schema.model_validate(stored)
-                if call.check is not None:
-                    call.check(parsed)
-            except ValueError:  # stale or tampered entry: ask the judge again
-                parsed = None
-            if parsed is not None:
-                hit = JudgeOutcome(parsed=parsed, usage=Usage(cache_hits=1))
-                cache.record(hit=True)
-        return cls(cache, key, hit)
-
-    def store(self, outcome: JudgeOutcome) -> JudgeOutcome:
-        """Keep a successful, validated verdict; count the miss in the outcome's usage."""
-        if outcome.error is None and outcome.parsed is not None:
-            parsed = outcome.parsed
-            data = parsed.model_dump(mode="json") if hasattr(parsed, "model_dump") else parsed
-            self.cache.put(self.key, data)
-        outcome.usage = outcome.usage + Usage(cache_misses=1)
-        self.cache.record(hit=False)
-        return outcome

@@ -25,8 +25,15 @@ from tests._support.judges import (
     EINSTEIN_REFERENCE,
     EINSTEIN_VERDICTS,
     keyword_precision,
+    payload,
 )
-from tests._support.openai_server import JudgeServer, reply_error, reply_garbage, router
+from tests._support.openai_server import (
+    JudgeRequest,
+    JudgeServer,
+    reply_error,
+    reply_garbage,
+    router,
+)
 
 ROWS = [
     {
@@ -76,6 +83,70 @@ def test_key_depends_on_judge_identity_prompt_and_schema(tmp_path: Path) -> None
         why: str
 
     assert cache.key(base, messages(), Answer2) != key
+
+
+def test_every_setting_that_changes_the_answer_changes_the_key(tmp_path: Path) -> None:
+    cache = VerdictCache(tmp_path / "c.sqlite3")
+    common: dict[str, Any] = {"model": "m", "base_url": "http://127.0.0.1:1/v1", "api_key": "k"}
+    key = cache.key(ChatOpenAI(**common), messages(), Answer)
+    changes: list[dict[str, Any]] = [
+        {"model": "m2"},
+        {"base_url": "http://127.0.0.1:2/v1"},
+        {"temperature": 0.3},
+        {"top_p": 0.5},
+        {"seed": 7},
+        {"max_tokens": 64},
+        {"reasoning_effort": "high"},
+        {"reasoning": {"effort": "low"}},
+    ]
+    keys = {cache.key(ChatOpenAI(**{**common, **change}), messages(), Answer) for change in changes}
+    assert len(keys) == len(changes)
+    assert key not in keys
+    base = ChatOpenAI(**common)
+    tools = {"tools": [{"type": "function", "function": {"name": "Answer"}}]}
+    assert cache.key(base, messages(), Answer, request=tools) != key  # the tool definition
+    strict = {"tools": [{"type": "function", "function": {"name": "Answer", "strict": True}}]}
+    assert cache.key(base, messages(), Answer, request=strict) != cache.key(
+        base, messages(), Answer, request=tools
+    )
+
+
+def test_the_endpoint_from_the_environment_is_part_of_the_identity(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # langchain-openai leaves openai_api_base empty when the URL comes from OPENAI_BASE_URL
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:1/v1")
+    one = ChatOpenAI(model="llama3.1", api_key="k")
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:2/v1")
+    two = ChatOpenAI(model="llama3.1", api_key="k")
+    assert one.openai_api_base is None
+    assert judge_identity(one)["base_url"] == "http://127.0.0.1:1/v1"
+    assert judge_identity(two)["base_url"] == "http://127.0.0.1:2/v1"
+
+
+def all_attributed(req: JudgeRequest) -> dict[str, Any]:
+    sentences = payload(req)["reference_sentences"]
+    return {
+        "statements": [{"index": s["index"], "reason": "r", "attributed": True} for s in sentences]
+    }
+
+
+def test_same_name_judges_on_two_servers_never_share_a_verdict(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with (
+        JudgeServer(router(RecallStatements=all_attributed)) as yes,
+        JudgeServer(router(RecallStatements=EINSTEIN_VERDICTS)) as half,
+    ):
+        scores = []
+        for server in (yes, half, yes, half):
+            monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+            llm = ChatOpenAI(model="llama3.1", api_key="test", max_retries=0, timeout=10)
+            # cache=True: both judges use the one default cache file
+            result = evaluate(ROWS[:1], ["context_recall"], llm=llm, cache=True)
+            scores.append(result["context_recall"][0])
+        assert scores == [1.0, 0.5, 1.0, 0.5]
+        assert (yes.count(), half.count()) == (1, 1)  # each asked once, then its own entry
 
 
 def test_resolve_cache_options(tmp_path: Path) -> None:

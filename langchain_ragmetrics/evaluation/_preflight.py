@@ -60,9 +60,9 @@ def _label(llm: Any) -> str:
 
 
 def _endpoint(llm: Any) -> str:
-    from langchain_ragmetrics._cache import judge_identity
+    from langchain_ragmetrics._cache import judge_endpoint
 
-    url = judge_identity(llm).get("base_url")
+    url = judge_endpoint(llm)
     return f" at {url}" if url else ""
 
 
@@ -150,6 +150,7 @@ def preflight(llm: BaseChatModel, *, timeout: float = DEFAULT_PREFLIGHT_TIMEOUT)
 def _all_cached(metric: JudgedMetric, samples: Sequence[RagSample]) -> bool:
     """True when every judge call the metric would make first is already in its cache."""
     from langchain_ragmetrics.metrics._base import Verdict
+    from langchain_ragmetrics.metrics._judge import CachedCall
 
     cache = metric.cache
     if cache is None:
@@ -162,9 +163,7 @@ def _all_cached(metric: JudgedMetric, samples: Sequence[RagSample]) -> bool:
         if isinstance(plan, Verdict):
             continue
         for call in plan.calls:
-            runner = metric.runner(call)
-            messages = runner.prompt.format_messages(**call.variables)
-            if cache.get(cache.key(runner.llm, messages, call.schema)) is None:
+            if cache.get(CachedCall.key_of(cache, metric.runner(call), call)) is None:
                 return False
     return True
 

@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from langchain_ragmetrics._cache import CachedCall
 from langchain_ragmetrics._gate import Admission, DeadlineExceededError, current_admission
 from langchain_ragmetrics.errors import JudgeConfigError
 from langchain_ragmetrics.schema import Usage
@@ -35,6 +34,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_JUDGE_MODEL",
     "DEFAULT_JUDGE_TIMEOUT",
+    "CachedCall",
     "JudgeCall",
     "JudgeConfigError",
     "JudgeOutcome",
@@ -277,6 +277,13 @@ class JudgeRunner:
                 bound = llm.with_structured_output(schema, include_raw=True)
             return cls(llm, prompt, bound, schema, parse_here=False)
 
+    def request_options(self) -> dict[str, Any]:
+        """What the binding adds to every request (tool definitions, tool choice), for the cache."""
+        kwargs = getattr(self.model, "kwargs", None)
+        if isinstance(kwargs, Mapping):
+            return dict(kwargs)
+        return {"structured_output": type(self.model).__name__}
+
     def parse(self, output: Any) -> Any:
         """Normalise the model's output to ``{raw, parsed, parsing_error}``."""
         if not self.parse_here:
@@ -349,6 +356,53 @@ class _Attempts:
             self.parse_used += 1
             return None
         return JudgeOutcome(error=f"invalid judge output: {problem}", usage=self.usage)
+
+
+@dataclass
+class CachedCall:
+    """One judge request seen through the cache: a hit to return, or a key to store under."""
+
+    cache: VerdictCache
+    key: str
+    hit: JudgeOutcome | None
+
+    @staticmethod
+    def key_of(cache: VerdictCache, runner: JudgeRunner, call: JudgeCall) -> str:
+        """The cache key of a call: judge, formatted prompt, schema and bound tool definitions."""
+        messages = runner.prompt.format_messages(**call.variables)
+        return cache.key(runner.llm, messages, call.schema, request=runner.request_options())
+
+    @classmethod
+    def open(
+        cls, cache: VerdictCache | None, runner: JudgeRunner, call: JudgeCall
+    ) -> CachedCall | None:
+        """Look the request up; None when there is no cache (the caller goes on as before)."""
+        if cache is None:
+            return None
+        key = cls.key_of(cache, runner, call)
+        stored = cache.get(key)
+        hit = None
+        if stored is not None:
+            try:
+                parsed = call.schema.model_validate(stored)
+                if call.check is not None:
+                    call.check(parsed)
+            except ValueError:  # stale or tampered entry: ask the judge again
+                parsed = None
+            if parsed is not None:
+                hit = JudgeOutcome(parsed=parsed, usage=Usage(cache_hits=1))
+                cache.record(hit=True)
+        return cls(cache, key, hit)
+
+    def store(self, outcome: JudgeOutcome) -> JudgeOutcome:
+        """Keep a successful, validated verdict; count the miss in the outcome's usage."""
+        if outcome.error is None and outcome.parsed is not None:
+            parsed = outcome.parsed
+            data = parsed.model_dump(mode="json") if hasattr(parsed, "model_dump") else parsed
+            self.cache.put(self.key, data)
+        outcome.usage = outcome.usage + Usage(cache_misses=1)
+        self.cache.record(hit=False)
+        return outcome
 
 
 def call_judge(
