@@ -262,6 +262,48 @@ def test_an_entry_that_no_longer_validates_is_asked_again(
     assert result["context_recall"] == [0.5]
 
 
+def wrong_indices() -> dict[str, Any]:
+    """Valid against RecallStatements, but not one verdict per reference sentence index."""
+    first = EINSTEIN_VERDICTS["statements"][0]
+    return {"statements": [first, {**first, "index": 9}]}
+
+
+@pytest.mark.parametrize("path", ["sync", "async"])
+async def test_a_stored_verdict_that_fails_the_metrics_check_is_a_miss(
+    judge: JudgeServer, make_judge: Callable[..., ChatOpenAI], tmp_path: Path, path: str
+) -> None:
+    cache = VerdictCache(tmp_path / "v.sqlite3")
+    metric = ContextRecall(llm=make_judge(), cache=cache)
+    metric.invoke(ROWS[0])
+    with sqlite3.connect(cache.path) as conn:  # passes the schema, fails check_sentence_verdicts
+        conn.execute("UPDATE verdicts SET value = ?", (json.dumps(wrong_indices()),))
+    judge.reset()
+    result = metric.invoke(ROWS[0]) if path == "sync" else await metric.ainvoke(ROWS[0])
+    assert judge.count() == 1  # the judge was asked again
+    assert result.score == 0.5
+    assert (result.usage.cache_hits, result.usage.cache_misses) == (0, 1)
+    ((value,),) = sqlite3.connect(cache.path).execute("SELECT value FROM verdicts").fetchall()
+    assert len(json.loads(value)["statements"]) == 4  # the judge's answer replaced the bad one
+
+
+def test_a_verdict_holding_a_lone_surrogate_is_stored_and_read_back(
+    judge_server: JudgeServer, make_judge: Callable[..., ChatOpenAI], tmp_path: Path
+) -> None:
+    odd = {
+        "statements": [
+            {**s, "reason": "odd \ud800 reason"} for s in EINSTEIN_VERDICTS["statements"]
+        ]
+    }
+    judge_server.script = router(RecallStatements=odd)  # sent JSON-escaped, decoded as a lone half
+    metric = ContextRecall(llm=make_judge(), cache=VerdictCache(tmp_path / "v.sqlite3"))
+    first = metric.invoke(ROWS[0])
+    again = metric.invoke(ROWS[0])
+    assert first.error is None
+    assert judge_server.count() == 1
+    assert again.usage.cache_hits == 1
+    assert again.details == first.details
+
+
 def test_the_cache_on_a_metric_works_without_evaluate(
     judge: JudgeServer, make_judge: Callable[..., ChatOpenAI], tmp_path: Path
 ) -> None:

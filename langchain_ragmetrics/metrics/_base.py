@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
 import time
 from abc import abstractmethod
 from collections.abc import Callable, Sequence
@@ -44,8 +45,11 @@ __all__ = [
     "JudgeError",
     "JudgedMetric",
     "Plan",
+    "Preparation",
+    "Replacement",
     "Verdict",
     "note_truncation",
+    "replace_unencodable",
 ]
 
 DEFAULT_MAX_CONTEXT_CHARS = 20_000
@@ -333,10 +337,20 @@ class JudgedMetric(BaseRagMetric):
             return sample, truncated
         return sample.model_copy(update={"contexts": contexts}), truncated
 
+    def prepared(self, sample: RagSample) -> tuple[RagSample, Preparation]:
+        """The sample as the judge gets it: text made encodable, then cut to the size caps.
+
+        A lone surrogate (half of a UTF-16 pair, e.g. from a badly decoded document) cannot
+        be encoded in a request body; it is replaced by U+FFFD so the sample is still scored.
+        """
+        sample, replaced = replace_unencodable(sample)
+        sample, truncated = self.capped(sample)
+        return sample, Preparation(truncated=truncated, replaced=replaced)
+
     @override
     def _evaluate(self, sample: RagSample, config: RunnableConfig) -> MetricResult:
-        sample, truncated = self.capped(sample)
-        return note_truncation(self._evaluate_capped(sample, config), truncated)
+        sample, preparation = self.prepared(sample)
+        return preparation.note(self._evaluate_capped(sample, config))
 
     def _evaluate_capped(self, sample: RagSample, config: RunnableConfig) -> MetricResult:
         plan = self.plan(sample)
@@ -358,8 +372,8 @@ class JudgedMetric(BaseRagMetric):
 
     @override
     async def _aevaluate(self, sample: RagSample, config: RunnableConfig) -> MetricResult:
-        sample, truncated = self.capped(sample)
-        return note_truncation(await self._aevaluate_capped(sample, config), truncated)
+        sample, preparation = self.prepared(sample)
+        return preparation.note(await self._aevaluate_capped(sample, config))
 
     async def _aevaluate_capped(self, sample: RagSample, config: RunnableConfig) -> MetricResult:
         plan = self.plan(sample)
@@ -380,3 +394,76 @@ def note_truncation(result: MetricResult, truncated: Sequence[Truncation]) -> Me
     if truncated:
         result.details["truncated"] = [asdict(t) for t in truncated]
     return result
+
+
+_LONE_HALF = re.compile("[\ud800-\udfff]")
+_TEXT_FIELDS = ("question", "answer", "reference")
+_LIST_FIELDS = ("contexts", "reference_contexts")
+
+
+@dataclass(frozen=True)
+class Replacement:
+    """A sample text in which code points that cannot be encoded were replaced by U+FFFD."""
+
+    field: str
+    """The sample field (``question``, ``contexts`` ...)."""
+    index: int | None
+    """The position in a list field (None for a plain text field)."""
+    replaced: int
+    """How many code points were replaced."""
+
+
+def _encodable(text: str) -> tuple[str, int]:
+    """``text`` with valid surrogate pairs joined and lone surrogates made U+FFFD; the count."""
+    if _LONE_HALF.search(text) is None:
+        return text, 0
+    joined = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return joined, joined.count("\ufffd") - text.count("\ufffd")
+
+
+def replace_unencodable(sample: RagSample) -> tuple[RagSample, list[Replacement]]:
+    """The sample with every text made UTF-8 encodable, and what was replaced where."""
+    update: dict[str, Any] = {}
+    found: list[Replacement] = []
+    for name in _TEXT_FIELDS:
+        value = getattr(sample, name)
+        if value is not None:
+            text, count = _encodable(value)
+            if text != value:
+                update[name] = text
+            if count:
+                found.append(Replacement(name, None, count))
+    for name in _LIST_FIELDS:
+        values = getattr(sample, name)
+        if values is None:
+            continue
+        fixed = []
+        for index, value in enumerate(values):
+            text, count = _encodable(value)
+            fixed.append(text)
+            if count:
+                found.append(Replacement(name, index, count))
+        if fixed != values:
+            update[name] = fixed
+    if not update:
+        return sample, found
+    return sample.model_copy(update=update), found
+
+
+@dataclass(frozen=True)
+class Preparation:
+    """What :meth:`JudgedMetric.prepared` changed in a sample before the judge saw it."""
+
+    truncated: list[Truncation] = field(default_factory=list)
+    """Contexts the size caps shortened."""
+    replaced: list[Replacement] = field(default_factory=list)
+    """Texts whose unencodable code points became U+FFFD."""
+
+    def note(self, result: MetricResult) -> MetricResult:
+        """Record the changes in ``details`` (``truncated``, ``replaced_unencodable``)."""
+        note_truncation(result, self.truncated)
+        if self.replaced:
+            result.details["replaced_unencodable"] = [
+                {k: v for k, v in asdict(r).items() if v is not None} for r in self.replaced
+            ]
+        return result

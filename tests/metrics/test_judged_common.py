@@ -113,6 +113,68 @@ async def test_abatch_counts_one_call_per_sample(
     assert judge_server.count() == 5 * CALLS.get(metric_cls, 1)
 
 
+async def score(metric: JudgedMetric, sample: dict[str, Any], path: str) -> Any:
+    """The metric's result on its sync (``invoke``) or async (``ainvoke``) path."""
+    return metric.invoke(sample) if path == "sync" else await metric.ainvoke(sample)
+
+
+@pytest.mark.parametrize("path", ["sync", "async"])
+@pytest.mark.parametrize("metric_cls", METRICS)
+async def test_truncation_is_noted_in_details_on_both_paths(
+    judge_server: JudgeServer,
+    make_judge: Callable[..., Any],
+    metric_cls: type[JudgedMetric],
+    path: str,
+) -> None:
+    judge_server.script = smart_judge()
+    metric = metric_cls(llm=make_judge(), max_context_chars=40)
+    result = await score(metric, SAMPLE, path)
+    assert result.error is None
+    expected = [
+        {"index": i, "chars": len(text), "kept": 40}
+        for i, text in enumerate(NASTY)
+        if len(text) > 40
+    ]
+    assert expected
+    assert result.details["truncated"] == expected
+
+
+LONE = "\ud800"  # half of a UTF-16 pair: no UTF-8 request body can carry it
+SURROGATES = {
+    "question": f"Which text{LONE} is it?",
+    "contexts": [NASTY[3], f"Plain passage {LONE} about 日本語 and \ud83d\ude00 a pair."],
+    "reference": f"The fourth text is Japanese.{LONE}",
+    "answer": f"Japanese{LONE}.",
+}
+
+
+@pytest.mark.parametrize("path", ["sync", "async"])
+@pytest.mark.parametrize("metric_cls", METRICS)
+async def test_a_lone_surrogate_reaches_the_judge_replaced_and_the_sample_is_scored(
+    judge_server: JudgeServer,
+    make_judge: Callable[..., Any],
+    metric_cls: type[JudgedMetric],
+    path: str,
+) -> None:
+    judge_server.script = smart_judge()
+    result = await score(metric_cls(llm=make_judge()), SURROGATES, path)
+    assert result.error is None
+    assert result.score is not None
+    assert judge_server.count() == CALLS.get(metric_cls, 1)
+    for request in judge_server.requests:
+        text = request.text  # decoded on the server: valid UTF-8 arrived
+        assert "\ufffd" in text
+        assert not any(0xD800 <= ord(c) <= 0xDFFF for c in text)
+    # a valid pair written as two halves is joined, not replaced
+    assert "😀" in "".join(r.text for r in judge_server.requests)
+    assert result.details["replaced_unencodable"] == [
+        {"field": "question", "replaced": 1},
+        {"field": "answer", "replaced": 1},
+        {"field": "reference", "replaced": 1},
+        {"field": "contexts", "index": 1, "replaced": 1},
+    ]
+
+
 @pytest.mark.parametrize("metric_cls", METRICS)
 def test_default_judge_reads_openai_env(
     judge_server: JudgeServer, monkeypatch: pytest.MonkeyPatch, metric_cls: type[JudgedMetric]
