@@ -33,9 +33,10 @@ from langchain_core.runnables.config import merge_configs
 
 from langchain_ragmetrics._gate import Admission, Gate, admitted
 from langchain_ragmetrics.metrics._base import BaseRagMetric
+from langchain_ragmetrics.metrics._judge import PERMANENT_CAUSES, cause_of
 from langchain_ragmetrics.schema import MetricResult, RagSample, Usage
 
-__all__ = ["EngineStats", "Job", "ScoringEngine", "make_rate_limiter"]
+__all__ = ["EngineStats", "Job", "ScoringEngine", "failure_report", "make_rate_limiter"]
 
 _WAIT_POLL_S = 0.2  # bounded waits keep the caller's thread interruptible by Ctrl-C
 
@@ -85,6 +86,25 @@ def make_rate_limiter(per_minute: float | None) -> Any:
     )
     limiter.available_tokens = limiter.max_bucket_size
     return limiter
+
+
+def failure_report(result: MetricResult) -> tuple[str, str]:
+    """The kind and message under which a failed result is logged once (online, monitor).
+
+    A failure no retry can heal (no quota, a bad key, an unknown model ...) is one kind
+    whatever the metric, so a judge out of credit gives one warning that names the cause,
+    not one per metric; other failures are one kind per metric and error type.
+    """
+    cause = cause_of(result.error)
+    if cause is not None:
+        message = (
+            f"{result.metric} failed: {result.error}. {PERMANENT_CAUSES[cause]} No retry can "
+            f"heal this: results fail with cause {cause!r}, sent once each, and this warning "
+            "stands for every metric"
+        )
+        return f"judge:{cause}", message
+    kind = (result.error or "unknown").split(":", 1)[0]
+    return f"metric:{result.metric}:{kind}", f"{result.metric} failed: {result.error}"
 
 
 class _JobTimeoutError(TimeoutError):

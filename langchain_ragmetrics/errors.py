@@ -143,6 +143,12 @@ def suggest(name: str, known: Iterable[str], *, limit: int = 2) -> list[str]:
 class PreflightError(RagMetricsError, RuntimeError):
     """Before any paid call: the judge is unreachable, failing, or has no structured output."""
 
+    def __init__(self, message: str, *, cause: str | None = None) -> None:
+        super().__init__(message)
+        self.cause = cause
+        """Why, when no retry can heal it (``"insufficient quota"``, ``"authentication
+        failed"``, ``"unknown model"`` ...); None otherwise."""
+
 
 class CacheError(RagMetricsError, OSError):
     """The verdict cache file cannot be opened or created."""

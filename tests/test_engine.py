@@ -2,6 +2,7 @@
 
 import asyncio
 import contextvars
+import logging
 import math
 import threading
 from collections.abc import Callable
@@ -11,14 +12,29 @@ import pytest
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.rate_limiters import InMemoryRateLimiter
 
-from langchain_ragmetrics import ContextRecall, NonLLMContextRecall, RagSample
-from langchain_ragmetrics._engine import Job, ScoringEngine, make_rate_limiter
+from langchain_ragmetrics import (
+    ContextPrecision,
+    ContextRecall,
+    ContextRelevance,
+    InMemorySink,
+    NonLLMContextRecall,
+    RagSample,
+)
+from langchain_ragmetrics._engine import Job, ScoringEngine, failure_report, make_rate_limiter
 from langchain_ragmetrics._threads import DaemonThreadPool
 from langchain_ragmetrics.metrics import RetryPolicy
+from langchain_ragmetrics.metrics._judge import cause_of
 from langchain_ragmetrics.schema import MetricResult
 from tests._support.concurrency import Peak
 from tests._support.judges import EINSTEIN_CONTEXT, EINSTEIN_REFERENCE, EINSTEIN_VERDICTS, payload
-from tests._support.openai_server import JudgeRequest, JudgeServer, reply_error, reply_hold
+from tests._support.openai_server import (
+    JudgeRequest,
+    JudgeServer,
+    reply_error,
+    reply_hold,
+    reply_openai_error,
+)
+from tests._support.rag import FAST, online_handler, question, rag_app, rag_router
 
 SAMPLE = RagSample(question="q", contexts=[EINSTEIN_CONTEXT], reference=EINSTEIN_REFERENCE)
 MODES = ["threads", "asyncio"]
@@ -309,3 +325,64 @@ def test_listeners_see_the_metric_runs(
     assert engine_wide.chains == per_job.chains == ["ContextRecall"]
     assert engine_wide.models == per_job.models == 1
     assert [r.score for r in results if r is not None] == [0.5, 0.5]
+
+
+# --------------------------------------------------------------------------- what cannot heal
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_judge_out_of_quota_costs_one_request_per_call_not_a_retry_storm(
+    judge_server: JudgeServer, make_judge: Callable[..., Any], mode: str
+) -> None:
+    judge_server.script = lambda req: reply_openai_error("insufficient_quota")
+    metric = ContextRecall(llm=make_judge(), retry=RetryPolicy(max_retries=5, initial_backoff=0))
+    engine = ScoringEngine(max_concurrency=4)
+    results = run_jobs(engine, [Job(sample(f"q{i}"), metric) for i in range(12)], mode)
+    assert judge_server.count() == 12  # one attempt per call, however many retries allowed
+    assert all(cause_of(r.error) == "insufficient quota" for r in results if r is not None)
+    assert engine.stats.failed == 12
+    assert engine.stats.usage.judge_calls == 12
+
+
+def test_failure_report_is_one_kind_per_cause_whatever_the_metric() -> None:
+    def failed(metric: str, error: str) -> MetricResult:
+        return MetricResult(metric=metric, score=math.nan, error=error)
+
+    quota = "insufficient quota: OpenAIRateLimitError: Error code: 429 - quota"
+    recall_kind, message = failure_report(failed("context_recall", quota))
+    precision_kind, _ = failure_report(failed("context_precision", quota))
+    assert recall_kind == precision_kind == "judge:insufficient quota"
+    assert "insufficient quota" in message
+    assert "add credit" in message
+    assert failure_report(failed("context_recall", "OpenAIAPIError: down")) == (
+        "metric:context_recall:OpenAIAPIError",
+        "context_recall failed: OpenAIAPIError: down",
+    )
+
+
+def test_online_a_judge_out_of_quota_warns_once_and_fails_results_with_the_cause(
+    judge_server: JudgeServer, make_judge: Callable[..., Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    app = rag_app(judge_server, make_judge)
+    refused = lambda req: reply_openai_error("insufficient_quota")  # noqa: E731
+    judge_server.script = rag_router(RelevantSentences=refused, ContextVerdicts=refused)
+    judge = make_judge()
+    metrics = [ContextRelevance(llm=judge, retry=FAST), ContextPrecision(llm=judge, retry=FAST)]
+    config: Any = {"metadata": {"reference": "The answer."}}
+    with online_handler(app.llm, metrics=metrics) as handler:
+        with caplog.at_level(logging.WARNING, logger="langchain_ragmetrics"):
+            for i in range(3):
+                app.chain.invoke(question(i), config={**config, "callbacks": [handler]})
+            assert handler.flush(30)
+        stats = handler.stats
+        sink = handler.sinks[0]
+        assert isinstance(sink, InMemorySink)
+        items = list(sink.results)
+    assert (stats.failed, stats.scored, stats.processed) == (6, 0, 3)
+    assert len(items) == 6
+    assert all(cause_of(item.result.error) == "insufficient quota" for item in items)
+    judged = judge_server.count("RelevantSentences") + judge_server.count("ContextVerdicts")
+    assert judged == 6  # one attempt per result: FAST allows 3 retries, none was used
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1, [r.getMessage() for r in warnings]
+    assert "insufficient quota" in warnings[0].getMessage()

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from langchain_core.runnables import RunnableConfig
 
-from langchain_ragmetrics._engine import Job, ScoringEngine
+from langchain_ragmetrics._engine import Job, ScoringEngine, failure_report
 from langchain_ragmetrics.callbacks._mapping import (
     REFERENCE_FIELDS,
     default_answer,
@@ -209,10 +209,7 @@ class ScoringPipeline:
             self._counters.add_usage(result.usage)
             if result.failed:
                 failed += 1
-                kind = (result.error or "unknown").split(":", 1)[0]
-                self._failures.report(
-                    f"metric:{result.metric}:{kind}", f"{result.metric} failed: {result.error}"
-                )
+                self._failures.report(*failure_report(result))
             elif result.skipped:
                 skipped += 1
             else:

@@ -88,13 +88,14 @@ def check_judge_capability(llm: BaseChatModel) -> None:
 
 
 def _hint(error: str) -> str:
+    from langchain_ragmetrics.metrics._judge import PERMANENT_CAUSES, cause_of
+
+    cause = cause_of(error)
+    if cause is not None:
+        return f" {PERMANENT_CAUSES[cause]}"
     text = error.lower()
     if "connect" in text or "refused" in text:
         return " Is the server running? Check --base-url / OPENAI_BASE_URL."
-    if "401" in text or "auth" in text:
-        return " Check OPENAI_API_KEY."
-    if "404" in text or "not found" in text:
-        return " Check the model name (--model)."
     if "invalid judge output" in text or "no structured answer" in text:
         return f" The model does not produce valid structured output. {_USE_INSTEAD}"
     return ""
@@ -106,10 +107,18 @@ def preflight(llm: BaseChatModel, *, timeout: float = DEFAULT_PREFLIGHT_TIMEOUT)
     Raises:
         PreflightError: The model cannot do structured output, the request failed (refused
             connection, HTTP error, unparseable answer) or no answer came within ``timeout``.
+            When no retry can heal the failure (no quota, a bad key, no permission, an
+            unknown model), the message starts with that cause and ``exc.cause`` holds it.
     """
     from langchain_core.prompts import ChatPromptTemplate
 
-    from langchain_ragmetrics.metrics._judge import JudgeCall, JudgeRunner, RetryPolicy, call_judge
+    from langchain_ragmetrics.metrics._judge import (
+        JudgeCall,
+        JudgeRunner,
+        RetryPolicy,
+        call_judge,
+        cause_of,
+    )
 
     check_judge_capability(llm)
     prompt = ChatPromptTemplate.from_messages(
@@ -143,8 +152,13 @@ def preflight(llm: BaseChatModel, *, timeout: float = DEFAULT_PREFLIGHT_TIMEOUT)
         msg = f"{where} failed a one-line test request: {type(outcome).__name__}: {outcome}"
         raise PreflightError(msg) from outcome
     if outcome.error is not None:
-        msg = f"{where} failed a one-line test request: {outcome.error}.{_hint(outcome.error)}"
-        raise PreflightError(msg)
+        cause = cause_of(outcome.error)
+        if cause is not None:
+            detail = outcome.error.split(":", 1)[1].strip()
+            msg = f"{where} cannot be used: {cause} ({detail}).{_hint(outcome.error)}"
+        else:
+            msg = f"{where} failed a one-line test request: {outcome.error}.{_hint(outcome.error)}"
+        raise PreflightError(msg, cause=cause)
 
 
 def _all_cached(metric: JudgedMetric, samples: Sequence[RagSample]) -> bool:

@@ -3,7 +3,9 @@
 This module is the package's one retry layer. Judges built by :func:`make_judge` have the
 openai SDK's own retries off, so a request is sent at most ``1 + RetryPolicy.max_retries``
 times. Errors are classified by type (langchain-core's standard model exceptions, which
-langchain-openai's errors subclass) and HTTP status; ``Retry-After`` is honoured.
+langchain-openai's errors subclass), HTTP status and the error body's code; ``Retry-After``
+is honoured. Errors no retry can heal (quota, authentication, permission, unknown model, a
+request the server refuses) are sent once and named by their cause.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_JUDGE_MODEL",
     "DEFAULT_JUDGE_TIMEOUT",
+    "PERMANENT_CAUSES",
     "CachedCall",
     "JudgeCall",
     "JudgeConfigError",
@@ -42,9 +45,11 @@ __all__ = [
     "RetryPolicy",
     "acall_judge",
     "call_judge",
+    "cause_of",
     "is_transient",
     "judge_name",
     "make_judge",
+    "permanent_cause",
     "retry_after",
 ]
 
@@ -164,10 +169,88 @@ def _transport_errors() -> tuple[type[BaseException], ...]:
     return tuple(found)
 
 
+PERMANENT_CAUSES: dict[str, str] = {
+    "insufficient quota": "The account has no credit left: add credit (billing) or use "
+    "another key or model; retrying cannot help.",
+    "authentication failed": "Check OPENAI_API_KEY (or the key given to the judge).",
+    "permission denied": "The key may not use this model, project or region.",
+    "unknown model": "Check the model name (--model) and the base URL.",
+    "context length exceeded": "The request is longer than the model's context window: lower "
+    "max_context_chars / max_sample_chars, or use a model with a larger window.",
+    "invalid request": "The server refused the request as malformed.",
+}
+"""Errors that no retry can heal, each with what to do about it. A failed result's ``error``
+starts with its cause (``"insufficient quota: ..."``), so the cause survives any process
+boundary (the online child process, saved results)."""
+
+_QUOTA_CODES = frozenset({"insufficient_quota", "billing_not_active"})
+_CONTEXT_CODES = frozenset({"context_length_exceeded", "string_above_max_length"})
+_CAUSE_BY_STATUS = {
+    400: "invalid request",
+    401: "authentication failed",
+    403: "permission denied",
+    404: "unknown model",
+}
+
+
+def _error_codes(exc: BaseException) -> set[str]:
+    """``code`` and ``type`` of the provider's error body (openai: ``exc.code``, ``exc.body``)."""
+    found = {getattr(exc, "code", None), getattr(exc, "type", None)}
+    body = getattr(exc, "body", None)
+    if isinstance(body, Mapping):
+        inner = body.get("error", body)
+        if isinstance(inner, Mapping):
+            found |= {inner.get("code"), inner.get("type")}
+    return {c for c in found if isinstance(c, str)}
+
+
+def permanent_cause(exc: BaseException) -> str | None:
+    """The cause of an error no retry can heal (a key of :data:`PERMANENT_CAUSES`), or None.
+
+    A 429 whose body says ``insufficient_quota`` is billing, not load; 401, 403, 404 and 400
+    (context length exceeded among them) answer the same however often they are asked. By
+    langchain-core's standard exception types first, then by HTTP status for providers that
+    raise their SDK's own errors.
+    """
+    from langchain_core.exceptions import (
+        ContextOverflowError,
+        ModelAuthenticationError,
+        ModelInvalidRequestError,
+        ModelNotFoundError,
+        ModelPermissionDeniedError,
+    )
+
+    codes = _error_codes(exc)
+    status = _status_of(exc)
+    if codes & _QUOTA_CODES:
+        return "insufficient quota"
+    if codes & _CONTEXT_CODES or isinstance(exc, ContextOverflowError):
+        return "context length exceeded"
+    by_type = (
+        (ModelAuthenticationError, 401),
+        (ModelPermissionDeniedError, 403),
+        (ModelNotFoundError, 404),
+        (ModelInvalidRequestError, 400),
+    )
+    for kind, code in by_type:
+        if isinstance(exc, kind):
+            status = code
+    return None if status is None else _CAUSE_BY_STATUS.get(status)
+
+
+def cause_of(error: str | None) -> str | None:
+    """The permanent cause a failed result's ``error`` starts with, or None."""
+    if not error:
+        return None
+    head = error.split(":", 1)[0]
+    return head if head in PERMANENT_CAUSES else None
+
+
 def is_transient(exc: BaseException) -> bool:
     """True for errors worth retrying: rate limits, server errors, timeouts, connections.
 
-    By type first: langchain-core's ``ModelError`` says itself whether it is retryable
+    Never for a :func:`permanent_cause` (a 429 out of quota is not a busy server). Then by
+    type: langchain-core's ``ModelError`` says itself whether it is retryable
     (``ModelRateLimitError``, ``ModelAPIError``, ``ModelConnectionError``,
     ``ModelTimeoutError`` are; langchain-openai's errors subclass them). Then by HTTP status
     (408, 409, 429, 5xx) for providers that raise their SDK's own errors, then the transport
@@ -175,6 +258,8 @@ def is_transient(exc: BaseException) -> bool:
     """
     from langchain_core.exceptions import ModelError
 
+    if permanent_cause(exc) is not None:
+        return False
     if isinstance(exc, ModelError):
         return bool(exc.is_retryable)
     status = _status_of(exc)
@@ -324,6 +409,9 @@ class _Attempts:
         if isinstance(exc, DeadlineExceededError):  # never sent: costs no request
             return JudgeOutcome(error=f"{type(exc).__name__}: {exc}", usage=self.usage)
         self.usage = self.usage + Usage(judge_calls=1)
+        cause = permanent_cause(exc)
+        if cause is not None:  # the same answer however often it is asked: no retry
+            return JudgeOutcome(error=f"{cause}: {type(exc).__name__}: {exc}", usage=self.usage)
         if is_transient(exc) and self.transient_used < self.policy.max_retries:
             delay = self.policy.delay(self.transient_used, exc)
             left = None if admission is None else admission.remaining()

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MAX_HOLD_SECONDS",
+    "OPENAI_ERRORS",
     "JudgeRequest",
     "JudgeServer",
     "JudgeStats",
@@ -52,6 +53,7 @@ __all__ = [
     "reply_garbage",
     "reply_hold",
     "reply_invalid",
+    "reply_openai_error",
     "reply_raw_body",
     "reply_text",
     "router",
@@ -416,6 +418,9 @@ class Reply:
         content_type: Content type used with ``raw_body``.
         headers: Extra response headers (e.g. ``Retry-After``); on a 429 they replace the
             default ``retry-after-ms: 1``.
+        error_code: ``error.code`` of the error body (default: one per status).
+        error_type: ``error.type`` of the error body (default: one per status).
+        error_param: ``error.param`` of the error body.
     """
 
     obj: Any = None
@@ -431,6 +436,9 @@ class Reply:
     finish_reason: str | None = None
     content_type: str = "application/json"
     headers: dict[str, str] | None = None
+    error_code: str | None = None
+    error_type: str | None = None
+    error_param: str | None = None
 
 
 class _ModelLike(Protocol):
@@ -456,6 +464,89 @@ def reply_error(
         status=status,
         error_message=message or f"scripted {status} from JudgeServer",
         headers=headers,
+    )
+
+
+OPENAI_ERRORS: dict[str, tuple[int, dict[str, Any]]] = {
+    "insufficient_quota": (
+        429,
+        {
+            "message": "You exceeded your current quota, please check your plan and billing "
+            "details. For more information on this error, read the docs: "
+            "https://platform.openai.com/docs/guides/error-codes/api-errors.",
+            "type": "insufficient_quota",
+            "param": None,
+            "code": "insufficient_quota",
+        },
+    ),
+    "invalid_api_key": (
+        401,
+        {
+            "message": "Incorrect API key provided: sk-test. You can find your API key at "
+            "https://platform.openai.com/account/api-keys.",
+            "type": "invalid_request_error",
+            "param": None,
+            "code": "invalid_api_key",
+        },
+    ),
+    "unsupported_region": (
+        403,
+        {
+            "message": "Country, region, or territory not supported",
+            "type": "request_forbidden",
+            "param": None,
+            "code": "unsupported_country_region_territory",
+        },
+    ),
+    "model_not_found": (
+        404,
+        {
+            "message": "The model `gpt-4o-mni` does not exist or you do not have access to it.",
+            "type": "invalid_request_error",
+            "param": None,
+            "code": "model_not_found",
+        },
+    ),
+    "context_length_exceeded": (
+        400,
+        {
+            "message": "This model's maximum context length is 128000 tokens. However, your "
+            "messages resulted in 131072 tokens. Please reduce the length of the messages.",
+            "type": "invalid_request_error",
+            "param": "messages",
+            "code": "context_length_exceeded",
+        },
+    ),
+    "rate_limit_exceeded": (
+        429,
+        {
+            "message": "Rate limit reached for gpt-4o-mini in organization org-test on requests "
+            "per min (RPM): Limit 500, Used 500, Requested 1. Please try again in 120ms.",
+            "type": "requests",
+            "param": None,
+            "code": "rate_limit_exceeded",
+        },
+    ),
+}
+"""Error bodies as OpenAI's API sends them (status, ``error`` object), by ``error.code`` name.
+
+Copied from what the real service answers: a 429 for an account out of credit
+(``insufficient_quota``, no ``Retry-After``), a 429 for a rate limit, a 401 for a bad key,
+a 403 for a refused region, a 404 for an unknown model, a 400 for a prompt over the context
+window.
+"""
+
+
+def reply_openai_error(name: str) -> Reply:
+    """Answer with one of :data:`OPENAI_ERRORS`: its status and its exact ``error`` object."""
+    status, error = OPENAI_ERRORS[name]
+    return Reply(
+        status=status,
+        error_message=error["message"],
+        error_code=error["code"],
+        error_type=error["type"],
+        error_param=error["param"],
+        headers={} if name == "insufficient_quota" else None,
     )
 
 
@@ -640,10 +731,24 @@ _ERROR_TYPES = {
 }
 
 
-def _error_payload(status: int, message: str) -> dict[str, Any]:
-    """Build an OpenAI-style error body."""
-    kind, code = _ERROR_TYPES.get(status, ("server_error", "server_error"))
-    return {"error": {"message": message, "type": kind, "param": None, "code": code}}
+def _error_payload(
+    status: int,
+    message: str,
+    *,
+    code: str | None = None,
+    kind: str | None = None,
+    param: str | None = None,
+) -> dict[str, Any]:
+    """Build an OpenAI-style error body (type and code default to ones typical of ``status``)."""
+    default_kind, default_code = _ERROR_TYPES.get(status, ("server_error", "server_error"))
+    return {
+        "error": {
+            "message": message,
+            "type": kind or default_kind,
+            "param": param,
+            "code": code or default_code,
+        }
+    }
 
 
 def _pieces(text: str, count: int = _STREAM_PIECES) -> list[str]:
@@ -775,9 +880,14 @@ class JudgeServer(LoopbackServer):
                 if reply.status == HTTPStatus.TOO_MANY_REQUESTS and reply.headers is None
                 else reply.headers or {}
             )
-            handler.send_json(
-                reply.status, _error_payload(reply.status, reply.error_message), extra
+            body = _error_payload(
+                reply.status,
+                reply.error_message,
+                code=reply.error_code,
+                kind=reply.error_type,
+                param=reply.error_param,
             )
+            handler.send_json(reply.status, body, extra)
             return
         if reply.raw_body is not None:
             handler.send_bytes(200, reply.raw_body.encode(), reply.content_type)

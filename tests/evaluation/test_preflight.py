@@ -3,6 +3,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from langchain_core.language_models import GenericFakeChatModel
@@ -10,6 +11,7 @@ from langchain_core.messages import AIMessage
 from langchain_openai import ChatOpenAI
 
 from langchain_ragmetrics import ContextRecall, PreflightError, preflight
+from langchain_ragmetrics.cli import ExitCode, main
 from langchain_ragmetrics.errors import RagMetricsError
 from langchain_ragmetrics.evaluation import aevaluate, evaluate
 from tests._support.judges import EINSTEIN_CONTEXT, EINSTEIN_REFERENCE, EINSTEIN_VERDICTS
@@ -18,11 +20,13 @@ from tests._support.openai_server import (
     reply_error,
     reply_garbage,
     reply_hold,
+    reply_openai_error,
     reply_text,
     router,
     static_script,
 )
 
+EINSTEIN = Path(__file__).parent.parent / "data" / "einstein.jsonl"
 ROWS = [{"question": "q", "contexts": [EINSTEIN_CONTEXT], "reference": EINSTEIN_REFERENCE}]
 HANG_BOUND_S = 20.0  # generous: the check waits 1 s; this only proves it does not hang
 
@@ -154,3 +158,44 @@ async def test_aevaluate_runs_the_check_off_the_event_loop(
     finally:
         ticker.cancel()
     assert ticks > 5  # the loop kept running while the check waited
+
+
+# What no retry can heal: named by its cause, one request, exit 8 from the command line.
+CAUSES = {
+    "insufficient_quota": ("insufficient quota", "add credit"),
+    "invalid_api_key": ("authentication failed", "Check OPENAI_API_KEY"),
+    "unsupported_region": ("permission denied", "may not use this model"),
+    "model_not_found": ("unknown model", "Check the model name"),
+}
+
+
+@pytest.mark.parametrize("body", sorted(CAUSES))
+def test_a_cause_no_retry_can_heal_is_named(
+    judge_server: JudgeServer, make_judge: Callable[..., ChatOpenAI], body: str
+) -> None:
+    judge_server.script = lambda _req: reply_openai_error(body)
+    cause, advice = CAUSES[body]
+    with pytest.raises(PreflightError) as caught:
+        preflight(make_judge())
+    assert caught.value.cause == cause
+    assert f"cannot be used: {cause} (" in str(caught.value)
+    assert advice in str(caught.value)
+    assert judge_server.count() == 1
+
+
+@pytest.mark.parametrize("body", sorted(CAUSES))
+def test_the_command_exits_8_naming_the_cause_before_any_row(
+    judge_server: JudgeServer,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    body: str,
+) -> None:
+    judge_server.script = lambda _req: reply_openai_error(body)
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    monkeypatch.setenv("OPENAI_BASE_URL", judge_server.base_url)
+    code = main(["evaluate", str(EINSTEIN), "--metrics", "context_recall,context_precision"])
+    out, err = capsys.readouterr()
+    assert code == ExitCode.PREFLIGHT_FAILED == 8
+    assert out == ""
+    assert f"cannot be used: {CAUSES[body][0]}" in err
+    assert [r.schema_name for r in judge_server.requests] == ["PreflightAnswer"]

@@ -10,7 +10,11 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from langchain_core.exceptions import ModelAuthenticationError, ModelTimeoutError
+from langchain_core.exceptions import (
+    ContextOverflowError,
+    ModelAuthenticationError,
+    ModelTimeoutError,
+)
 from langchain_openai.chat_models.base import (
     OpenAIAPIError,
     OpenAIConnectionError,
@@ -24,9 +28,12 @@ from langchain_ragmetrics.evaluation import metric_classes
 from langchain_ragmetrics.metrics import JudgedMetric, RetryPolicy
 from langchain_ragmetrics.metrics._judge import (
     DEFAULT_JUDGE_TIMEOUT,
+    PERMANENT_CAUSES,
     JudgeConfigError,
+    cause_of,
     is_transient,
     make_judge,
+    permanent_cause,
     retry_after,
 )
 from tests._support.judges import (
@@ -38,11 +45,13 @@ from tests._support.judges import (
     payload,
 )
 from tests._support.openai_server import (
+    OPENAI_ERRORS,
     JudgeRequest,
     JudgeServer,
     reply_error,
     reply_garbage,
     reply_hold,
+    reply_openai_error,
     reply_raw_body,
     router,
     sequence,
@@ -281,7 +290,41 @@ def test_a_bad_request_is_not_retried(judge_server: JudgeServer) -> None:
     judge_server.script = lambda req: reply_error(400, "bad request")
     result = recall_against(judge_server.base_url).invoke(SIMPLE)
     assert "bad request" in (result.error or "")
+    assert (result.error or "").startswith("invalid request: ")
     assert judge_server.count() == 1
+
+
+# The real OpenAI error bodies, and the cause each one is failed with (sent exactly once).
+CAUSES = {
+    "insufficient_quota": "insufficient quota",  # a 429 that is billing, not load
+    "invalid_api_key": "authentication failed",
+    "unsupported_region": "permission denied",
+    "model_not_found": "unknown model",
+    "context_length_exceeded": "context length exceeded",
+}
+
+
+@pytest.mark.parametrize("path", ["sync", "async"])
+@pytest.mark.parametrize("body", sorted(CAUSES))
+async def test_what_no_retry_can_heal_is_sent_once_and_named(
+    judge_server: JudgeServer, body: str, path: str
+) -> None:
+    judge_server.script = lambda req: reply_openai_error(body)
+    metric = recall_against(judge_server.base_url)
+    result = await score(metric, SIMPLE, path)
+    assert result.failed
+    assert judge_server.count() == 1  # counted at the server: one attempt, no retry
+    assert result.usage.judge_calls == 1
+    assert cause_of(result.error) == CAUSES[body]
+    assert (result.error or "").startswith(f"{CAUSES[body]}: ")
+    assert OPENAI_ERRORS[body][1]["message"][:40] in (result.error or "")
+
+
+def test_a_real_rate_limit_body_is_still_retried(judge_server: JudgeServer) -> None:
+    judge_server.script = sequence(reply_openai_error("rate_limit_exceeded"), EINSTEIN_VERDICTS)
+    result = recall_against(judge_server.base_url).invoke(SIMPLE)
+    assert result.score == 0.5
+    assert judge_server.count() == 2
 
 
 def test_retry_after_is_honoured(judge_server: JudgeServer) -> None:
@@ -342,13 +385,59 @@ def test_errors_are_classified_by_type_and_status() -> None:
     ]
     final = [
         OpenAIInvalidRequestError("bad", response=_response(400), body=None),
+        openai.BadRequestError("bad", response=_response(400), body=None),  # the raw SDK's
         ModelAuthenticationError("no key"),
+        openai.AuthenticationError("no key", response=_response(401), body=None),
+        openai.PermissionDeniedError("region", response=_response(403), body=None),
         openai.NotFoundError("no model", response=_response(404), body=None),
+        openai.RateLimitError("quota", response=_response(429), body=QUOTA_BODY),
+        OpenAIRateLimitError("quota", response=_response(429), body=QUOTA_BODY),
         ValueError("not an HTTP error"),
         type("LooksLikeATimeoutError", (Exception,), {})(),  # names do not count
     ]
     assert [is_transient(e) for e in transient] == [True] * len(transient)
     assert [is_transient(e) for e in final] == [False] * len(final)
+
+
+QUOTA_BODY = OPENAI_ERRORS["insufficient_quota"][1]
+
+
+def test_permanent_causes_by_type_status_and_body() -> None:
+    found = {
+        "raw 400": openai.BadRequestError("bad", response=_response(400), body=None),
+        "raw 401": openai.AuthenticationError("key", response=_response(401), body=None),
+        "raw 403": openai.PermissionDeniedError("no", response=_response(403), body=None),
+        "raw 404": openai.NotFoundError("model", response=_response(404), body=None),
+        "quota": openai.RateLimitError("quota", response=_response(429), body=QUOTA_BODY),
+        "nested quota": ValueError("x"),
+        "context": openai.BadRequestError(
+            "long", response=_response(400), body=OPENAI_ERRORS["context_length_exceeded"][1]
+        ),
+        "type 401": ModelAuthenticationError("no key"),
+        "overflow": ContextOverflowError("too long"),
+        "rate limit": openai.RateLimitError(
+            "busy", response=_response(429), body=OPENAI_ERRORS["rate_limit_exceeded"][1]
+        ),
+        "500": openai.InternalServerError("down", response=_response(500), body=None),
+    }
+    found["nested quota"].body = {"error": QUOTA_BODY}  # type: ignore[attr-defined]
+    assert {name: permanent_cause(exc) for name, exc in found.items()} == {
+        "raw 400": "invalid request",
+        "raw 401": "authentication failed",
+        "raw 403": "permission denied",
+        "raw 404": "unknown model",
+        "quota": "insufficient quota",
+        "nested quota": "insufficient quota",
+        "context": "context length exceeded",
+        "type 401": "authentication failed",
+        "overflow": "context length exceeded",
+        "rate limit": None,
+        "500": None,
+    }
+    assert set(PERMANENT_CAUSES) >= {c for c in map(permanent_cause, found.values()) if c}
+    assert cause_of("unknown model: NotFoundError: ...") == "unknown model"
+    assert cause_of("OpenAIAPIError: unknown model") is None
+    assert cause_of(None) is None
 
 
 def test_retry_after_headers() -> None:
