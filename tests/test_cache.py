@@ -149,6 +149,26 @@ def test_same_name_judges_on_two_servers_never_share_a_verdict(
         assert (yes.count(), half.count()) == (1, 1)  # each asked once, then its own entry
 
 
+def test_the_cache_imports_nothing_above_it() -> None:
+    # The layers import downward only: the cache knows nothing of metrics or judge calls
+    # (metrics/_judge's CachedCall puts the two together), at import time or later.
+    import ast
+
+    import langchain_ragmetrics._cache as module
+
+    tree = ast.parse(Path(module.__file__).read_text(encoding="utf-8"))
+    imported = {
+        node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+    } | {
+        alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+    }
+    ours = {name for name in imported if name.startswith("langchain_ragmetrics")}
+    assert ours == {"langchain_ragmetrics.errors"}
+
+
 def test_resolve_cache_options(tmp_path: Path) -> None:
     assert resolve_cache(None) is None
     assert resolve_cache(False) is None
