@@ -261,6 +261,7 @@ def test_only_valid_verdicts_are_cached(
     metric = ContextRecall(retry={"max_retries": 0, "parse_retries": 0, "initial_backoff": 0})
     failed = evaluate(ROWS[:1], [metric], llm=make_judge(), cache=path, show_progress=False)
     assert failed.aggregates["context_recall"].failed == 1
+    assert (failed.usage.cache_hits, failed.usage.cache_misses) == (0, 1)  # looked up, not found
     assert len(VerdictCache(path)) == 0
     judge_server.script = router(RecallStatements=EINSTEIN_VERDICTS)
     judge_server.reset()

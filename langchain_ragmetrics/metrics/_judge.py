@@ -483,7 +483,11 @@ class CachedCall:
         return cls(cache, key, hit)
 
     def store(self, outcome: JudgeOutcome) -> JudgeOutcome:
-        """Keep a successful, validated verdict; count the miss in the outcome's usage."""
+        """Keep a successful, validated verdict; count the miss in the outcome's usage.
+
+        A failed outcome is counted as a miss too (it was looked up and not found) and
+        stores nothing.
+        """
         if outcome.error is None and outcome.parsed is not None:
             parsed = outcome.parsed
             data = parsed.model_dump(mode="json") if hasattr(parsed, "model_dump") else parsed
@@ -527,7 +531,7 @@ def call_judge(
         except Exception as exc:
             step = state.on_exception(exc, admission)
             if isinstance(step, JudgeOutcome):
-                return step
+                return step if cached is None else cached.store(step)  # a miss all the same
             delay = step
             continue
         delay = None
@@ -566,7 +570,7 @@ async def acall_judge(
         except Exception as exc:
             step = state.on_exception(exc, admission)
             if isinstance(step, JudgeOutcome):
-                return step
+                return step if cached is None else cached.store(step)  # a miss all the same
             delay = step
             continue
         delay = None
