@@ -338,13 +338,14 @@ class JudgedMetric(BaseRagMetric):
         return sample.model_copy(update={"contexts": contexts}), truncated
 
     def prepared(self, sample: RagSample) -> tuple[RagSample, Preparation]:
-        """The sample as the judge gets it: text made encodable, then cut to the size caps.
+        """The sample as the judge gets it: cut to the size caps, then made encodable.
 
         A lone surrogate (half of a UTF-16 pair, e.g. from a badly decoded document) cannot
         be encoded in a request body; it is replaced by U+FFFD so the sample is still scored.
+        Capping first keeps the scan bounded by the caps.
         """
-        sample, replaced = replace_unencodable(sample)
         sample, truncated = self.capped(sample)
+        sample, replaced = replace_unencodable(sample)
         return sample, Preparation(truncated=truncated, replaced=replaced)
 
     @override
