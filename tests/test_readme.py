@@ -1,4 +1,4 @@
-"""The README runs itself: every ```python and ```bash block is executed as a user would paste it.
+"""The docs run themselves: every block of README.md and docs/**/*.md is executed as pasted.
 
 Each ```python block runs in a fresh interpreter, in an empty temporary directory, with
 ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY`` pointing at a loopback judge that answers every schema
@@ -7,12 +7,16 @@ at a loopback LangSmith. Each command of a ```bash block runs the same way (``ra
 the installed console script), in a directory holding a copy of ``cookbook/`` so that commands
 written for a checkout of the repository find its data.
 
+One test per block, named by its file and line (``README.md:L40``,
+``docs/online/index.md:L12``); a failure names the file and line too.
+
 A block that cannot run as it is (it creates a virtualenv or installs from PyPI) is preceded by
-``<!-- readme: skip <reason> -->``. The marker is refused on any block holding a command other
-than those set-up lines; what such a block also says is checked another way: ``ragmetrics``
-commands still run (``ragmetrics demo`` offline, as on a fresh machine), and the test line must
-be what ``.ci/run`` runs. A ```yaml block is a list of GitHub Actions steps whose ``run:``
-commands run the same way. Any other fence language fails, so no block escapes by its label.
+``<!-- readme: skip <reason> -->`` (``docs: skip`` reads as well). The marker is refused on any
+block holding a command other than those set-up lines; what such a block also says is checked
+another way: ``ragmetrics`` commands still run (``ragmetrics demo`` offline, as on a fresh
+machine), and the test line must be what ``.ci/run`` runs. A ```yaml block is a list of GitHub
+Actions steps whose ``run:`` commands run the same way. Any other fence language fails, so no
+block escapes by its label.
 """
 
 from __future__ import annotations
@@ -34,12 +38,13 @@ from tests._support.openai_server import JudgeServer
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
+DOC_FILES = [README, *sorted((REPO / "docs").rglob("*.md"))]
 CI_RUN = REPO / ".ci" / "run"
 TIMEOUT_S = 240
 RUNNABLE = ("python", "bash", "yaml")
-_FENCE = re.compile(r"^```([\w+-]*)\s*$")
+_FENCE = re.compile(r"^( *)```([\w+-]*)\s*$")
 _COMMENT = re.compile(r"(^|\s)#.*$")
-_MARKER = re.compile(r"^<!--\s*readme:\s*(\w+)\s*(.*?)\s*-->$")
+_MARKER = re.compile(r"^<!--\s*(?:readme|docs):\s*(\w+)\s*(.*?)\s*-->$")
 # Lines a skip marker may stand for: building an environment, never the package's own commands.
 _SETUP = re.compile(
     r"^(python3? -m venv \S+|(\.|source) \S+/bin/activate|pip install .+|bash bench/run_all\.sh)$"
@@ -48,8 +53,10 @@ _SETUP = re.compile(
 
 @dataclass(frozen=True)
 class Block:
-    """A fenced block of the README."""
+    """A fenced block of README.md or of a docs page."""
 
+    path: str
+    """The file, relative to the repository (``README.md``, ``docs/metrics.md``)."""
     line: int
     """1-based line of the opening fence."""
     language: str
@@ -59,11 +66,13 @@ class Block:
 
     @property
     def where(self) -> str:
-        return f"README.md line {self.line} (```{self.language} block)"
+        return f"{self.path} line {self.line} (```{self.language} block)"
 
 
-def parse_blocks(text: str) -> list[Block]:
+def parse_blocks(text: str, path: str = "README.md") -> list[Block]:
     """Every fenced block, with its line and the skip marker right before it (blank lines allowed).
+
+    A fence may be indented (a block inside a list item): the block's lines lose that indent.
 
     Raises:
         ValueError: A fence is never closed, or a marker is not ``skip`` with a reason.
@@ -77,9 +86,10 @@ def parse_blocks(text: str) -> list[Block]:
             i += 1
             continue
         start = i
+        indent = len(fence.group(1))
         end = next((j for j in range(i + 1, len(lines)) if lines[j].strip() == "```"), None)
         if end is None:
-            msg = f"README.md line {start + 1}: the ``` fence is never closed"
+            msg = f"{path} line {start + 1}: the ``` fence is never closed"
             raise ValueError(msg)
         skip = None
         before = start - 1
@@ -88,11 +98,11 @@ def parse_blocks(text: str) -> list[Block]:
         marker = _MARKER.match(lines[before].strip()) if before >= 0 else None
         if marker:
             if marker.group(1) != "skip" or not marker.group(2):
-                msg = f"README.md line {before + 1}: write <!-- readme: skip <reason> -->"
+                msg = f"{path} line {before + 1}: write <!-- readme: skip <reason> -->"
                 raise ValueError(msg)
             skip = marker.group(2)
-        code = "\n".join(lines[start + 1 : end]) + "\n"
-        blocks.append(Block(start + 1, fence.group(1), code, skip))
+        code = "\n".join(line[indent:] for line in lines[start + 1 : end]) + "\n"
+        blocks.append(Block(path, start + 1, fence.group(2), code, skip))
         i = end + 1
     return blocks
 
@@ -107,15 +117,19 @@ def shell_commands(code: str) -> list[str]:
     return commands
 
 
-BLOCKS = parse_blocks(README.read_text(encoding="utf-8"))
+BLOCKS = [
+    block
+    for doc in DOC_FILES
+    for block in parse_blocks(doc.read_text(encoding="utf-8"), doc.relative_to(REPO).as_posix())
+]
 
 
-def blocks_of(language: str) -> list[Block]:
-    return [b for b in BLOCKS if b.language == language]
+def blocks_of(language: str, path: str | None = None) -> list[Block]:
+    return [b for b in BLOCKS if b.language == language and path in (None, b.path)]
 
 
 def block_id(block: Block) -> str:
-    return f"line{block.line}"
+    return f"{block.path}:L{block.line}"
 
 
 # --------------------------------------------------------------------------- environment
@@ -173,9 +187,12 @@ def checkout_dir(tmp_path: Path) -> Path:
 # --------------------------------------------------------------------------- the blocks
 
 
-def test_readme_has_blocks_of_each_kind() -> None:
-    assert len(blocks_of("python")) >= 4
-    assert len(blocks_of("bash")) >= 2
+def test_readme_and_docs_have_blocks_of_each_kind() -> None:
+    assert len(blocks_of("python", "README.md")) >= 3
+    assert len(blocks_of("bash", "README.md")) >= 2
+    assert len(DOC_FILES) > 10, "the docs/ pages are missing"
+    assert len(blocks_of("python")) >= 12
+    assert len(blocks_of("yaml")) >= 1
 
 
 @pytest.mark.parametrize("block", BLOCKS, ids=block_id)
@@ -191,7 +208,7 @@ def test_python_block_runs(
     block: Block, servers: tuple[JudgeServer, LangSmithDatasetStub], tmp_path: Path
 ) -> None:
     assert block.skip is None, f"{block.where}: a Python block may not be skipped"
-    script = tmp_path / f"readme_line_{block.line}.py"
+    script = tmp_path / f"block_line_{block.line}.py"
     script.write_text(block.code, encoding="utf-8")
     work = tmp_path / "work"
     work.mkdir()
@@ -283,7 +300,7 @@ SEPARATELY_CHECKED = {
 
 
 def test_quick_start_install_line_matches_ci() -> None:
-    (quick, *_) = blocks_of("bash")
+    (quick, *_) = blocks_of("bash", "README.md")
     commands = shell_commands(quick.code)
     assert 'pip install -e ".[test]"' in commands
     assert "python -m pytest -q" in commands
@@ -313,17 +330,26 @@ def test_parser_finds_lines_languages_and_markers() -> None:
     assert first.where == "README.md line 2 (```python block)"
 
 
+def test_parser_dedents_a_fence_inside_a_list_item() -> None:
+    text = "- turn one off:\n\n  ```python\n  if True:\n      print(1)\n  ```\n"
+    (block,) = parse_blocks(text, "docs/judging.md")
+    assert (block.path, block.line, block.language) == ("docs/judging.md", 3, "python")
+    assert block.code == "if True:\n    print(1)\n"
+    assert block_id(block) == "docs/judging.md:L3"
+
+
 @pytest.mark.parametrize(
     ("text", "problem"),
     [
         ("```python\nprint(1)\n", "line 1: the ``` fence is never closed"),
         ("<!-- readme: skip -->\n```bash\nls\n```\n", "line 1: write <!-- readme: skip <reason>"),
         ("<!-- readme: ignore x -->\n```bash\nls\n```\n", "line 1: write"),
+        ("<!-- docs: skip -->\n```bash\nls\n```\n", "docs/x.md line 1: write"),
     ],
 )
 def test_parser_rejects_bad_fences_and_markers(text: str, problem: str) -> None:
     with pytest.raises(ValueError, match=re.escape(problem)):
-        parse_blocks(text)
+        parse_blocks(text, "docs/x.md")
 
 
 def test_a_failing_block_names_its_readme_line(tmp_path: Path) -> None:

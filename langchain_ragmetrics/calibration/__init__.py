@@ -6,21 +6,19 @@ from langchain_ragmetrics.calibration._check import (
     acheck_judge,
     check_judge,
 )
-from langchain_ragmetrics.calibration._data import (
-    CalibrationItem,
-    CalibrationSetError,
-    load_calibration_set,
-)
+from langchain_ragmetrics.calibration._data import CalibrationItem, load_calibration_set
 from langchain_ragmetrics.calibration._protocols import DEFAULT_VARIANTS, variant_names
-from langchain_ragmetrics.errors import UnknownMetricError
+
+# Exceptions are documented once, at the root (``langchain_ragmetrics``); the aliases keep
+# existing ``from <this package> import ...Error`` working without making them public here.
+from langchain_ragmetrics.errors import CalibrationSetError as CalibrationSetError
+from langchain_ragmetrics.errors import UnknownMetricError as UnknownMetricError
 
 __all__ = [
     "DEFAULT_VARIANTS",
     "CalibrationItem",
-    "CalibrationSetError",
     "JudgeReport",
     "MetricAgreement",
-    "UnknownMetricError",
     "acheck_judge",
     "check_judge",
     "load_calibration_set",

@@ -12,8 +12,11 @@ from langchain_ragmetrics.callbacks.sinks import (
     InMemorySink,
     JsonlSink,
     LoggingSink,
-    SinkUnavailableError,
 )
+
+# Exceptions are documented once, at the root (``langchain_ragmetrics``); the aliases keep
+# existing ``from <this package> import ...Error`` working without making them public here.
+from langchain_ragmetrics.errors import SinkUnavailableError as SinkUnavailableError
 
 __all__ = [
     "BaseSink",
@@ -29,5 +32,4 @@ __all__ = [
     "RagMetricsCallbackHandler",
     "ScoringSetup",
     "SinkStats",
-    "SinkUnavailableError",
 ]

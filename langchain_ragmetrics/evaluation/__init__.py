@@ -2,17 +2,18 @@
 
 from langchain_ragmetrics._cache import VerdictCache
 from langchain_ragmetrics._dataset import RowProblem, load_dataset
-from langchain_ragmetrics.errors import (
-    CacheError,
-    ComparisonError,
-    DatasetError,
-    JudgeSetupError,
-    MissingFieldError,
-    PreflightError,
-    QualityGateError,
-    ResultFileError,
-    UnknownMetricError,
-)
+
+# Exceptions are documented once, at the root (``langchain_ragmetrics``); the aliases keep
+# existing ``from <this package> import ...Error`` working without making them public here.
+from langchain_ragmetrics.errors import CacheError as CacheError
+from langchain_ragmetrics.errors import ComparisonError as ComparisonError
+from langchain_ragmetrics.errors import DatasetError as DatasetError
+from langchain_ragmetrics.errors import JudgeSetupError as JudgeSetupError
+from langchain_ragmetrics.errors import MissingFieldError as MissingFieldError
+from langchain_ragmetrics.errors import PreflightError as PreflightError
+from langchain_ragmetrics.errors import QualityGateError as QualityGateError
+from langchain_ragmetrics.errors import ResultFileError as ResultFileError
+from langchain_ragmetrics.errors import UnknownMetricError as UnknownMetricError
 from langchain_ragmetrics.evaluation._compare import Comparison, MetricComparison, RowChange
 from langchain_ragmetrics.evaluation._preflight import preflight
 from langchain_ragmetrics.evaluation._registry import (
@@ -35,25 +36,16 @@ from langchain_ragmetrics.evaluation._run import (
 from langchain_ragmetrics.evaluation._saved import RunInfo, sample_id
 
 __all__ = [
-    "CacheError",
     "Comparison",
-    "ComparisonError",
-    "DatasetError",
     "EvaluationResult",
     "EvaluationRow",
-    "JudgeSetupError",
     "MetricComparison",
     "MetricSummary",
-    "MissingFieldError",
-    "PreflightError",
-    "QualityGateError",
     "ResultCallback",
-    "ResultFileError",
     "RowChange",
     "RowProblem",
     "RunInfo",
     "Status",
-    "UnknownMetricError",
     "VerdictCache",
     "aevaluate",
     "evaluate",

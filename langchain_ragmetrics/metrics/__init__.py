@@ -4,7 +4,9 @@ Each LLM-judged metric ends in a pure scorer (``score_context_recall``, ...): ca
 hand-written verdicts to check a score without any judge.
 """
 
-from langchain_ragmetrics.errors import JudgeError
+# Exceptions are documented once, at the root (``langchain_ragmetrics``); the aliases keep
+# existing ``from <this package> import ...Error`` working without making them public here.
+from langchain_ragmetrics.errors import JudgeError as JudgeError
 from langchain_ragmetrics.metrics._base import (
     BaseRagMetric,
     JudgedMetric,
@@ -47,7 +49,6 @@ __all__ = [
     "ContextSentence",
     "IDBasedContextPrecision",
     "IDBasedContextRecall",
-    "JudgeError",
     "JudgedMetric",
     "NonLLMContextPrecision",
     "NonLLMContextRecall",
