@@ -1,6 +1,10 @@
 """Is this judge model good enough? A labelled set and :func:`check_judge` to find out."""
 
 from langchain_ragmetrics.calibration._check import (
+    DEFAULT_MIN_ANSWERED,
+    DEFAULT_MIN_KAPPA,
+    ChanceBaseline,
+    JudgeGate,
     JudgeReport,
     MetricAgreement,
     acheck_judge,
@@ -15,9 +19,13 @@ from langchain_ragmetrics.calibration._protocols import DEFAULT_VARIANTS, varian
 from langchain_ragmetrics.errors import UnknownMetricError
 
 __all__ = [
+    "DEFAULT_MIN_ANSWERED",
+    "DEFAULT_MIN_KAPPA",
     "DEFAULT_VARIANTS",
     "CalibrationItem",
     "CalibrationSetError",
+    "ChanceBaseline",
+    "JudgeGate",
     "JudgeReport",
     "MetricAgreement",
     "UnknownMetricError",
