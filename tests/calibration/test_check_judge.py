@@ -197,8 +197,9 @@ def test_flipped_verdicts_give_the_figures_the_flips_imply(
         assert row.accuracy == pytest.approx(accuracy, abs=1e-12), metric
         assert row.kappa == pytest.approx(kappa, abs=1e-12), metric
         assert row.score_mae == pytest.approx(mae, abs=1e-12), metric
+        no_entities = {i.id for i in ITEMS if i.labels.context_entity_recall.score is None}
         assert sorted(row.disagreements) == sorted(
-            i for i in FLIPPED if metric != "context_entity_recall" or i != "ja-photosynthesis"
+            i for i in FLIPPED if metric != "context_entity_recall" or i not in no_entities
         )
 
 
