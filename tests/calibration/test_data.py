@@ -155,3 +155,28 @@ def test_the_set_ships_in_the_wheel() -> None:
 
     files = {f.distribution_path for f in WheelBuilder(str(ROOT)).recurse_included_files()}
     assert "langchain_ragmetrics/calibration/data/calibration_set.jsonl" in files
+
+
+def test_the_readme_describes_the_set_as_it_is() -> None:
+    """The README's counts of the set come from the data, not from memory."""
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    languages = Counter(item.language for item in ITEMS)
+    assert (
+        f"holds {len(ITEMS)} items written for this package, {languages['en']} English and "
+        f"{languages['ja']} Japanese" in readme
+    )
+    what = {
+        "context_recall": "reference sentences",
+        "context_precision": "passages",
+        "context_entity_recall": "reference entities",
+        "context_relevance": "context sentences",
+    }
+    for metric, unit in what.items():
+        flags = [v for item in ITEMS for v in _verdicts(item)[metric]]
+        share = round(100 * flags.count(False) / len(flags))
+        assert f"{len(flags)} {unit} ({share} % not" in readme, metric
+    lengths = [len(c) for item in ITEMS for c in item.contexts]
+    japanese = [len(c) for item in ITEMS if item.language == "ja" for c in item.contexts]
+    assert f"up to {max(lengths)} characters" in readme
+    assert f"({sum(300 <= n <= 800 for n in lengths)} of 300-800;" in readme
+    assert f"Japanese ones up to {max(japanese)})" in readme
