@@ -70,3 +70,32 @@ def test_agreement_of_nothing_is_undefined() -> None:
     assert one_answer.accuracy == 1.0
     assert one_answer.kappa is None  # labels of one answer only: kappa undefined
     assert one_answer.kappa_ci is None
+
+
+def test_the_intervals_match_the_textbook_ones_on_independent_verdicts() -> None:
+    """With one verdict per item the bootstrap must agree with the normal-approximation
+    intervals: p +- 1.96 sqrt(p (1 - p) / n) for accuracy, and Cohen's (1960) large-sample
+    standard error sqrt(po (1 - po) / (n (1 - pe)^2)) for kappa."""
+    import math
+
+    # 400 items; labels 60 % yes; the judge agrees on 320 (both ways in proportion)
+    pairs = (
+        [(True, True)] * 200 + [(False, False)] * 120 + [(True, False)] * 40 + [(False, True)] * 40
+    )
+    items = [([label], [judged]) for label, judged in pairs]
+    figures = agreement(items, resamples=4000)
+    n, po = len(items), 320 / 400
+    pe = 0.6 * 0.6 + 0.4 * 0.4
+    assert figures.accuracy == po
+    assert figures.kappa == pytest.approx((po - pe) / (1 - pe))
+    se_accuracy = math.sqrt(po * (1 - po) / n)
+    se_kappa = math.sqrt(po * (1 - po) / (n * (1 - pe) ** 2))
+    assert figures.accuracy_ci is not None
+    assert figures.kappa_ci is not None
+    assert figures.kappa is not None
+    for (low, high), centre, se in (
+        (figures.accuracy_ci, po, se_accuracy),
+        (figures.kappa_ci, figures.kappa, se_kappa),
+    ):
+        assert low == pytest.approx(centre - 1.96 * se, abs=0.2 * se)
+        assert high == pytest.approx(centre + 1.96 * se, abs=0.2 * se)
