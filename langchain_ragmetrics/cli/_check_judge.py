@@ -33,7 +33,7 @@ def register(commands: Any) -> None:
         help="measure a judge model against the shipped labelled set",
         description="Run the shipped calibration set (hand-labelled English and Japanese items) "
         "through a judge model and print, per metric, its agreement with the labels: Cohen's "
-        "kappa and verdict accuracy with 95%% bootstrap intervals, what an always-yes and an "
+        "kappa and verdict accuracy with 95 % bootstrap intervals, what an always-yes and an "
         "always-no judge would score, score mean absolute error, parse-failure and retry rates, "
         "tokens and latency. Exits 11 when a metric's kappa is below --min-kappa, its share of "
         "answered items below --min-answered, or (if given) its accuracy below --min-agreement.",

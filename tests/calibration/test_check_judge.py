@@ -271,6 +271,15 @@ def test_the_command_prints_the_flipped_figures_and_exits_11(
     assert sorted(named) == sorted(failing)
 
 
+def test_the_help_names_the_gate_and_its_default(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check-judge", "--help"]) == ExitCode.OK
+    out = " ".join(capsys.readouterr().out.split())
+    assert "with 95 % bootstrap intervals" in out
+    assert "--min-kappa MIN_KAPPA lowest acceptable Cohen's kappa per metric (default: 0.6" in out
+    assert "--min-answered" in out
+    assert "--min-agreement MIN_AGREEMENT also require this verdict accuracy" in out
+
+
 def test_the_command_without_a_judge_says_how_to_configure_one(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
