@@ -206,9 +206,18 @@ class JudgeReport(BaseModel):
             "95% CI",
             "kappa",
             "95% CI",
-            "always-yes acc/kappa",
-            "always-no acc/kappa",
             "gate",
+        )
+        chance_headers = (
+            "metric",
+            "always-yes accuracy",
+            "95% CI",
+            "kappa",
+            "95% CI",
+            "always-no accuracy",
+            "95% CI",
+            "kappa",
+            "95% CI",
         )
         cost_headers = (
             "metric",
@@ -231,8 +240,10 @@ class JudgeReport(BaseModel):
                 title + ":",
                 *_table([agreement_headers, *(self._agreement_cells(m) for m in self.metrics)]),
                 f"Gate: {self.gate.describe()}. Intervals: 95 % percentile bootstrap over items "
-                f"({BOOTSTRAP_RESAMPLES} resamples, seed {BOOTSTRAP_SEED}). A judge answering "
-                "one fixed verdict scores kappa 0.",
+                f"({BOOTSTRAP_RESAMPLES} resamples, seed {BOOTSTRAP_SEED}).",
+                "",
+                "Chance baselines: what a judge that does not read would score on these verdicts:",
+                *_table([chance_headers, *(_chance_cells(m) for m in self.metrics)]),
                 "",
                 *_table([cost_headers, *(_cost_cells(m) for m in self.metrics)]),
             ]
@@ -248,8 +259,6 @@ class JudgeReport(BaseModel):
             _fmt_ci(m.accuracy_ci),
             _fmt(m.kappa),
             _fmt_ci(m.kappa_ci),
-            _fmt_baseline(m.always_yes),
-            _fmt_baseline(m.always_no),
             verdict,
         )
 
@@ -262,8 +271,19 @@ def _fmt_ci(ci: tuple[float, float] | None) -> str:
     return "n/a" if ci is None else f"[{ci[0]:.2f}, {ci[1]:.2f}]"
 
 
-def _fmt_baseline(baseline: ChanceBaseline | None) -> str:
-    return "n/a" if baseline is None else f"{baseline.accuracy:.3f}/{_fmt(baseline.kappa)}"
+def _chance_cells(m: MetricAgreement) -> tuple[str, ...]:
+    cells = [m.metric]
+    for baseline in (m.always_yes, m.always_no):
+        if baseline is None:
+            cells += ["n/a"] * 4
+        else:
+            cells += [
+                _fmt(baseline.accuracy),
+                _fmt_ci(baseline.accuracy_ci),
+                _fmt(baseline.kappa),
+                _fmt_ci(baseline.kappa_ci),
+            ]
+    return tuple(cells)
 
 
 def _cost_cells(m: MetricAgreement) -> tuple[str, ...]:

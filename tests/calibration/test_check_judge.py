@@ -96,9 +96,14 @@ def expected_figures() -> dict[str, tuple[float, float, float]]:
 
 def _rows(out: str, metric: str) -> tuple[list[str], list[str]]:
     """The metric's cells in the agreement table and in the cost table."""
+    return _all_rows(out, metric)[0], _all_rows(out, metric)[2]
+
+
+def _all_rows(out: str, metric: str) -> list[list[str]]:
+    """The metric's cells in the agreement, chance-baseline and cost tables."""
     rows = [cells for line in out.splitlines() if (cells := line.split()) and cells[0] == metric]
-    assert len(rows) == 2, out
-    return rows[0], rows[1]
+    assert len(rows) == 3, out
+    return rows
 
 
 def test_a_judge_answering_from_the_labels_agrees_fully(
@@ -155,8 +160,11 @@ def test_a_judge_that_does_not_read_fails_the_default_gate(
         assert cost[1] == cost[2] == str(len(ITEMS)) or metric == "context_entity_recall"
         assert agreement[6] == "0.000", metric  # kappa: no better than chance
         assert agreement[-1] == "FAIL"
-        baseline = agreement[9] if answer else agreement[10]
-        assert baseline == f"{agreement[3]}/0.000"  # it scores exactly its chance baseline
+        chance = _all_rows(captured.out, metric)[1]
+        # always-yes: accuracy, its interval, kappa, its interval (two cells each); then always-no
+        own = chance[1:7] if answer else chance[7:13]
+        assert own == agreement[3:9]  # it scores exactly its chance baseline
+        assert own[3:] == ["0.000", "[0.00,", "0.00]"]
 
 
 def test_every_judging_mode_can_be_measured(
