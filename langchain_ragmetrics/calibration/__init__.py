@@ -1,6 +1,10 @@
 """Is this judge model good enough? A labelled set and :func:`check_judge` to find out."""
 
 from langchain_ragmetrics.calibration._check import (
+    DEFAULT_MIN_ANSWERED,
+    DEFAULT_MIN_KAPPA,
+    ChanceBaseline,
+    JudgeGate,
     JudgeReport,
     MetricAgreement,
     acheck_judge,
@@ -15,8 +19,12 @@ from langchain_ragmetrics.errors import CalibrationSetError as CalibrationSetErr
 from langchain_ragmetrics.errors import UnknownMetricError as UnknownMetricError
 
 __all__ = [
+    "DEFAULT_MIN_ANSWERED",
+    "DEFAULT_MIN_KAPPA",
     "DEFAULT_VARIANTS",
     "CalibrationItem",
+    "ChanceBaseline",
+    "JudgeGate",
     "JudgeReport",
     "MetricAgreement",
     "acheck_judge",

@@ -9,7 +9,14 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from langchain_ragmetrics.calibration._agreement import accuracy, cohen_kappa, percentile
+from langchain_ragmetrics.calibration._agreement import (
+    BOOTSTRAP_RESAMPLES,
+    BOOTSTRAP_SEED,
+    Agreement,
+    ItemVerdicts,
+    agreement,
+    percentile,
+)
 from langchain_ragmetrics.calibration._data import CalibrationItem, load_calibration_set
 from langchain_ragmetrics.calibration._protocols import (
     DEFAULT_VARIANTS,
@@ -27,9 +34,61 @@ if TYPE_CHECKING:
     from langchain_ragmetrics.metrics import JudgedMetric, RetryPolicy
     from langchain_ragmetrics.schema import MetricResult
 
-__all__ = ["JudgeReport", "MetricAgreement", "acheck_judge", "check_judge"]
+__all__ = [
+    "DEFAULT_MIN_ANSWERED",
+    "DEFAULT_MIN_KAPPA",
+    "ChanceBaseline",
+    "JudgeGate",
+    "JudgeReport",
+    "MetricAgreement",
+    "acheck_judge",
+    "check_judge",
+]
 
 _PARSE_FAILURE = "invalid judge output"
+
+DEFAULT_MIN_KAPPA = 0.6
+"""Lowest Cohen's kappa that passes: the lower edge of "substantial" agreement (0.61-0.80) in
+Landis & Koch (1977), the usual reading of kappa; below it agreement is at best "moderate".
+Chance alone scores 0, so a judge that answers "yes" (or "no") to everything always fails."""
+DEFAULT_MIN_ANSWERED = 0.9
+"""Lowest share of items the judge must answer usably: agreement measured on a judge that
+fails many items says little about the scores it would give (the failed ones are NaN)."""
+
+
+class JudgeGate(BaseModel):
+    """What a metric must reach to pass a judge check."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    min_kappa: float = Field(default=DEFAULT_MIN_KAPPA, ge=-1.0, le=1.0)
+    """Lowest Cohen's kappa (point estimate) against the labels."""
+    min_answered: float = Field(default=DEFAULT_MIN_ANSWERED, ge=0.0, le=1.0)
+    """Lowest share of items answered with a usable verdict."""
+    min_accuracy: float | None = Field(default=None, ge=0.0, le=1.0)
+    """Optional extra floor on raw accuracy (None: not gated; kappa is the gate)."""
+
+    def describe(self) -> str:
+        """The gate in one line, e.g. ``kappa >= 0.60 and answered >= 0.90``."""
+        parts = [f"kappa >= {self.min_kappa:.2f}", f"answered >= {self.min_answered:.2f}"]
+        if self.min_accuracy is not None:
+            parts.append(f"accuracy >= {self.min_accuracy:.2f}")
+        return " and ".join(parts)
+
+
+class ChanceBaseline(BaseModel):
+    """What a judge giving one fixed answer to every verdict would score on the same items."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    accuracy: float
+    """Its accuracy: the share of labels equal to its one answer."""
+    accuracy_ci: tuple[float, float] | None
+    """95 % bootstrap interval of that accuracy."""
+    kappa: float | None
+    """Its kappa: 0 whenever the labels hold both answers (chance agreement, no more)."""
+    kappa_ci: tuple[float, float] | None
+    """95 % bootstrap interval of that kappa."""
 
 
 class MetricAgreement(BaseModel):
@@ -45,10 +104,20 @@ class MetricAgreement(BaseModel):
     """Items the judge answered with a usable verdict (not failed)."""
     verdicts: int
     """Verdicts compared with the labels (sentences, passages or entities)."""
+    label_yes_rate: float | None
+    """Share of the compared labels that say "yes" (attributed, useful, found, needed)."""
     accuracy: float | None
     """Share of compared verdicts equal to the label; None when none could be compared."""
+    accuracy_ci: tuple[float, float] | None
+    """95 % interval of ``accuracy`` (percentile bootstrap over items)."""
     kappa: float | None
-    """Cohen's kappa of the compared verdicts (agreement beyond chance)."""
+    """Cohen's kappa of the compared verdicts (agreement beyond chance): what the gate reads."""
+    kappa_ci: tuple[float, float] | None
+    """95 % interval of ``kappa`` (percentile bootstrap over items)."""
+    always_yes: ChanceBaseline | None
+    """What a judge answering "yes" to every one of these verdicts would score."""
+    always_no: ChanceBaseline | None
+    """What a judge answering "no" to every one of these verdicts would score."""
     score_mae: float | None
     """Mean absolute difference between the judge's score and the labelled score."""
     parse_failure_rate: float
@@ -77,17 +146,22 @@ class MetricAgreement(BaseModel):
         """Share of items answered."""
         return self.answered / self.items if self.items else 0.0
 
-    def passes(self, min_agreement: float) -> bool | None:
-        """Answered share and accuracy both at least ``min_agreement``.
+    def passes(self, gate: JudgeGate | None = None) -> bool | None:
+        """Whether the row meets ``gate`` (default: :class:`JudgeGate` defaults).
 
-        None when every item was answered but no verdict could be compared (statement-mode
-        recall, whose units are the judge's own): such a row is not gated.
+        False when too few items were answered, kappa is below the gate, or accuracy is below
+        its optional floor. None when enough items were answered but kappa is undefined: no
+        verdict could be compared (statement-mode recall, whose units are the judge's own) or
+        the labels hold one answer only. Such a row is not gated.
         """
-        if self.answered_rate < min_agreement:
+        gate = gate or JudgeGate()
+        if self.answered_rate < gate.min_answered:
             return False
-        if self.accuracy is None:
+        if self.kappa is None:
             return None
-        return self.accuracy >= min_agreement
+        if gate.min_accuracy is not None and (self.accuracy or 0.0) < gate.min_accuracy:
+            return False
+        return self.kappa >= gate.min_kappa
 
 
 class JudgeReport(BaseModel):
@@ -99,6 +173,8 @@ class JudgeReport(BaseModel):
     """The judge's model name."""
     language: str | None
     """Language the set was restricted to (None: all)."""
+    gate: JudgeGate
+    """What each metric had to reach."""
     metrics: list[MetricAgreement]
     """One row per metric, in the order asked for."""
 
@@ -109,20 +185,44 @@ class JudgeReport(BaseModel):
                 return row
         raise KeyError(metric)
 
-    def failing(self, min_agreement: float) -> list[str]:
-        """Metrics whose accuracy or answered share is below ``min_agreement``."""
-        return [m.metric for m in self.metrics if m.passes(min_agreement) is False]
+    def failing(self) -> list[str]:
+        """Metrics that miss the report's gate (kappa, answered share, optional accuracy)."""
+        return [m.metric for m in self.metrics if m.passes(self.gate) is False]
+
+    @property
+    def passed(self) -> bool:
+        """True when no metric misses the gate (rows that cannot be gated do not count)."""
+        return not self.failing()
 
     def table(self) -> str:
-        """The report as a plain-text table."""
+        """The report as two plain-text tables: agreement with the labels, then cost."""
         from langchain_ragmetrics.evaluation._report import _table
 
-        headers = (
+        agreement_headers = (
+            "metric",
+            "verdicts",
+            "yes",
+            "accuracy",
+            "95% CI",
+            "kappa",
+            "95% CI",
+            "gate",
+        )
+        chance_headers = (
+            "metric",
+            "always-yes accuracy",
+            "95% CI",
+            "kappa",
+            "95% CI",
+            "always-no accuracy",
+            "95% CI",
+            "kappa",
+            "95% CI",
+        )
+        cost_headers = (
             "metric",
             "items",
             "answered",
-            "accuracy",
-            "kappa",
             "score MAE",
             "parse fail",
             "retries/call",
@@ -132,24 +232,65 @@ class JudgeReport(BaseModel):
             "p50 s",
             "p95 s",
         )
-        rows = [headers, *(_cells(m) for m in self.metrics)]
         title = f"Judge check of {self.judge or 'the judge'} on the calibration set"
         if self.language:
             title += f" ({self.language} items)"
-        return "\n".join([title + ":", *_table(rows)])
+        return "\n".join(
+            [
+                title + ":",
+                *_table([agreement_headers, *(self._agreement_cells(m) for m in self.metrics)]),
+                f"Gate: {self.gate.describe()}. Intervals: 95 % percentile bootstrap over items "
+                f"({BOOTSTRAP_RESAMPLES} resamples, seed {BOOTSTRAP_SEED}).",
+                "",
+                "Chance baselines: what a judge that does not read would score on these verdicts:",
+                *_table([chance_headers, *(_chance_cells(m) for m in self.metrics)]),
+                "",
+                *_table([cost_headers, *(_cost_cells(m) for m in self.metrics)]),
+            ]
+        )
+
+    def _agreement_cells(self, m: MetricAgreement) -> tuple[str, ...]:
+        verdict = {True: "pass", False: "FAIL", None: "not gated"}[m.passes(self.gate)]
+        return (
+            m.metric,
+            str(m.verdicts),
+            _fmt(m.label_yes_rate, 2),
+            _fmt(m.accuracy),
+            _fmt_ci(m.accuracy_ci),
+            _fmt(m.kappa),
+            _fmt_ci(m.kappa_ci),
+            verdict,
+        )
 
 
 def _fmt(value: float | None, digits: int = 3) -> str:
     return "n/a" if value is None else f"{value:.{digits}f}"
 
 
-def _cells(m: MetricAgreement) -> tuple[str, ...]:
+def _fmt_ci(ci: tuple[float, float] | None) -> str:
+    return "n/a" if ci is None else f"[{ci[0]:.2f}, {ci[1]:.2f}]"
+
+
+def _chance_cells(m: MetricAgreement) -> tuple[str, ...]:
+    cells = [m.metric]
+    for baseline in (m.always_yes, m.always_no):
+        if baseline is None:
+            cells += ["n/a"] * 4
+        else:
+            cells += [
+                _fmt(baseline.accuracy),
+                _fmt_ci(baseline.accuracy_ci),
+                _fmt(baseline.kappa),
+                _fmt_ci(baseline.kappa_ci),
+            ]
+    return tuple(cells)
+
+
+def _cost_cells(m: MetricAgreement) -> tuple[str, ...]:
     return (
         m.metric,
         str(m.items),
         str(m.answered),
-        _fmt(m.accuracy),
-        _fmt(m.kappa),
         _fmt(m.score_mae),
         _fmt(m.parse_failure_rate),
         _fmt(m.retry_rate),
@@ -172,6 +313,19 @@ def _planned_calls(job: Job) -> int:
     return len(plan.calls) if isinstance(plan, Plan) else 0
 
 
+def _baseline(compared: Sequence[ItemVerdicts], *, answer: bool) -> ChanceBaseline | None:
+    """The figures of a judge giving ``answer`` to every verdict, over the same resamples."""
+    fixed: Agreement = agreement([(labels, [answer] * len(labels)) for labels, _ in compared])
+    if fixed.accuracy is None:
+        return None
+    return ChanceBaseline(
+        accuracy=fixed.accuracy,
+        accuracy_ci=fixed.accuracy_ci,
+        kappa=fixed.kappa,
+        kappa_ci=fixed.kappa_ci,
+    )
+
+
 def _summarise(
     variant: Variant,
     key: str,
@@ -179,17 +333,13 @@ def _summarise(
     jobs: Sequence[Job],
     results: Sequence[MetricResult],
 ) -> MetricAgreement:
-    labels: list[bool] = []
-    judged: list[bool] = []
+    compared: list[ItemVerdicts] = []
     errors: list[float] = []
     disagreements: list[str] = []
-    compared_any = False
     for item, result in zip(items, results, strict=True):
         pairs = verdict_pairs(key, item, result)
         if pairs is not None:
-            compared_any = True
-            labels += pairs[0]
-            judged += pairs[1]
+            compared.append(pairs)
         if result.failed or (pairs is not None and pairs[0] != pairs[1]):
             disagreements.append(item.id)
         expected = label_score(key, item)
@@ -202,13 +352,20 @@ def _summarise(
     expected_calls = sum(_planned_calls(job) for job in jobs)
     latencies = [r.latency_s for r in results if r.latency_s is not None]
     count = len(items)
+    labels = [v for item_labels, _ in compared for v in item_labels]
+    judge = agreement(compared)
     return MetricAgreement(
         metric=variant.name,
         items=count,
         answered=count - len(failed),
         verdicts=len(labels),
-        accuracy=accuracy(labels, judged) if compared_any else None,
-        kappa=cohen_kappa(labels, judged) if compared_any else None,
+        label_yes_rate=sum(labels) / len(labels) if labels else None,
+        accuracy=judge.accuracy,
+        accuracy_ci=judge.accuracy_ci,
+        kappa=judge.kappa,
+        kappa_ci=judge.kappa_ci,
+        always_yes=_baseline(compared, answer=True),
+        always_no=_baseline(compared, answer=False),
         score_mae=sum(errors) / len(errors) if errors else None,
         parse_failure_rate=len(parse_failed) / count if count else 0.0,
         error_rate=len(failed) / count if count else 0.0,
@@ -232,8 +389,12 @@ async def acheck_judge(
     timeout: float | None = None,
     retry: RetryPolicy | None = None,
     show_progress: bool = False,
+    min_kappa: float = DEFAULT_MIN_KAPPA,
+    min_answered: float = DEFAULT_MIN_ANSWERED,
+    min_accuracy: float | None = None,
 ) -> JudgeReport:
     """Async twin of :func:`check_judge`."""
+    gate = JudgeGate(min_kappa=min_kappa, min_answered=min_answered, min_accuracy=min_accuracy)
     from langchain_ragmetrics._engine import Job, ScoringEngine
     from langchain_ragmetrics._progress import Progress
     from langchain_ragmetrics._text import check_language
@@ -288,7 +449,7 @@ async def acheck_judge(
             rows.append(_summarise(variant, metric.key, items, jobs, results))
     finally:
         progress.close()
-    return JudgeReport(judge=judge_name(llm), language=code, metrics=rows)
+    return JudgeReport(judge=judge_name(llm), language=code, gate=gate, metrics=rows)
 
 
 def check_judge(
@@ -300,13 +461,20 @@ def check_judge(
     timeout: float | None = None,
     retry: RetryPolicy | None = None,
     show_progress: bool = False,
+    min_kappa: float = DEFAULT_MIN_KAPPA,
+    min_answered: float = DEFAULT_MIN_ANSWERED,
+    min_accuracy: float | None = None,
 ) -> JudgeReport:
     """Run the shipped labelled set through ``llm`` and measure its agreement with the labels.
 
     For every metric (default: the four LLM-judged metrics as built by default; names such as
-    ``context_entity_recall:one-call`` select another judging mode) the report gives verdict
-    accuracy and Cohen's kappa against careful-human labels, the score's mean absolute error,
+    ``context_entity_recall:one-call`` select another judging mode) the report gives Cohen's
+    kappa and accuracy against careful-human labels, each with a 95 % bootstrap interval, what
+    an always-yes and an always-no judge would score, the score's mean absolute error,
     parse-failure and retry rates, judge calls, tokens and latency percentiles.
+
+    The gate is on kappa, not accuracy: the labels are not balanced, so a judge that answers
+    "yes" to everything can reach a high accuracy, but its kappa is 0.
 
     Args:
         llm: The judge to check (any chat model with tool calling).
@@ -318,9 +486,13 @@ def check_judge(
         timeout: Seconds before one item is abandoned (counted as a failure).
         retry: Retry policy for the metrics (default: the metrics' own).
         show_progress: Draw a progress bar on stderr (only on a terminal or notebook).
+        min_kappa: Lowest kappa that passes (default 0.6, see :data:`DEFAULT_MIN_KAPPA`).
+        min_answered: Lowest share of items answered usably (default 0.9).
+        min_accuracy: Optional extra floor on accuracy (default: none).
 
     Raises:
         UnknownMetricError: A name in ``metrics`` is not known.
+        ValueError: A gate threshold is out of range, or ``language`` holds no items.
         RuntimeError: Called from a running event loop (use :func:`acheck_judge`).
     """
     try:
@@ -339,5 +511,8 @@ def check_judge(
             timeout=timeout,
             retry=retry,
             show_progress=show_progress,
+            min_kappa=min_kappa,
+            min_answered=min_answered,
+            min_accuracy=min_accuracy,
         )
     )

@@ -1,4 +1,10 @@
-"""The labelled calibration set shipped with the package, as pydantic models."""
+"""The labelled calibration set shipped with the package, as pydantic models.
+
+``data/calibration_set.jsonl`` is the source of truth: one hand-written, hand-labelled item per
+line, edited directly. tests/calibration/test_data.py validates it: pysbd must split every
+text into exactly the labelled sentences, our scorers must turn the labelled verdicts into
+exactly the labelled scores, and the set must keep its size and balance.
+"""
 
 from __future__ import annotations
 

@@ -25,16 +25,18 @@ __all__ = ["register"]
 
 def register(commands: Any) -> None:
     """Add the ``check-judge`` sub-command to ``commands`` (an argparse sub-parsers action)."""
+    from langchain_ragmetrics.calibration._check import DEFAULT_MIN_ANSWERED, DEFAULT_MIN_KAPPA
     from langchain_ragmetrics.calibration._protocols import DEFAULT_VARIANTS, variant_names
 
     parser = commands.add_parser(
         "check-judge",
         help="measure a judge model against the shipped labelled set",
         description="Run the shipped calibration set (hand-labelled English and Japanese items) "
-        "through a judge model and print, per metric, its agreement with the labels: verdict "
-        "accuracy and Cohen's kappa, score mean absolute error, parse-failure and retry rates, "
-        "tokens and latency. Exits 11 when a metric's accuracy (or share of answered items) "
-        "is below --min-agreement.",
+        "through a judge model and print, per metric, its agreement with the labels: Cohen's "
+        "kappa and verdict accuracy with 95 % bootstrap intervals, what an always-yes and an "
+        "always-no judge would score, score mean absolute error, parse-failure and retry rates, "
+        "tokens and latency. Exits 11 when a metric's kappa is below --min-kappa, its share of "
+        "answered items below --min-answered, or (if given) its accuracy below --min-agreement.",
         epilog=exit_codes_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -46,10 +48,25 @@ def register(commands: Any) -> None:
         f"known: {', '.join(variant_names())}",
     )
     parser.add_argument(
+        "--min-kappa",
+        type=fraction,
+        default=DEFAULT_MIN_KAPPA,
+        help="lowest acceptable Cohen's kappa per metric (default: %(default)s, the lower edge "
+        "of 'substantial' agreement in Landis & Koch 1977; a judge answering one fixed "
+        "verdict scores 0)",
+    )
+    parser.add_argument(
+        "--min-answered",
+        type=fraction,
+        default=DEFAULT_MIN_ANSWERED,
+        help="lowest acceptable share of items answered usably (default: %(default)s)",
+    )
+    parser.add_argument(
         "--min-agreement",
         type=fraction,
-        default=0.8,
-        help="lowest acceptable verdict accuracy per metric (default: %(default)s)",
+        default=None,
+        help="also require this verdict accuracy per metric (default: not gated; accuracy "
+        "alone is passed by an always-yes judge on unbalanced labels, so kappa is the gate)",
     )
     parser.add_argument("--language", default=None, help="only items in this language: en or ja")
     parser.add_argument(
@@ -103,6 +120,9 @@ def _check_judge_command(args: argparse.Namespace) -> int:
         max_concurrency=args.concurrency,
         timeout=args.timeout,
         show_progress=not args.no_progress,
+        min_kappa=args.min_kappa,
+        min_answered=args.min_answered,
+        min_accuracy=args.min_agreement,
     )
     echo(report.table())
     if args.json is not None:
@@ -112,12 +132,11 @@ def _check_judge_command(args: argparse.Namespace) -> int:
             error(f"cannot write {args.json}: {exc.strerror or exc}")
             return ExitCode.ERROR
         echo(f"Report written to {args.json}")
-    failing = report.failing(args.min_agreement)
+    failing = report.failing()
     if failing:
-        error(
-            f"agreement below --min-agreement {args.min_agreement:g}: {', '.join(failing)} "
-            "(accuracy or answered share; see the table)"
-        )
+        error(f"below the gate ({report.gate.describe()}): {', '.join(failing)} (see the table)")
         return ExitCode.JUDGE_DISAGREES
-    echo(f"All checked metrics agree with the labels at or above {args.min_agreement:g}.")
+    ungated = [m.metric for m in report.metrics if m.passes(report.gate) is None]
+    note = f" ({', '.join(ungated)}: kappa undefined, not gated)" if ungated else ""
+    echo(f"Every checked metric meets the gate: {report.gate.describe()}.{note}")
     return ExitCode.OK

@@ -58,8 +58,8 @@ _MEANING: dict[ExitCode, str] = {
     ExitCode.QUALITY_GATE: "a --fail-under threshold or --max-failed-rate was missed, or every "
     "job failed",
     ExitCode.REGRESSION: "compare: a metric dropped by more than --max-drop",
-    ExitCode.JUDGE_DISAGREES: "check-judge: a metric's agreement with the labels is below "
-    "--min-agreement",
+    ExitCode.JUDGE_DISAGREES: "check-judge: a metric misses the gate (--min-kappa, "
+    "--min-answered, --min-agreement)",
     ExitCode.INTERRUPTED: "Ctrl-C: the partial results were printed (and written with --out)",
 }
 

@@ -5,6 +5,9 @@ human gave, so ``check_judge`` must report perfect agreement. ``flip=`` names th
 FIRST verdict (first reference sentence, first passage, first context sentence, first
 reference entity) is answered the other way round, so the figures a check prints follow from
 the flips exactly.
+
+``fixed_judge(answer)`` is the judge that does not read: it gives the same verdict to every
+sentence, passage and entity, so it agrees with the labels only as often as chance does.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from langchain_ragmetrics._text import normalize_for_match
 from langchain_ragmetrics.calibration import CalibrationItem, load_calibration_set
 from tests._support.openai_server import JudgeRequest, Script
 
-__all__ = ["label_judge"]
+__all__ = ["fixed_judge", "label_judge"]
 
 
 def _payload(req: JudgeRequest) -> dict[str, Any]:
@@ -130,6 +133,57 @@ def label_judge(flip: Collection[str] = ()) -> Script:
         "RelevantSentences": relevance,
         "EntityList": entity_list,
         "EntityLists": entity_lists,
+    }
+
+    def script(req: JudgeRequest) -> Any:
+        return table[str(req.schema_name)](_payload(req))
+
+    return script
+
+
+def fixed_judge(answer: bool) -> Script:
+    """Build a script answering ``answer`` to every verdict (entity lists read correctly)."""
+    items = load_calibration_set()
+    by_question = {item.question: item for item in items}
+    by_reference = {item.reference: item for item in items}
+
+    def reference_entities(reference: str) -> list[dict[str, Any]]:
+        labels = by_reference[reference].labels.context_entity_recall
+        return [_entity(e.name, e.aliases) for e in labels.reference_entities]
+
+    def passage_entities(item: CalibrationItem) -> list[dict[str, Any]]:
+        # "yes": every reference entity is in the passages; "no": the passages name nothing
+        return reference_entities(item.reference) if answer else []
+
+    def entity_list(data: dict[str, Any]) -> dict[str, Any]:
+        text = data["text"]
+        if text in by_reference:
+            return {"entities": reference_entities(text)}
+        item = next(i for i in items if "\n\n".join(i.contexts) == text)
+        return {"entities": passage_entities(item)}
+
+    def relevance(data: dict[str, Any]) -> dict[str, Any]:
+        count = len(by_question[data["question"]].labels.context_relevance.sentences)
+        return {"relevant_sentence_indices": list(range(count)) if answer else [], "reason": "-"}
+
+    table: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+        "RecallStatements": lambda data: {
+            "statements": [
+                {"index": s["index"], "reason": "-", "attributed": answer}
+                for s in data["reference_sentences"]
+            ]
+        },
+        "ContextVerdicts": lambda data: {
+            "verdicts": [
+                {"index": p["index"], "reason": "-", "useful": answer} for p in data["passages"]
+            ]
+        },
+        "RelevantSentences": relevance,
+        "EntityList": entity_list,
+        "EntityLists": lambda data: {
+            "reference_entities": reference_entities(data["reference"]),
+            "passage_entities": passage_entities(by_reference[data["reference"]]),
+        },
     }
 
     def script(req: JudgeRequest) -> Any:

@@ -13,7 +13,9 @@ import pytest
 
 from langchain_ragmetrics import check_judge
 from langchain_ragmetrics.calibration import (
+    DEFAULT_MIN_KAPPA,
     DEFAULT_VARIANTS,
+    JudgeGate,
     JudgeReport,
     UnknownMetricError,
     acheck_judge,
@@ -22,7 +24,7 @@ from langchain_ragmetrics.calibration import (
 from langchain_ragmetrics.cli import ExitCode, main
 from langchain_ragmetrics.metrics import RetryPolicy
 from langchain_ragmetrics.scoring import average_precision
-from tests._support.calibration_judge import label_judge
+from tests._support.calibration_judge import fixed_judge, label_judge
 from tests._support.openai_server import JudgeServer, reply_error, reply_garbage, reply_hold
 
 JudgeFactory = Callable[..., Any]
@@ -92,12 +94,16 @@ def expected_figures() -> dict[str, tuple[float, float, float]]:
     return out
 
 
-def _row_cells(out: str, metric: str) -> list[str]:
-    for line in out.splitlines():
-        cells = line.split()
-        if cells and cells[0] == metric:
-            return cells
-    raise AssertionError(f"no row for {metric} in:\n{out}")
+def _rows(out: str, metric: str) -> tuple[list[str], list[str]]:
+    """The metric's cells in the agreement table and in the cost table."""
+    return _all_rows(out, metric)[0], _all_rows(out, metric)[2]
+
+
+def _all_rows(out: str, metric: str) -> list[list[str]]:
+    """The metric's cells in the agreement, chance-baseline and cost tables."""
+    rows = [cells for line in out.splitlines() if (cells := line.split()) and cells[0] == metric]
+    assert len(rows) == 3, out
+    return rows
 
 
 def test_a_judge_answering_from_the_labels_agrees_fully(
@@ -113,6 +119,14 @@ def test_a_judge_answering_from_the_labels_agrees_fully(
         assert row.answered == len(ITEMS)
         assert row.accuracy == 1.0
         assert row.kappa == 1.0
+        assert row.accuracy_ci == row.kappa_ci == (1.0, 1.0)  # every resample agrees fully
+        assert row.always_yes is not None
+        assert row.always_no is not None
+        assert row.label_yes_rate is not None
+        assert row.always_yes.accuracy == pytest.approx(row.label_yes_rate)
+        assert row.always_no.accuracy == pytest.approx(1 - row.label_yes_rate)
+        assert row.always_yes.kappa == row.always_no.kappa == 0.0
+        assert row.passes() is True
         assert row.score_mae == 0.0
         assert row.parse_failure_rate == row.error_rate == row.retry_rate == 0.0
         assert row.disagreements == []
@@ -126,7 +140,31 @@ def test_a_judge_answering_from_the_labels_agrees_fully(
     )
     assert report.row("context_entity_recall").calls_per_item == 2.0  # two independent reads
     assert report.row("context_recall").calls_per_item == 1.0
-    assert report.failing(1.0) == []
+    assert report.failing() == []
+    assert report.passed
+    assert report.gate.min_kappa == DEFAULT_MIN_KAPPA == 0.6
+
+
+@pytest.mark.parametrize("answer", [True, False], ids=["always-yes", "always-no"])
+def test_a_judge_that_does_not_read_fails_the_default_gate(
+    judge_server: JudgeServer, capsys: pytest.CaptureFixture[str], answer: bool
+) -> None:
+    """The labels are unbalanced, so a fixed answer can score a fair accuracy: kappa sees it."""
+    judge_server.script = fixed_judge(answer)
+    base = ["check-judge", "--model", "judge-model", "--base-url", judge_server.base_url]
+    assert main([*base, "--no-progress"]) == ExitCode.JUDGE_DISAGREES
+    captured = capsys.readouterr()
+    assert captured.err.strip().endswith(f"{', '.join(DEFAULT_VARIANTS)} (see the table)")
+    for metric in DEFAULT_VARIANTS:
+        agreement, cost = _rows(captured.out, metric)
+        assert cost[1] == cost[2] == str(len(ITEMS)) or metric == "context_entity_recall"
+        assert agreement[6] == "0.000", metric  # kappa: no better than chance
+        assert agreement[-1] == "FAIL"
+        chance = _all_rows(captured.out, metric)[1]
+        # always-yes: accuracy, its interval, kappa, its interval (two cells each); then always-no
+        own = chance[1:7] if answer else chance[7:13]
+        assert own == agreement[3:9]  # it scores exactly its chance baseline
+        assert own[3:] == ["0.000", "[0.00,", "0.00]"]
 
 
 def test_every_judging_mode_can_be_measured(
@@ -152,7 +190,8 @@ def test_every_judging_mode_can_be_measured(
     assert per_context.accuracy == 1.0
     assert statement.accuracy is None  # the judge's own statements cannot be lined up
     assert statement.score_mae == 0.0
-    assert statement.passes(0.9) is None
+    assert statement.kappa is None
+    assert statement.passes() is None  # answered everything, nothing to line up: not gated
     assert "n/a" in report.table()
 
 
@@ -166,8 +205,9 @@ def test_flipped_verdicts_give_the_figures_the_flips_imply(
         assert row.accuracy == pytest.approx(accuracy, abs=1e-12), metric
         assert row.kappa == pytest.approx(kappa, abs=1e-12), metric
         assert row.score_mae == pytest.approx(mae, abs=1e-12), metric
+        no_entities = {i.id for i in ITEMS if i.labels.context_entity_recall.score is None}
         assert sorted(row.disagreements) == sorted(
-            i for i in FLIPPED if metric != "context_entity_recall" or i != "ja-photosynthesis"
+            i for i in FLIPPED if metric != "context_entity_recall" or i not in no_entities
         )
 
 
@@ -191,42 +231,61 @@ def test_the_command_prints_full_agreement_and_exits_zero(
     assert code == ExitCode.OK, out
     assert "Judge check of judge-model on the calibration set:" in out
     for metric in DEFAULT_VARIANTS:
-        cells = _row_cells(out, metric)
-        assert cells[1:6] == [str(len(ITEMS)), str(len(ITEMS)), "1.000", "1.000", "0.000"]
-    assert "All checked metrics agree with the labels at or above 0.8." in out
+        agreement, cost = _rows(out, metric)
+        # accuracy, its interval, kappa, its interval, ..., gate
+        assert agreement[3:9] == ["1.000", "[1.00,", "1.00]", "1.000", "[1.00,", "1.00]"]
+        assert agreement[-1] == "pass"
+        assert cost[1:4] == [str(len(ITEMS)), str(len(ITEMS)), "0.000"]
+    assert "Every checked metric meets the gate: kappa >= 0.60 and answered >= 0.90." in out
+    assert "95 % percentile bootstrap over items (2000 resamples, seed 0)" in out
     saved = json.loads(out_file.read_text(encoding="utf-8"))
     assert [m["accuracy"] for m in saved["metrics"]] == [1.0] * 4
+    assert [m["kappa_ci"] for m in saved["metrics"]] == [[1.0, 1.0]] * 4
+    assert saved["gate"] == {"min_kappa": 0.6, "min_answered": 0.9, "min_accuracy": None}
 
 
+@pytest.mark.parametrize(
+    ("gate", "figure"),
+    [
+        (["--min-kappa", "0.9"], 1),  # the kappa gate
+        (["--min-kappa", "0", "--min-agreement", "0.9"], 0),  # the optional accuracy floor
+    ],
+)
 def test_the_command_prints_the_flipped_figures_and_exits_11(
-    judge_server: JudgeServer, capsys: pytest.CaptureFixture[str]
+    judge_server: JudgeServer, capsys: pytest.CaptureFixture[str], gate: list[str], figure: int
 ) -> None:
     judge_server.script = label_judge(flip=FLIPPED)
-    code = main(
-        [
-            "check-judge",
-            "--model",
-            "judge-model",
-            "--base-url",
-            judge_server.base_url,
-            "--min-agreement",
-            "0.9",
-            "--no-progress",
-        ]
-    )
+    base = ["check-judge", "--model", "judge-model", "--base-url", judge_server.base_url]
+    code = main([*base, *gate, "--no-progress"])
     captured = capsys.readouterr()
-    expected = expected_figures()
     failing = []
-    for metric, (accuracy, kappa, mae) in expected.items():
-        cells = _row_cells(captured.out, metric)
-        assert cells[3:6] == [f"{accuracy:.3f}", f"{kappa:.3f}", f"{mae:.3f}"], metric
-        if accuracy < 0.9:
+    for metric, figures in expected_figures().items():
+        accuracy, kappa, mae = figures
+        agreement, cost = _rows(captured.out, metric)
+        assert (agreement[3], agreement[6], cost[3]) == (
+            f"{accuracy:.3f}",
+            f"{kappa:.3f}",
+            f"{mae:.3f}",
+        ), metric
+        if figures[figure] < 0.9:
             failing.append(metric)
+            assert agreement[-1] == "FAIL"
+        else:
+            assert agreement[-1] == "pass"
     assert failing  # the flips push at least one metric under 0.9
     assert code == ExitCode.JUDGE_DISAGREES == 11
-    assert "agreement below --min-agreement 0.9" in captured.err
-    for metric in failing:
-        assert metric in captured.err
+    assert "below the gate (" in captured.err
+    named = captured.err.split("): ", 1)[1].removesuffix(" (see the table)\n").split(", ")
+    assert sorted(named) == sorted(failing)
+
+
+def test_the_help_names_the_gate_and_its_default(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check-judge", "--help"]) == ExitCode.OK
+    out = " ".join(capsys.readouterr().out.split())
+    assert "with 95 % bootstrap intervals" in out
+    assert "--min-kappa MIN_KAPPA lowest acceptable Cohen's kappa per metric (default: 0.6" in out
+    assert "--min-answered" in out
+    assert "--min-agreement MIN_AGREEMENT also require this verdict accuracy" in out
 
 
 def test_the_command_without_a_judge_says_how_to_configure_one(
@@ -244,6 +303,8 @@ def test_the_command_without_a_judge_says_how_to_configure_one(
         (["--language", "xx"], ExitCode.USAGE, "--language"),
         (["--language", "de"], ExitCode.USAGE, "no 'de' items"),
         (["--min-agreement", "1.5"], ExitCode.USAGE, "between 0 and 1"),
+        (["--min-kappa", "-0.5"], ExitCode.USAGE, "between 0 and 1"),
+        (["--min-answered", "2"], ExitCode.USAGE, "between 0 and 1"),
     ],
 )
 def test_the_command_rejects_bad_options(
@@ -287,8 +348,8 @@ def test_a_judge_answering_garbage_counts_as_parse_failures(
     assert row.accuracy is None
     assert row.score_mae is None
     assert len(row.disagreements) == ja
-    assert row.passes(0.8) is False  # a judge that never answers usably fails the gate
-    assert report.failing(0.8) == ["context_precision"]
+    assert row.passes() is False  # a judge that never answers usably fails the gate
+    assert report.failing() == ["context_precision"]
 
 
 @pytest.mark.parametrize("status", [429, 500])
@@ -337,8 +398,11 @@ def test_half_failing_judge_is_gated_on_the_answered_share(
     row = report.row("context_precision")
     assert row.answered == len(ja) - len(dropped)
     assert row.accuracy == 1.0  # everything it answered agrees ...
-    assert row.passes(0.8) is False  # ... but it answered only half the items
-    assert report.failing(0.8) == ["context_precision"]
+    assert row.kappa == 1.0
+    assert row.passes() is False  # ... but it answered only half the items
+    assert report.failing() == ["context_precision"]
+    lenient = JudgeGate(min_answered=0.4)
+    assert row.passes(lenient) is True
 
 
 def test_a_metric_built_by_the_caller_is_checked_as_custom(
@@ -383,16 +447,24 @@ def test_the_readme_figures_of_a_word_overlap_judge(
     report = check_judge(make_judge())
     figures = {m.metric: (f"{m.accuracy:.3f}", f"{m.kappa:.3f}") for m in report.metrics}
     assert figures == {
-        "context_recall": ("0.948", "0.837"),
-        "context_precision": ("0.768", "0.537"),
-        "context_entity_recall": ("0.596", "0.259"),
-        "context_relevance": ("0.651", "0.304"),
+        "context_recall": ("0.844", "0.669"),
+        "context_precision": ("0.812", "0.590"),
+        "context_entity_recall": ("0.648", "0.373"),
+        "context_relevance": ("0.657", "0.216"),
     }
+    entity = report.row("context_entity_recall")
+    assert entity.always_yes is not None
+    assert entity.accuracy is not None
+    assert entity.accuracy < entity.always_yes.accuracy  # worse than not reading at all
     page = Path(__file__).parents[2] / "docs" / "check-judge.md"
     readme = " ".join(page.read_text(encoding="utf-8").split())
+    assert f"always-yes judge ({entity.always_yes.accuracy:.3f})" in readme
     for accuracy, kappa in figures.values():
         assert f"{accuracy} (kappa {kappa})" in readme or f"{accuracy} ({kappa})" in readme
-    assert report.failing(0.8) == [
+    precision = report.row("context_precision")
+    assert precision.accuracy is not None
+    assert precision.accuracy > 0.8  # an accuracy gate of 0.8 would have passed it
+    assert report.failing() == [
         "context_precision",
         "context_entity_recall",
         "context_relevance",
