@@ -280,8 +280,8 @@ def _pytest_is_what_ci_runs(cwd: Path, where: str) -> None:
     assert re.search(r"^pip install (-q )?-e \"\.\[test\]\"", ci, re.M), (
         f"{where}: .ci/run does not install the test extras as the README says"
     )
-    assert re.search(r"^python -m pytest -q( --durations=\d+)?$", ci, re.M), (  # a report only
-        f"{where}: .ci/run does not run `python -m pytest -q` as the README says"
+    assert re.search(r"^python -m pytest -q -n auto( --durations=\d+)?$", ci, re.M), (  # a report
+        f"{where}: .ci/run does not run `python -m pytest -q -n auto` as the README says"
     )
 
 
@@ -293,7 +293,7 @@ def _bench_script_exists(cwd: Path, where: str) -> None:
 
 SEPARATELY_CHECKED = {
     "ragmetrics demo": _demo_offline,
-    "python -m pytest -q": _pytest_is_what_ci_runs,
+    "python -m pytest -q -n auto": _pytest_is_what_ci_runs,
     "bash bench/run_all.sh": _bench_script_exists,
 }
 """Commands of skip-marked blocks and how each is checked instead of being run as written."""
@@ -303,7 +303,7 @@ def test_quick_start_install_line_matches_ci() -> None:
     (quick, *_) = blocks_of("bash", "README.md")
     commands = shell_commands(quick.code)
     assert 'pip install -e ".[test]"' in commands
-    assert "python -m pytest -q" in commands
+    assert "python -m pytest -q -n auto" in commands
     assert "ragmetrics demo" in commands
 
 
