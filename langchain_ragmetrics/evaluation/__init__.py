@@ -3,6 +3,7 @@
 from langchain_ragmetrics._cache import VerdictCache
 from langchain_ragmetrics._dataset import RowProblem, load_dataset
 from langchain_ragmetrics.errors import (
+    BatchError,
     CacheError,
     ComparisonError,
     DatasetError,
@@ -13,6 +14,7 @@ from langchain_ragmetrics.errors import (
     ResultFileError,
     UnknownMetricError,
 )
+from langchain_ragmetrics.evaluation._batch_options import BatchOptions, BatchReport
 from langchain_ragmetrics.evaluation._compare import Comparison, MetricComparison, RowChange
 from langchain_ragmetrics.evaluation._preflight import preflight
 from langchain_ragmetrics.evaluation._registry import (
@@ -35,6 +37,9 @@ from langchain_ragmetrics.evaluation._run import (
 from langchain_ragmetrics.evaluation._saved import RunInfo, sample_id
 
 __all__ = [
+    "BatchError",
+    "BatchOptions",
+    "BatchReport",
     "CacheError",
     "Comparison",
     "ComparisonError",
