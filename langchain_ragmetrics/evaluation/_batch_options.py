@@ -70,7 +70,8 @@ class BatchOptions(BaseModel):
     batch_discount: float = Field(default=0.5, gt=0, le=1)
     """Batch price as a share of the direct price (OpenAI: half)."""
     on_report: Callable[[BatchReport], Any] | None = Field(default=None, exclude=True)
-    """Called with the :class:`BatchReport` when the run ends (the CLI prints it)."""
+    """Called with the :class:`BatchReport` when the run ends; without it the report is
+    written to stderr (unless ``show_progress=False``)."""
 
     def resolved_state_dir(self) -> Path:
         """:attr:`state_dir`, or the default under the user's cache directory."""

@@ -303,6 +303,7 @@ class BatchRun:
                 )
             update_record(record, batch)
             state.save(self.directory)
+            self._progress(state)
 
     def _call_of(self, custom_id: str) -> PlannedCall:
         call = self.calls.get(custom_id)
@@ -323,10 +324,10 @@ class BatchRun:
                     self._collect(record)
                     self._collected.add(record.part)
             todo = [] if self.options.cancel else self._todo()
+            if self.options.retry_direct:  # follow-ups directly; first sends still batched
+                self._direct([c for c in todo if c.attempts])
+                todo = [c for c in todo if not c.attempts]
             if not todo:
-                return
-            if self.options.retry_direct:
-                self._direct(todo)
                 return
             self._add_batches(state, todo)
 
@@ -430,6 +431,8 @@ class BatchRun:
 
     def _direct(self, todo: list[PlannedCall]) -> None:
         """Send the follow-ups through the direct path, with the metric's retry policy."""
+        if not todo:
+            return
 
         def one(call: PlannedCall) -> None:
             policy = self._job_of[call.custom_id].metric.retry
@@ -437,8 +440,8 @@ class BatchRun:
             call.attempts += outcome.usage.judge_calls
             call.usage = call.usage + outcome.usage
             self.report.direct_requests += outcome.usage.judge_calls
-            if outcome.error is not None:
-                call.cause = f"direct follow-up: {outcome.error}"
+            if outcome.error is not None:  # the metric's retry policy is spent: final
+                call.final, call.cause = True, f"direct follow-up: {outcome.error}"
                 return
             outcome.usage = call.usage
             call.outcome = outcome if call.cached is None else call.cached.store(outcome)
@@ -527,9 +530,10 @@ class BatchRun:
             else:
                 state.remove(self.directory)
         self.report = report.price(self.options)
-        self._say(self.report.summary())
         if self.options.on_report is not None:
             self.options.on_report(self.report)
+        else:
+            self._say(self.report.summary())
 
 
 def _digest(data: bytes) -> str:

@@ -11,6 +11,7 @@ import contextlib
 import hashlib
 import json
 import os
+import threading
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -146,7 +147,7 @@ class JobState(BaseModel):
             BatchError: The directory or the file cannot be written.
         """
         target = self.path(directory, self.key)
-        temp = target.with_suffix(f".{os.getpid()}.tmp")
+        temp = target.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
         try:
             directory.mkdir(parents=True, exist_ok=True)
             with temp.open("w", encoding="utf-8") as out:

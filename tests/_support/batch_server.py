@@ -159,6 +159,9 @@ class BatchServer(JudgeServer):
         """A status at which automatic steps stop until :meth:`release`."""
         self.polled = threading.Event()
         """Set when a status read saw a batch held at ``hold_at``."""
+        self.reads: list[tuple[str, str]] = []
+        """Every status read: (batch id, status answered)."""
+        self._read = threading.Condition(self._batch_lock)
         self.drop: set[str] = set()
         """custom_ids left out of both output and error files (a missing line)."""
         self.fail: dict[str, Reply] = {}
@@ -191,6 +194,13 @@ class BatchServer(JudgeServer):
             batch = self.batches[batch_id]
             self._step(batch)
             return batch.status
+
+    def wait_for_read(self, status: str, *, count: int = 1, timeout: float = 30.0) -> bool:
+        """Wait until a client has read ``count`` batches in ``status`` (False on timeout)."""
+        with self._read:
+            return self._read.wait_for(
+                lambda: sum(1 for _, s in self.reads if s == status) >= count, timeout
+            )
 
     def input_lines(self, batch_id: str) -> list[dict[str, Any]]:
         """The parsed lines of a batch's input file."""
@@ -237,6 +247,9 @@ class BatchServer(JudgeServer):
                     self._step(batch)
                 if batch.status == self.hold_at:
                     self.polled.set()
+                if op == "retrieve":
+                    self.reads.append((batch.id, batch.status))
+                    self._read.notify_all()
                 return 200, batch.card()
         return 404, _error_payload(404, f"BatchServer: unknown route {method} {path}")
 
@@ -343,7 +356,7 @@ class BatchServer(JudgeServer):
                 errors.append(_line(custom_id, None, {"code": code, "message": code}))
                 continue
             status, body = self._answer_one(str(custom_id), line.get("body") or {})
-            target = outputs if status == 200 else errors  # noqa: PLR2004 - HTTP OK
+            target = outputs if status == 200 else errors
             target.append(_line(custom_id, {"status_code": status, "body": body}, None))
         batch.completed = len(outputs)
         batch.failed = sum(1 for e in errors if e["response"] is not None)
@@ -360,7 +373,7 @@ class BatchServer(JudgeServer):
             reply = forced if forced is not None else _as_reply(self.script(req))
         except Exception as exc:  # the script's fault: a 500 line, as the direct path gets
             reply = reply_error(500, f"script raised {type(exc).__name__}: {exc}")
-        if reply.status != 200:  # noqa: PLR2004 - HTTP OK
+        if reply.status != 200:
             return reply.status, _error_payload(reply.status, reply.error_message)
         answer = self._answer(req, reply)
         usage = self._usage(req, answer, reply)
