@@ -144,11 +144,11 @@ class BatchRun:
                 self._from_disk = {b.part for b in state.batches}
                 self._since = state.created_at.timestamp()
             self._drive(state)
-        except KeyboardInterrupt:
-            self._say(
+        except KeyboardInterrupt:  # said even without progress output: money is at stake
+            sys.stderr.write(
                 "Interrupted: the batches keep running at the service. Run the same command "
                 "again to pick them up (nothing is uploaded twice), or cancel them with "
-                "--cancel (Python: BatchOptions(cancel=True))."
+                "--cancel (Python: BatchOptions(cancel=True)).\n"
             )
             return False
         self._finish(state)

@@ -155,6 +155,8 @@ class BatchServer(JudgeServer):
         """Every batch line the script answered."""
         self.auto_advance = True
         """Each status read moves a non-final batch one step."""
+        self.instant = False
+        """With ``auto_advance``, a status read moves a batch all the way to its end."""
         self.hold_at: str | None = None
         """A status at which automatic steps stop until :meth:`release`."""
         self.polled = threading.Event()
@@ -245,6 +247,8 @@ class BatchServer(JudgeServer):
                         batch.status, batch.ends_as = "cancelling", "cancelled"
                 elif self.auto_advance and batch.status != self.hold_at:
                     self._step(batch)
+                    while self.instant and batch.status not in _TERMINAL:
+                        self._step(batch)
                 if batch.status == self.hold_at:
                     self.polled.set()
                 if op == "retrieve":

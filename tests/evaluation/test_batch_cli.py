@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -155,3 +156,28 @@ def test_cancel_needs_batch_api_and_a_running_batch(
     assert main(batch_command(tmp_path / "x.jsonl", "--cancel")) == ExitCode.ERROR
     assert "no running batch to cancel" in capsys.readouterr().err
     assert server.uploads == server.count() == 0
+
+
+def test_ctrl_c_while_polling_leaves_the_batch_running_for_the_next_run(
+    server: BatchServer, tmp_path: Path
+) -> None:
+    out = tmp_path / "batch.jsonl"
+    argv = [*batch_command(out), "--metrics", "context_recall"]
+    server.hold_at = "in_progress"
+    proc = start(argv)
+    try:
+        assert server.polled.wait(PROCESS_BOUND_S), "the CLI never polled its batch in progress"
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=PROCESS_BOUND_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == ExitCode.INTERRUPTED, stderr
+    assert "the batches keep running at the service" in stderr, (stdout, stderr)
+    assert "Interrupted: 0 of 4 jobs finished" in stdout
+    assert server.cancels == 0
+
+    server.release()
+    assert main(argv) == ExitCode.OK
+    assert scores(out)["context_recall"] == [0.5, 0.5, 0.0, 1.0]
+    assert (server.uploads, server.created) == (1, 1)
