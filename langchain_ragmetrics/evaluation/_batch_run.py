@@ -157,10 +157,12 @@ class BatchRun:
     # ------------------------------------------------------------------ planning
 
     def _judge(self, llm: Any) -> BatchJudge:
+        """The batch group of ``llm``: one per endpoint and model (a batch holds one model)."""
+        candidate = BatchJudge(len(self.judges), llm)
         for judge in self.judges:
-            if judge.llm is llm:
+            if judge.llm is llm or judge.label == candidate.label:
                 return judge
-        judge = BatchJudge(len(self.judges), llm)
+        judge = candidate
         self.judges.append(judge)
         self.services.append(BatchService(judge, timeout=self.options.request_timeout))
         return judge
