@@ -422,14 +422,16 @@ class BatchRun:
         body = (response or {}).get("body")
         detail = (body or {}).get("error") if isinstance(body, dict) else None
         source = error or detail
-        message = source.get("message") if isinstance(source, dict) else None
+        message = str((source.get("message") if isinstance(source, dict) else None) or code)
         call.attempts += 1
         call.usage = call.usage + Usage(judge_calls=1)
         call.cause = (
             f"{where}: "
             + (f"HTTP {status}: " if status else "")
-            + str(message or code or "error without a message")
+            + (message or "error without a message")
         )
+        if isinstance(status, int) and not _worth_retrying(status, message, body):
+            call.final = True  # what the direct path would not retry either (400, 401 ...)
 
     def _direct(self, todo: list[PlannedCall]) -> None:
         """Send the follow-ups through the direct path, with the metric's retry policy."""
@@ -536,6 +538,22 @@ class BatchRun:
             self.options.on_report(self.report)
         else:
             self._say(self.report.summary())
+
+
+def _worth_retrying(status: int, message: str, body: Any) -> bool:
+    """Whether the direct path's retry layer would retry a request answered with ``status``.
+
+    The line's status and body become the openai SDK's own status error, which the retry
+    layer classifies as it classifies a direct failure.
+    """
+    import httpx
+    import openai
+
+    from langchain_ragmetrics.metrics._judge import is_transient
+
+    request = httpx.Request("POST", "https://batch.invalid/v1/chat/completions")
+    response = httpx.Response(status, request=request, json=body if body is not None else {})
+    return is_transient(openai.APIStatusError(message, response=response, body=body))
 
 
 def _digest(data: bytes) -> str:

@@ -55,8 +55,10 @@ class BatchService:
         """The id of a batch file named ``filename`` uploaded after ``since`` (a lost upload)."""
 
         def scan() -> str | None:
-            for item in self.client.files.list(purpose="batch"):
-                if item.filename == filename and item.created_at >= since - _SCAN_SLACK_S:
+            for item in self.client.files.list(purpose="batch", order="desc"):
+                if item.created_at < since - _SCAN_SLACK_S:
+                    return None  # newest first: older ones cannot be ours
+                if item.filename == filename:
                     return str(item.id)
             return None
 

@@ -172,6 +172,8 @@ class BatchServer(JudgeServer):
         """Lines answered before a batch expires or is cancelled."""
         self.expire = False
         """New batches expire after answering ``partial`` lines."""
+        self.reject: str | None = None
+        """New batches fail validation with this message (the service fails the batch)."""
         self.faults: dict[str, list[int]] = {}
         """Per operation (upload, create, retrieve, cancel, content, list_files,
         list_batches), HTTP statuses to answer with before serving it normally."""
@@ -314,6 +316,8 @@ class BatchServer(JudgeServer):
                 )
             seen.add(custom_id)
             lines.append(line)
+        if self.reject is not None:
+            problems.append({"code": "rejected", "message": self.reject, "line": None})
         batch = StoredBatch(
             id=self._new_id("batch"),
             input_file_id=source.id,

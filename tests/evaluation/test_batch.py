@@ -219,17 +219,20 @@ def test_an_error_line_is_retried_in_a_follow_up_batch(server: BatchServer, tmp_
     assert [b.attempt for b in reports.last.batches] == [1, 2]
 
 
-def refuse_second_question(req: JudgeRequest) -> Any:
-    data = payload(req) if req.schema_name != "PreflightAnswer" else {}
-    if data.get("question") == "What is the capital of France?":
-        return reply_error(400, "this one never works")
-    return lexical_judge()(req)
+def refuse_last_question(status: int) -> Any:
+    def script(req: JudgeRequest) -> Any:
+        data = payload(req) if req.schema_name != "PreflightAnswer" else {}
+        if data.get("question") == "What is the capital of France?":
+            return reply_error(status, "this one never works")
+        return lexical_judge()(req)
+
+    return script
 
 
 def test_what_keeps_failing_is_a_failed_row_with_its_cause(
     server: BatchServer, tmp_path: Path
 ) -> None:
-    server.script = refuse_second_question
+    server.script = refuse_last_question(503)
     reports = Reports()
     batch = evaluate(
         DATA,
@@ -241,9 +244,30 @@ def test_what_keeps_failing_is_a_failed_row_with_its_cause(
     assert statuses == ["scored", "scored", "scored", "failed"]
     error = batch.rows[3].results["context_recall"].error  # type: ignore[union-attr]
     assert error is not None
-    assert "HTTP 400: this one never works (after 2 attempts)" in error
+    assert "HTTP 503: this one never works (after 2 attempts)" in error
     assert server.created == 2
     assert reports.last.failed == 1
+
+
+def test_an_error_the_direct_path_would_not_retry_is_not_sent_again(
+    server: BatchServer, tmp_path: Path
+) -> None:
+    server.script = refuse_last_question(400)
+    batch = evaluate(DATA, ["context_recall"], llm=judge(server), batch_api=batch_options(tmp_path))
+    error = batch.rows[3].results["context_recall"].error  # type: ignore[union-attr]
+    assert error is not None
+    assert error.endswith("HTTP 400: this one never works (after 1 attempt)")
+    assert server.created == 1
+
+
+def test_a_batch_the_service_fails_fails_its_rows_with_the_reason(
+    server: BatchServer, tmp_path: Path
+) -> None:
+    server.reject = "Enqueued token limit reached for judge-model."
+    batch = evaluate(DATA, ["context_recall"], llm=judge(server), batch_api=batch_options(tmp_path))
+    errors = {r.results["context_recall"].error for r in batch.rows}  # type: ignore[union-attr]
+    assert errors == {"batch batch-2 failed: Enqueued token limit reached for judge-model."}
+    assert server.created == 1
 
 
 def test_an_answer_failing_validation_is_retried_then_failed(
