@@ -21,13 +21,12 @@ from langchain_ragmetrics.schema import Usage
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 
-    import httpx
     from langchain_core.language_models import BaseChatModel
 
     from langchain_ragmetrics._cache import CachedCall
     from langchain_ragmetrics.metrics._judge import JudgeCall, JudgeRunner
 
-__all__ = ["CHAT_URL", "BatchJudge", "PlannedCall", "jsonl_line", "split_lines"]
+__all__ = ["CHAT_URL", "BatchJudge", "PlannedCall", "http_module", "jsonl_line", "split_lines"]
 
 CHAT_URL = "/v1/chat/completions"
 """The endpoint every line targets."""
@@ -40,6 +39,16 @@ _CAPTURED = {
 }
 
 
+def http_module() -> Any:
+    """The HTTP library of the installed openai SDK (``httpx2`` in openai 3, else ``httpx``)."""
+    import importlib
+
+    try:
+        return importlib.import_module("httpx2")
+    except ImportError:
+        return importlib.import_module("httpx")
+
+
 class _Capture:
     """The handler of an ``httpx.MockTransport`` that keeps the request instead of sending it."""
 
@@ -47,12 +56,10 @@ class _Capture:
         self.body: bytes | None = None
         self.path: str | None = None
 
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        import httpx
-
+    def handle_request(self, request: Any) -> Any:
         self.body = request.read()
         self.path = request.url.path
-        return httpx.Response(200, json=_CAPTURED, request=request)
+        return http_module().Response(200, json=_CAPTURED, request=request)
 
 
 @dataclass
@@ -110,9 +117,8 @@ class BatchJudge:
             )
             raise BatchError(msg)
         if self._client is None:
-            import httpx
-
-            http = httpx.Client(transport=httpx.MockTransport(self._capture.handle_request))
+            http_lib = http_module()
+            http = http_lib.Client(transport=http_lib.MockTransport(self._capture.handle_request))
             self._client = llm.root_client.with_options(http_client=http, max_retries=0)
         self._client.chat.completions.with_raw_response.create(**payload)
         body = self._capture.body

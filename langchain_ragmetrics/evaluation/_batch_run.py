@@ -23,6 +23,7 @@ from langchain_ragmetrics.evaluation._batch_options import BatchReport, BatchSum
 from langchain_ragmetrics.evaluation._batch_requests import (
     BatchJudge,
     PlannedCall,
+    http_module,
     jsonl_line,
     split_lines,
 )
@@ -546,13 +547,13 @@ def _worth_retrying(status: int, message: str, body: Any) -> bool:
     The line's status and body become the openai SDK's own status error, which the retry
     layer classifies as it classifies a direct failure.
     """
-    import httpx
     import openai
 
     from langchain_ragmetrics.metrics._judge import is_transient
 
-    request = httpx.Request("POST", "https://batch.invalid/v1/chat/completions")
-    response = httpx.Response(status, request=request, json=body if body is not None else {})
+    http_lib = http_module()
+    request = http_lib.Request("POST", "https://batch.invalid/v1/chat/completions")
+    response = http_lib.Response(status, request=request, json=body if body is not None else {})
     return is_transient(openai.APIStatusError(message, response=response, body=body))
 
 
