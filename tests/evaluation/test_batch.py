@@ -562,3 +562,31 @@ def test_rows_a_metric_cannot_score_fail_as_in_the_direct_path(
     same_results(direct, batch)
     assert batch.rows[2].status("context_recall") == "failed"
     assert len(server.line_requests) == 3
+
+
+def test_metrics_without_a_judge_score_as_in_the_direct_path(
+    server: BatchServer, tmp_path: Path
+) -> None:
+    metrics = ["non_llm_context_recall", "context_recall", "id_based_context_recall"]
+    direct = direct_run(server, metrics)
+    batch = evaluate(DATA, metrics, llm=judge(server), batch_api=batch_options(tmp_path))
+    same_results(direct, batch)
+    assert len(server.line_requests) == 4  # only the judged metric's calls
+
+
+def test_a_request_above_the_file_size_limit_fails_alone(
+    server: BatchServer, tmp_path: Path
+) -> None:
+    rows = [json.loads(line) for line in DATA.read_text().splitlines()]
+    rows[0]["retrieved_contexts"] = ["Albert Einstein was a physicist. " * 200]
+    batch = evaluate(
+        rows,
+        ["context_recall"],
+        llm=judge(server),
+        batch_api=batch_options(tmp_path, max_bytes_per_file=5000),
+    )
+    error = batch.rows[0].results["context_recall"].error  # type: ignore[union-attr]
+    assert error is not None
+    assert "above the batch file limit of 5,000 bytes (max_bytes_per_file)" in error
+    assert [r.status("context_recall") for r in batch.rows][1:] == ["scored"] * 3
+    assert all(len(f.content) <= 5000 for f in server.files.values() if f.purpose == "batch")
