@@ -130,6 +130,9 @@ class BatchRun:
             job=key, planned=len(self.calls), cache_hits=len(self.calls) - len(misses)
         )
         state = JobState.load(self.directory, key)
+        if state is not None:
+            self._from_disk = {b.part for b in state.batches}
+            self._since = state.created_at.timestamp()
         try:
             if self.options.cancel:
                 state = self._cancel(state, key)
@@ -142,8 +145,6 @@ class BatchRun:
                 state = self._new_state(key)
             else:
                 self.report.resumed = True
-                self._from_disk = {b.part for b in state.batches}
-                self._since = state.created_at.timestamp()
             self._drive(state)
         except KeyboardInterrupt:  # said even without progress output: money is at stake
             sys.stderr.write(
@@ -284,7 +285,7 @@ class BatchRun:
     def _submit(self, state: JobState) -> None:
         """Upload and create every batch the state has no batch id for (finding lost ones)."""
         for record in state.batches:
-            if record.batch_id is not None:
+            if record.batch_id is not None or self.options.cancel:
                 continue
             service = self.services[record.judge]
             recovering = record.part in self._from_disk
@@ -336,7 +337,7 @@ class BatchRun:
 
     def _poll(self, state: JobState) -> None:
         while True:
-            live = [r for r in state.batches if not r.terminal]
+            live = [r for r in state.batches if r.batch_id is not None and not r.terminal]
             changed = False
             for record in live:
                 batch = self.services[record.judge].retrieve(str(record.batch_id))
@@ -344,7 +345,7 @@ class BatchRun:
             if changed:
                 state.save(self.directory)
             self._progress(state)
-            if all(r.terminal for r in state.batches):
+            if not live or all(r.terminal for r in live):
                 return
             time.sleep(self.options.poll_interval)
 
@@ -369,6 +370,12 @@ class BatchRun:
         """Read a finished batch's output and error files into its requests."""
         mine = set(record.custom_ids)
         where = f"batch {record.batch_id}"
+        if record.batch_id is None:  # cancelled before this part was submitted
+            for custom_id in record.custom_ids:
+                call = self._call_of(custom_id)
+                if not call.answered:
+                    call.stopped, call.cause = True, "never sent: the run was cancelled first"
+            return
         if record.status == "failed":
             why = "; ".join(record.errors) or "no reason given"
             for custom_id in record.custom_ids:
@@ -457,7 +464,7 @@ class BatchRun:
     # ------------------------------------------------------------------ cancelling
 
     def _cancel(self, state: JobState | None, key: str) -> JobState:
-        live = [] if state is None else [r for r in state.batches if not r.terminal]
+        live = [] if state is None else [r for r in state.batches if r.batch_id and not r.terminal]
         if state is None or not live:
             msg = (
                 f"no running batch to cancel for this evaluation (job {key}, state directory "
