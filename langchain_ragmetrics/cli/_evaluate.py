@@ -155,6 +155,7 @@ def _add_batch_options(parser: argparse.ArgumentParser) -> None:
         "--max-attempts",
         type=positive_int,
         default=fields["max_attempts"].default,
+        metavar="N",
         help="times one request is sent, follow-up batches included (default: %(default)s)",
     )
     batch.add_argument(
@@ -166,12 +167,14 @@ def _add_batch_options(parser: argparse.ArgumentParser) -> None:
         "--max-requests-per-file",
         type=positive_int,
         default=fields["max_requests_per_file"].default,
+        metavar="N",
         help="requests per batch file; more are split (default: %(default)s)",
     )
     batch.add_argument(
         "--max-bytes-per-file",
         type=positive_int,
         default=fields["max_bytes_per_file"].default,
+        metavar="BYTES",
         help="bytes per batch file; more are split (default: %(default)s)",
     )
     batch.add_argument(

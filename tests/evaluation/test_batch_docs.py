@@ -61,6 +61,7 @@ def test_the_page_has_runnable_blocks_only() -> None:
     assert all(b.skip is None for b in BLOCKS)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("block", [b for b in BLOCKS if b.language == "python"], ids=where)
 def test_python_block_runs_through_the_batch_api(
     block: Block, server: BatchServer, tmp_path: Path
@@ -77,6 +78,7 @@ def test_python_block_runs_through_the_batch_api(
     assert not server.script_errors
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("block", [b for b in BLOCKS if b.language == "bash"], ids=where)
 def test_bash_block_runs_through_the_batch_api(
     block: Block, server: BatchServer, tmp_path: Path
