@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import sys
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -53,6 +54,10 @@ _STOPPED_CODES = {"batch_expired": "expired", "batch_cancelled": "cancelled"}
 _DIRECT_WORKERS = 8
 
 
+class _StoppedError(Exception):
+    """The caller stopped the wait (a cancelled ``aevaluate``)."""
+
+
 def _engine_failure(metric: BaseRagMetric, exc: Exception) -> MetricResult:
     """The result the scoring engine records for a job that raised (same message)."""
     return MetricResult(
@@ -87,8 +92,12 @@ class BatchRun:
         preflight: Callable[[], None] | None,
         raise_exceptions: bool = False,
         show_progress: bool = True,
+        stop: threading.Event | None = None,
     ) -> None:
-        """Prepare a run; nothing is planned or sent before :meth:`execute`."""
+        """Prepare a run; nothing is planned or sent before :meth:`execute`.
+
+        ``stop`` ends the waiting like Ctrl-C does (the batches keep running).
+        """
         self.samples = samples
         self.metrics = metrics
         self.columns = columns
@@ -97,6 +106,7 @@ class BatchRun:
         self.preflight = preflight
         self.raise_exceptions = raise_exceptions
         self.show_progress = show_progress
+        self.stop = stop or threading.Event()
         self.directory: Path = options.resolved_state_dir()
         self.jobs: list[_Job] = []
         self.calls: dict[str, PlannedCall] = {}
@@ -146,7 +156,7 @@ class BatchRun:
             else:
                 self.report.resumed = True
             self._drive(state)
-        except KeyboardInterrupt:  # said even without progress output: money is at stake
+        except (KeyboardInterrupt, _StoppedError):  # said even without progress: money is at stake
             sys.stderr.write(
                 "Interrupted: the batches keep running at the service. Run the same command "
                 "again to pick them up (nothing is uploaded twice), or cancel them with "
@@ -347,7 +357,8 @@ class BatchRun:
             self._progress(state)
             if not live or all(r.terminal for r in live):
                 return
-            time.sleep(self.options.poll_interval)
+            if self.stop.wait(self.options.poll_interval):
+                raise _StoppedError
 
     def _progress(self, state: JobState) -> None:
         parts = [

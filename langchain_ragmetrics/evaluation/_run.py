@@ -231,6 +231,7 @@ class _Run:
             preflight=(lambda: _preflight(self)) if preflight else None,
             raise_exceptions=self.engine.raise_exceptions,
             show_progress=self.show_progress,
+            stop=self._stop,
         )
         start = time.perf_counter()
         try:
@@ -355,7 +356,8 @@ def evaluate(
         batch_api: Send the judge calls through the OpenAI Batch API (half the price,
             answers within 24 hours): True, or :class:`BatchOptions` to set polling, file
             limits, follow-ups, prices, cancel. Only the verdict cache's misses are sent; the
-            result is the same as with direct calls. See ``docs/batch.md``.
+            result is the same as with direct calls. ``max_concurrency``, ``timeout`` and
+            ``rate_limit_per_minute`` apply to direct calls only. See ``docs/batch.md``.
 
     Returns:
         The :class:`EvaluationResult`.
@@ -432,9 +434,15 @@ async def aevaluate(
     )
     if batch_api is not False:  # polls for minutes or hours: off the caller's event loop
         options = batch_api if isinstance(batch_api, BatchOptions) else BatchOptions()
-        completed = await asyncio.to_thread(
-            run.execute_batch, options, preflight=preflight is not False
+        worker = asyncio.ensure_future(
+            asyncio.to_thread(run.execute_batch, options, preflight=preflight is not False)
         )
+        try:
+            completed = await asyncio.shield(worker)
+        except asyncio.CancelledError:
+            run.stop()  # the polling thread ends at its next check; the batches keep running
+            await asyncio.wait({worker})
+            raise
         return run.result(interrupted=not completed)
     if preflight:  # a blocking check, bounded: off the caller's event loop
         await asyncio.to_thread(_preflight, run)

@@ -165,6 +165,32 @@ def test_aevaluate_takes_the_batch_path_too(server: BatchServer, tmp_path: Path)
     assert server.uploads == 1
 
 
+def test_a_cancelled_aevaluate_stops_waiting_and_the_next_run_resumes(
+    server: BatchServer, tmp_path: Path
+) -> None:
+    import asyncio
+
+    server.hold_at = "in_progress"
+    options = BatchOptions(state_dir=tmp_path / "jobs", poll_interval=0.01)
+
+    async def cancel_while_held() -> None:
+        task = asyncio.ensure_future(
+            aevaluate(DATA, ["context_recall"], llm=judge(server), batch_api=options)
+        )
+        held = await asyncio.to_thread(server.polled.wait, 30)
+        assert held, "the batch was never seen in progress"
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task  # returns only once the polling thread has ended, batch still held
+
+    asyncio.run(cancel_while_held())
+    assert server.cancels == 0
+    server.release()
+    again = evaluate(DATA, ["context_recall"], llm=judge(server), batch_api=options)
+    assert again["context_recall"] == [0.5, 0.5, 0.0, 1.0]
+    assert (server.uploads, server.created) == (1, 1)
+
+
 # --------------------------------------------------------------------------- statuses
 
 
