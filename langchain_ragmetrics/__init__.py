@@ -23,6 +23,7 @@ if TYPE_CHECKING:
         RagMetricsCallbackHandler,
     )
     from langchain_ragmetrics.errors import (
+        BatchError,
         CacheError,
         CalibrationSetError,
         CheckpointError,
@@ -73,6 +74,7 @@ __version__ = "0.1.0"
 _EXPORTS: dict[str, str] = {
     "BaseRagMetric": "langchain_ragmetrics.metrics",
     "BaseSink": "langchain_ragmetrics.callbacks",
+    "BatchError": "langchain_ragmetrics.errors",
     "CacheError": "langchain_ragmetrics.errors",
     "CalibrationSetError": "langchain_ragmetrics.errors",
     "CallableSink": "langchain_ragmetrics.callbacks",
@@ -127,6 +129,7 @@ _EXPORTS: dict[str, str] = {
 __all__ = [
     "BaseRagMetric",
     "BaseSink",
+    "BatchError",
     "CacheError",
     "CalibrationSetError",
     "CallableSink",

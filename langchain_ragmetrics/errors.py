@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from langchain_ragmetrics._dataset import RowProblem
 
 __all__ = [
+    "BatchError",
     "CacheError",
     "CalibrationSetError",
     "CheckpointError",
@@ -138,6 +139,14 @@ def suggest(name: str, known: Iterable[str], *, limit: int = 2) -> list[str]:
     """
     norm = name.strip().lower().replace("-", "_").replace(" ", "_")
     return difflib.get_close_matches(norm, list(known), n=limit, cutoff=0.6)
+
+
+class BatchError(RagMetricsError, RuntimeError):
+    """A Batch API run cannot go on.
+
+    A judge the Batch API cannot serve, nothing to cancel, or the batch service refused a
+    file or a batch.
+    """
 
 
 class PreflightError(RagMetricsError, RuntimeError):

@@ -77,6 +77,7 @@ def test_import_is_light() -> None:
 
 # The builtin each public exception also derives from (code catching builtins keeps working).
 NATURAL_BASE = {
+    "BatchError": RuntimeError,
     "CacheError": OSError,
     "CalibrationSetError": ValueError,
     "CheckpointError": ValueError,

@@ -39,6 +39,10 @@ from tests._support.openai_server import JudgeServer
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
 DOC_FILES = [README, *sorted((REPO / "docs").rglob("*.md"))]
+# Pages whose blocks need a server with more than the judge; each runs in its own harness.
+RUN_ELSEWHERE = {
+    "docs/batch.md": "tests/evaluation/test_batch_docs.py",  # the Batch API endpoints
+}
 CI_RUN = REPO / ".ci" / "run"
 TIMEOUT_S = 240
 RUNNABLE = ("python", "bash", "yaml")
@@ -125,7 +129,12 @@ BLOCKS = [
 
 
 def blocks_of(language: str, path: str | None = None) -> list[Block]:
-    return [b for b in BLOCKS if b.language == language and path in (None, b.path)]
+    """Blocks of one language (of one file), except those run by another harness."""
+    return [
+        b
+        for b in BLOCKS
+        if b.language == language and path in (None, b.path) and b.path not in RUN_ELSEWHERE
+    ]
 
 
 def block_id(block: Block) -> str:

@@ -112,7 +112,113 @@ def register(commands: Any) -> None:
     checks.add_argument(
         "--no-cache", action="store_true", help="neither read nor write the verdict cache"
     )
+    _add_batch_options(evaluate)
     evaluate.set_defaults(handler=_evaluate_command)
+
+
+def _add_batch_options(parser: argparse.ArgumentParser) -> None:
+    """The ``--batch-api`` group: half-price judge calls answered within 24 hours."""
+    from langchain_ragmetrics.evaluation import BatchOptions
+
+    fields = BatchOptions.model_fields
+    batch = parser.add_argument_group(
+        "OpenAI Batch API (half the price, answers within 24 hours; see docs/batch.md)"
+    )
+    batch.add_argument(
+        "--batch-api",
+        action="store_true",
+        help="send the judge calls as one or more batches; run the same command again after "
+        "Ctrl-C or a crash to pick the running batches up (nothing is uploaded twice)",
+    )
+    batch.add_argument(
+        "--cancel",
+        action="store_true",
+        help="with --batch-api: cancel this command's running batches and score what they "
+        "completed",
+    )
+    batch.add_argument(
+        "--batch-dir",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="where running batch jobs are remembered (default: ragmetrics/batches under the "
+        "user's cache directory)",
+    )
+    batch.add_argument(
+        "--poll-interval",
+        type=positive_float,
+        default=fields["poll_interval"].default,
+        metavar="SECONDS",
+        help="seconds between two status checks (default: %(default)s)",
+    )
+    batch.add_argument(
+        "--max-attempts",
+        type=positive_int,
+        default=fields["max_attempts"].default,
+        metavar="N",
+        help="times one request is sent, follow-up batches included (default: %(default)s)",
+    )
+    batch.add_argument(
+        "--retry-direct",
+        action="store_true",
+        help="send the follow-ups as ordinary requests instead of a follow-up batch",
+    )
+    batch.add_argument(
+        "--max-requests-per-file",
+        type=positive_int,
+        default=fields["max_requests_per_file"].default,
+        metavar="N",
+        help="requests per batch file; more are split (default: %(default)s)",
+    )
+    batch.add_argument(
+        "--max-bytes-per-file",
+        type=positive_int,
+        default=fields["max_bytes_per_file"].default,
+        metavar="BYTES",
+        help="bytes per batch file; more are split (default: %(default)s)",
+    )
+    batch.add_argument(
+        "--price-input",
+        type=positive_float,
+        default=None,
+        metavar="PRICE",
+        help="direct price of 1M input tokens (e.g. 0.15), for the cost estimate",
+    )
+    batch.add_argument(
+        "--price-output",
+        type=positive_float,
+        default=None,
+        metavar="PRICE",
+        help="direct price of 1M output tokens (e.g. 0.60), for the cost estimate",
+    )
+    batch.add_argument(
+        "--batch-discount",
+        type=fraction,
+        default=fields["batch_discount"].default,
+        metavar="SHARE",
+        help="batch price as a share of the direct price (default: %(default)s)",
+    )
+
+
+def _batch_options(args: argparse.Namespace, reports: list[Any]) -> Any:
+    """The BatchOptions of the command line (False without --batch-api)."""
+    from langchain_ragmetrics.evaluation import BatchOptions
+
+    if not args.batch_api:
+        return False
+    return BatchOptions(
+        state_dir=args.batch_dir,
+        poll_interval=args.poll_interval,
+        max_attempts=args.max_attempts,
+        retry_direct=args.retry_direct,
+        cancel=args.cancel,
+        max_requests_per_file=args.max_requests_per_file,
+        max_bytes_per_file=args.max_bytes_per_file,
+        input_price=args.price_input,
+        output_price=args.price_output,
+        batch_discount=args.batch_discount,
+        on_report=reports.append,
+    )
 
 
 def _check_writable(out: Path) -> str | None:
@@ -182,7 +288,7 @@ def _evaluate_command(args: argparse.Namespace) -> int:  # noqa: PLR0915 - one l
     from langchain_ragmetrics._cache import VerdictCache
     from langchain_ragmetrics._dataset import read_dataset
     from langchain_ragmetrics._text import check_language
-    from langchain_ragmetrics.errors import CacheError
+    from langchain_ragmetrics.errors import BatchError, CacheError
     from langchain_ragmetrics.evaluation import (
         DatasetError,
         JudgeSetupError,
@@ -196,6 +302,9 @@ def _evaluate_command(args: argparse.Namespace) -> int:  # noqa: PLR0915 - one l
     from langchain_ragmetrics.evaluation._gates import gate_problems, parse_thresholds
 
     out: Path | None = args.out
+    if args.cancel and not args.batch_api:
+        error("--cancel cancels the batches of a --batch-api run: add --batch-api")
+        return ExitCode.USAGE
     if out is not None and out.suffix.lower() not in _OUTPUT_SUFFIXES:
         error(f"--out must end in {' or '.join(_OUTPUT_SUFFIXES)}, got {str(out)!r}")
         return ExitCode.USAGE
@@ -259,6 +368,7 @@ def _evaluate_command(args: argparse.Namespace) -> int:  # noqa: PLR0915 - one l
         except CacheError as exc:
             error(f"{exc} (use --no-cache to run without it)")
             return ExitCode.PREFLIGHT_FAILED
+    reports: list[Any] = []
     try:
         result = evaluate(
             data,
@@ -270,6 +380,7 @@ def _evaluate_command(args: argparse.Namespace) -> int:  # noqa: PLR0915 - one l
             show_progress=not args.no_progress,
             cache=cache,
             preflight=not args.no_preflight,
+            batch_api=_batch_options(args, reports),
         )
     except MissingFieldError as exc:
         error(str(exc))
@@ -280,11 +391,16 @@ def _evaluate_command(args: argparse.Namespace) -> int:  # noqa: PLR0915 - one l
     except PreflightError as exc:
         error(f"pre-flight check failed, nothing was scored: {exc}")
         return ExitCode.PREFLIGHT_FAILED
+    except BatchError as exc:
+        error(str(exc))
+        return ExitCode.ERROR
     finally:
         if cache is not None:
             cache.close()
 
     echo(result.summary())
+    for report in reports:
+        echo(report.summary())
     if out is not None:
         try:
             written = result.to_csv(out) if out.suffix.lower() == ".csv" else result.to_jsonl(out)

@@ -5,6 +5,7 @@ from langchain_ragmetrics._dataset import RowProblem, load_dataset
 
 # Exceptions are documented once, at the root (``langchain_ragmetrics``); the aliases keep
 # existing ``from <this package> import ...Error`` working without making them public here.
+from langchain_ragmetrics.errors import BatchError as BatchError
 from langchain_ragmetrics.errors import CacheError as CacheError
 from langchain_ragmetrics.errors import ComparisonError as ComparisonError
 from langchain_ragmetrics.errors import DatasetError as DatasetError
@@ -14,6 +15,7 @@ from langchain_ragmetrics.errors import PreflightError as PreflightError
 from langchain_ragmetrics.errors import QualityGateError as QualityGateError
 from langchain_ragmetrics.errors import ResultFileError as ResultFileError
 from langchain_ragmetrics.errors import UnknownMetricError as UnknownMetricError
+from langchain_ragmetrics.evaluation._batch_options import BatchOptions, BatchReport
 from langchain_ragmetrics.evaluation._compare import Comparison, MetricComparison, RowChange
 from langchain_ragmetrics.evaluation._preflight import preflight
 from langchain_ragmetrics.evaluation._registry import (
@@ -36,6 +38,8 @@ from langchain_ragmetrics.evaluation._run import (
 from langchain_ragmetrics.evaluation._saved import RunInfo, sample_id
 
 __all__ = [
+    "BatchOptions",
+    "BatchReport",
     "Comparison",
     "EvaluationResult",
     "EvaluationRow",

@@ -20,6 +20,7 @@ from langchain_ragmetrics._engine import Job, ScoringEngine
 from langchain_ragmetrics._progress import Progress
 from langchain_ragmetrics._text import check_language
 from langchain_ragmetrics.errors import JudgeSetupError
+from langchain_ragmetrics.evaluation._batch_options import BatchOptions
 from langchain_ragmetrics.evaluation._preflight import DEFAULT_PREFLIGHT_TIMEOUT, preflight_metrics
 from langchain_ragmetrics.evaluation._registry import metric_from_name
 from langchain_ragmetrics.evaluation._result import EvaluationResult, EvaluationRow, column_names
@@ -212,6 +213,34 @@ class _Run:
             self.elapsed = time.perf_counter() - start
             self._progress.close()
 
+    def execute_batch(self, options: BatchOptions, *, preflight: bool) -> bool:
+        """Score every job through the OpenAI Batch API; False when Ctrl-C stopped the run."""
+        from langchain_ragmetrics.evaluation._batch_run import BatchRun
+
+        def record(row: int, col: int, result: MetricResult) -> None:
+            self.results[(row, col)] = result
+            if self.on_result is not None:
+                self.on_result(row, self.columns[col], result)
+
+        batch = BatchRun(
+            samples=self.data.samples,
+            metrics=self.metrics,
+            columns=self.columns,
+            options=options,
+            record=record,
+            preflight=(lambda: _preflight(self)) if preflight else None,
+            raise_exceptions=self.engine.raise_exceptions,
+            show_progress=self.show_progress,
+            stop=self._stop,
+        )
+        start = time.perf_counter()
+        try:
+            completed = batch.execute()
+        finally:
+            self.elapsed = time.perf_counter() - start
+        self.stop_requested = not completed
+        return completed
+
     def result(self, *, interrupted: bool) -> EvaluationResult:
         """Assemble the EvaluationResult; unfinished jobs are marked as not run."""
         rows = [
@@ -285,7 +314,8 @@ def evaluate(
     config: RunnableConfig | None = None,
     on_result: ResultCallback | None = None,
     cache: CacheLike = None,
-    preflight: bool = False,
+    preflight: bool | None = None,
+    batch_api: bool | BatchOptions = False,
 ) -> EvaluationResult:
     """Score every sample of a dataset with every metric.
 
@@ -321,7 +351,13 @@ def evaluate(
             call; ``result.usage`` counts ``cache_hits`` and ``cache_misses``.
         preflight: Send each judge one tiny structured request before scoring, so an
             unreachable or unsuitable judge fails at once (a judge without tool calling /
-            structured output is always refused up front, without a call).
+            structured output is always refused up front, without a call). Default (None):
+            off for direct calls, on with ``batch_api`` (before anything is uploaded).
+        batch_api: Send the judge calls through the OpenAI Batch API (half the price,
+            answers within 24 hours): True, or :class:`BatchOptions` to set polling, file
+            limits, follow-ups, prices, cancel. Only the verdict cache's misses are sent; the
+            result is the same as with direct calls. ``max_concurrency``, ``timeout`` and
+            ``rate_limit_per_minute`` apply to direct calls only. See ``docs/batch.md``.
 
     Returns:
         The :class:`EvaluationResult`.
@@ -333,6 +369,8 @@ def evaluate(
         UnknownMetricError: A metric name is not known.
         JudgeSetupError: An LLM-judged metric has no judge and no OpenAI key is configured.
         PreflightError: A judge cannot do structured output, or failed the pre-flight call.
+        BatchError: ``batch_api``: a judge the Batch API cannot serve, nothing to cancel, or
+            the service refused a file or a batch.
     """
     run = _prepare(
         dataset,
@@ -348,6 +386,10 @@ def evaluate(
         on_result=on_result,
         cache=cache,
     )
+    if batch_api is not False:
+        options = batch_api if isinstance(batch_api, BatchOptions) else BatchOptions()
+        completed = run.execute_batch(options, preflight=preflight is not False)
+        return run.result(interrupted=not completed)
     if preflight:
         _preflight(run)
     completed = run.execute()
@@ -368,7 +410,8 @@ async def aevaluate(
     config: RunnableConfig | None = None,
     on_result: ResultCallback | None = None,
     cache: CacheLike = None,
-    preflight: bool = False,
+    preflight: bool | None = None,
+    batch_api: bool | BatchOptions = False,
 ) -> EvaluationResult:
     """Async twin of :func:`evaluate` (same arguments): ``ainvoke`` on the caller's event loop.
 
@@ -389,6 +432,18 @@ async def aevaluate(
         on_result=on_result,
         cache=cache,
     )
+    if batch_api is not False:  # polls for minutes or hours: off the caller's event loop
+        options = batch_api if isinstance(batch_api, BatchOptions) else BatchOptions()
+        worker = asyncio.ensure_future(
+            asyncio.to_thread(run.execute_batch, options, preflight=preflight is not False)
+        )
+        try:
+            completed = await asyncio.shield(worker)
+        except asyncio.CancelledError:
+            run.stop()  # the polling thread ends at its next check; the batches keep running
+            await asyncio.wait({worker})
+            raise
+        return run.result(interrupted=not completed)
     if preflight:  # a blocking check, bounded: off the caller's event loop
         await asyncio.to_thread(_preflight, run)
     inner = asyncio.ensure_future(run.aexecute())

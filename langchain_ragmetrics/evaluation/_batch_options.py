@@ -1,0 +1,178 @@
+"""Settings of a Batch API run (``evaluate(..., batch_api=BatchOptions(...))``) and its report."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "DEFAULT_MAX_BYTES_PER_FILE",
+    "DEFAULT_MAX_REQUESTS_PER_FILE",
+    "BatchOptions",
+    "BatchReport",
+    "BatchSummary",
+    "default_state_dir",
+]
+
+DEFAULT_MAX_REQUESTS_PER_FILE = 50_000
+"""OpenAI's limit on the requests of one batch input file."""
+DEFAULT_MAX_BYTES_PER_FILE = 200 * 1024 * 1024
+"""OpenAI's limit on the size of one batch input file (200 MB)."""
+_MILLION = 1_000_000
+
+
+def default_state_dir() -> Path:
+    """``<user cache dir>/ragmetrics/batches``: where running batch jobs are remembered."""
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("ragmetrics", appauthor=False)) / "batches"
+
+
+class BatchOptions(BaseModel):
+    """How :func:`~langchain_ragmetrics.evaluate` uses the OpenAI Batch API.
+
+    ``evaluate(..., batch_api=True)`` takes the defaults; pass ``batch_api=BatchOptions(...)``
+    to change them.
+    """
+
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+
+    state_dir: Path | None = None
+    """Where each job's batch ids and ``custom_id`` map are kept, written before each upload
+    so that running the same evaluation again picks the job up; default
+    ``<user cache dir>/ragmetrics/batches``."""
+    poll_interval: float = Field(default=30.0, ge=0)
+    """Seconds between two status checks of the running batches."""
+    max_requests_per_file: int = Field(default=DEFAULT_MAX_REQUESTS_PER_FILE, ge=1)
+    """Requests per input file; more are split into several batches."""
+    max_bytes_per_file: int = Field(default=DEFAULT_MAX_BYTES_PER_FILE, ge=1024)
+    """Bytes per input file; more are split into several batches."""
+    max_attempts: int = Field(default=3, ge=1)
+    """Times one request is sent, the first included: an answer that failed (an error line,
+    a missing line, an answer failing validation) is sent again in a follow-up batch."""
+    retry_direct: bool = False
+    """Send the follow-ups through the direct path (ordinary requests, the metric's
+    ``RetryPolicy``) instead of a follow-up batch: faster, at the direct price."""
+    cancel: bool = False
+    """Cancel this evaluation's running batches, then score what they completed."""
+    completion_window: str = "24h"
+    """The completion window asked of the service (OpenAI offers ``24h``)."""
+    request_timeout: float = Field(default=600.0, gt=0)
+    """Seconds one file or batch request to the service may take (uploads can be large)."""
+    input_price: float | None = Field(default=None, ge=0)
+    """Direct price of one million input tokens (e.g. 0.15 USD for gpt-4o-mini), for the
+    cost estimate; None: no estimate."""
+    output_price: float | None = Field(default=None, ge=0)
+    """Direct price of one million output tokens, for the cost estimate."""
+    batch_discount: float = Field(default=0.5, gt=0, le=1)
+    """Batch price as a share of the direct price (OpenAI: half)."""
+    on_report: Callable[[BatchReport], Any] | None = Field(default=None, exclude=True)
+    """Called with the :class:`BatchReport` when the run ends; without it the report is
+    written to stderr (unless ``show_progress=False``)."""
+
+    def resolved_state_dir(self) -> Path:
+        """:attr:`state_dir`, or the default under the user's cache directory."""
+        return self.state_dir if self.state_dir is not None else default_state_dir()
+
+
+class BatchSummary(BaseModel):
+    """One batch as the service last reported it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    """The service's batch id."""
+    status: str
+    """validating, in_progress, finalizing, completed, expired, cancelling, cancelled, failed."""
+    attempt: int
+    """1 for the first submission, 2 and more for follow-up batches."""
+    total: int = 0
+    """Requests in the batch."""
+    completed: int = 0
+    """Requests the service answered."""
+    failed: int = 0
+    """Requests the service reported as failed."""
+
+
+class BatchReport(BaseModel):
+    """What a Batch API run sent, got back and (with prices) cost."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    job: str
+    """The job key (the name of its state file)."""
+    resumed: bool = False
+    """True when the run picked up batches an earlier run had submitted."""
+    planned: int = 0
+    """Judge requests the evaluation needs."""
+    cache_hits: int = 0
+    """Requests answered from the verdict cache (never sent)."""
+    sent: int = 0
+    """Distinct requests sent to the Batch API (or, for follow-ups, directly)."""
+    attempts: int = 0
+    """Requests sent, follow-ups included."""
+    retried: int = 0
+    """Requests sent more than once."""
+    answered: int = 0
+    """Requests with a valid answer."""
+    failed: int = 0
+    """Requests still without a valid answer (their rows are failed, with the cause)."""
+    direct_requests: int = 0
+    """Follow-up requests sent through the direct path (``retry_direct``)."""
+    uploads: int = 0
+    """Input files this process uploaded."""
+    input_tokens: int = 0
+    """Prompt tokens of the answers, as the service reported them."""
+    output_tokens: int = 0
+    """Completion tokens of the answers."""
+    batches: list[BatchSummary] = Field(default_factory=list)
+    """Every batch of the job."""
+    stopped: str | None = None
+    """Why requests were left unanswered without a retry (expired, cancelled), if they were."""
+    batch_cost: float | None = None
+    """Estimated cost of the answers through the Batch API (with prices)."""
+    direct_cost: float | None = None
+    """Estimated cost of the same tokens through the direct path (with prices)."""
+
+    def price(self, options: BatchOptions) -> BatchReport:
+        """This report with the cost estimates of ``options``' prices filled in."""
+        if options.input_price is None and options.output_price is None:
+            return self
+        direct = (
+            self.input_tokens * (options.input_price or 0.0)
+            + self.output_tokens * (options.output_price or 0.0)
+        ) / _MILLION
+        return self.model_copy(
+            update={"direct_cost": direct, "batch_cost": direct * options.batch_discount}
+        )
+
+    def summary(self) -> str:
+        """A few lines for the terminal: requests, batches, tokens and cost."""
+        lines = [
+            f"Batch API job {self.job}{' (resumed)' if self.resumed else ''}: "
+            f"{self.planned} judge requests, {self.cache_hits} from the cache, {self.sent} sent "
+            f"({self.attempts} attempts, {self.retried} retried"
+            + (f", {self.direct_requests} directly" if self.direct_requests else "")
+            + f"), {self.answered} answered, {self.failed} failed; {self.uploads} file(s) "
+            "uploaded by this run"
+        ]
+        for batch in self.batches:
+            lines.append(
+                f"  {batch.id} (attempt {batch.attempt}): {batch.status}, {batch.completed}/"
+                f"{batch.total} completed, {batch.failed} failed"
+            )
+        lines.append(
+            f"  tokens: {self.input_tokens:,} in, {self.output_tokens:,} out "
+            f"({self.input_tokens + self.output_tokens:,} total)"
+        )
+        if self.batch_cost is not None and self.direct_cost is not None:
+            lines.append(
+                f"  estimated cost: {self.batch_cost:.4f} through the Batch API, "
+                f"{self.direct_cost:.4f} through the direct path"
+            )
+        if self.stopped:
+            lines.append(f"  {self.stopped}")
+        return "\n".join(lines)

@@ -1,0 +1,618 @@
+"""``evaluate(..., batch_api=...)`` against the loopback Batch API, through the real openai client.
+
+The same deterministic judge (``lexical_judge``) answers direct requests and batch lines, so
+a batch run must give exactly the direct run's results.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain_openai import ChatOpenAI
+
+from langchain_ragmetrics import EvaluationResult, VerdictCache, evaluate
+from langchain_ragmetrics.errors import BatchError
+from langchain_ragmetrics.evaluation import BatchOptions, BatchReport, aevaluate
+from langchain_ragmetrics.evaluation._batch_state import JobState
+from tests._support.batch_server import BatchServer
+from tests._support.judges import payload
+from tests._support.lexical_judge import lexical_judge
+from tests._support.openai_server import JudgeRequest, reply_error, reply_invalid
+
+REPO = Path(__file__).resolve().parents[2]
+DATA = REPO / "cookbook" / "data" / "rag_eval.jsonl"
+METRICS = ["context_recall", "context_precision", "context_entity_recall", "context_relevance"]
+BODY_MARK = b',"body":'
+
+
+@pytest.fixture
+def server() -> Iterator[BatchServer]:
+    with BatchServer(lexical_judge()) as running:
+        yield running
+
+
+def judge(server: BatchServer, **overrides: Any) -> ChatOpenAI:
+    options: dict[str, Any] = {
+        "model": "judge-model",
+        "base_url": server.base_url,
+        "api_key": "test",
+        "temperature": 0,
+        "max_retries": 0,
+        "timeout": 10,
+        **overrides,
+    }
+    return ChatOpenAI(**options)
+
+
+class Reports:
+    """Collects the BatchReport of each run."""
+
+    def __init__(self) -> None:
+        self.items: list[BatchReport] = []
+
+    @property
+    def last(self) -> BatchReport:
+        return self.items[-1]
+
+
+def batch_options(tmp_path: Path, reports: Reports | None = None, **extra: Any) -> BatchOptions:
+    return BatchOptions(
+        state_dir=tmp_path / "jobs",
+        poll_interval=0,
+        on_report=None if reports is None else reports.items.append,
+        **extra,
+    )
+
+
+def direct_run(server: BatchServer, metrics: list[str] = METRICS) -> EvaluationResult:
+    result = evaluate(DATA, metrics, llm=judge(server), show_progress=False)
+    server.reset()
+    return result
+
+
+def same_results(left: EvaluationResult, right: EvaluationResult) -> None:
+    assert left.metrics == right.metrics
+    for metric in left.metrics:
+        for a, b in zip(left.results_of(metric), right.results_of(metric), strict=True):
+            assert a is not None
+            assert b is not None
+            both_nan = a.score is not None and b.score is not None and math.isnan(a.score)
+            assert both_nan or a.score == b.score, (metric, a, b)
+            assert (a.reason, a.details, a.error, a.judge) == (
+                b.reason,
+                b.details,
+                b.error,
+                b.judge,
+            )
+            assert a.usage == b.usage
+
+
+def uploaded_lines(server: BatchServer) -> list[bytes]:
+    return [
+        line
+        for f in server.files.values()
+        if f.purpose == "batch"
+        for line in f.content.splitlines()
+    ]
+
+
+# --------------------------------------------------------------------------- same results
+
+
+def test_batch_gives_the_direct_results_and_sends_only_the_preflight_directly(
+    server: BatchServer, tmp_path: Path
+) -> None:
+    direct = direct_run(server)
+    reports = Reports()
+    batch = evaluate(DATA, METRICS, llm=judge(server), batch_api=batch_options(tmp_path, reports))
+    same_results(direct, batch)
+    assert batch.usage == direct.usage
+    assert batch.usage.judge_calls == 20  # 4 rows: recall 1, precision 1, entity 2, relevance 1
+    assert [r.schema_name for r in server.requests] == ["PreflightAnswer"]
+    assert (server.uploads, server.created) == (1, 1)
+    assert len(server.line_requests) == 20
+    report = reports.last
+    assert (report.planned, report.sent, report.answered, report.failed) == (20, 20, 20, 0)
+    assert report.input_tokens == direct.usage.input_tokens
+    assert report.output_tokens == direct.usage.output_tokens
+    assert list(tmp_path.joinpath("jobs").iterdir()) == []  # a finished job leaves no state
+
+
+def test_every_line_body_is_byte_for_byte_the_direct_request(
+    server: BatchServer, tmp_path: Path
+) -> None:
+    evaluate(DATA, METRICS, llm=judge(server), show_progress=False)
+    direct = Counter(server.raw_chat_bodies)
+    server.reset()
+    evaluate(DATA, METRICS, llm=judge(server), batch_api=batch_options(tmp_path), preflight=False)
+    lines = uploaded_lines(server)
+    bodies = Counter(line[line.index(BODY_MARK) + len(BODY_MARK) : -1] for line in lines)
+    assert sum(bodies.values()) == 20
+    assert bodies == direct
+    first = json.loads(lines[0])
+    assert first["method"] == "POST"
+    assert first["url"] == "/v1/chat/completions"
+    assert first["body"]["tool_choice"]["type"] == "function"  # the forced tool, as sent directly
+    assert len({json.loads(line)["custom_id"] for line in lines}) == 20
+
+
+def test_saved_batch_run_loads_compares_and_reports(server: BatchServer, tmp_path: Path) -> None:
+    direct = direct_run(server)
+    batch = evaluate(DATA, METRICS, llm=judge(server), batch_api=batch_options(tmp_path))
+    saved = batch.to_jsonl(tmp_path / "batch.jsonl")
+    loaded = EvaluationResult.load(saved)
+    comparison = loaded.compare(direct)
+    assert comparison.matched == 4
+    assert all((m.diff, m.worse, m.better) == (0, 0, 0) for m in comparison.metrics.values())
+    assert "context_recall" in loaded.to_html()
+
+
+def test_aevaluate_takes_the_batch_path_too(server: BatchServer, tmp_path: Path) -> None:
+    import asyncio
+
+    direct = direct_run(server, ["context_recall"])
+    batch = asyncio.run(
+        aevaluate(DATA, ["context_recall"], llm=judge(server), batch_api=batch_options(tmp_path))
+    )
+    same_results(direct, batch)
+    assert server.uploads == 1
+
+
+def test_a_cancelled_aevaluate_stops_waiting_and_the_next_run_resumes(
+    server: BatchServer, tmp_path: Path
+) -> None:
+    import asyncio
+
+    server.hold_at = "in_progress"
+    options = BatchOptions(state_dir=tmp_path / "jobs", poll_interval=0.01)
+
+    async def cancel_while_held() -> None:
+        task = asyncio.ensure_future(
+            aevaluate(DATA, ["context_recall"], llm=judge(server), batch_api=options)
+        )
+        held = await asyncio.to_thread(server.polled.wait, 30)
+        assert held, "the batch was never seen in progress"
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task  # returns only once the polling thread has ended, batch still held
+
+    asyncio.run(cancel_while_held())
+    assert server.cancels == 0
+    server.release()
+    again = evaluate(DATA, ["context_recall"], llm=judge(server), batch_api=options)
+    assert again["context_recall"] == [0.5, 0.5, 0.0, 1.0]
+    assert (server.uploads, server.created) == (1, 1)
+
+
+# --------------------------------------------------------------------------- statuses
+
+
+def test_statuses_are_followed_from_validating_to_completed(
+    server: BatchServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    server.auto_advance = False
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        box["result"] = evaluate(
+            DATA,
+            ["context_recall"],
+            llm=judge(server),
+            batch_api=BatchOptions(state_dir=tmp_path / "jobs", poll_interval=0.01),
+        )
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    try:
+        for status in ("validating", "in_progress", "finalizing"):
+            assert server.wait_for_read(status), f"the client never read the batch {status}"
+            server.advance()
+        worker.join(30)
+    finally:
+        server.release()
+        server.auto_advance = True
+    assert not worker.is_alive()
+    assert box["result"]["context_recall"] == [0.5, 0.5, 0.0, 1.0]
+    progress = [line for line in capsys.readouterr().err.splitlines() if "Batch API:" in line]
+    shown = [line.split()[3] for line in progress]
+    assert shown == ["validating", "in_progress", "finalizing", "completed"]
+    assert progress[-1].endswith("completed 4/4")
+
+
+# --------------------------------------------------------------------------- what comes back wrong
+
+
+def test_an_error_line_is_retried_in_a_follow_up_batch(server: BatchServer, tmp_path: Path) -> None:
+    direct = direct_run(server)
+    server.fail = {"r1-m0-c0": reply_error(500, "overloaded")}
+    reports = Reports()
+    batch = evaluate(DATA, METRICS, llm=judge(server), batch_api=batch_options(tmp_path, reports))
+    assert batch["context_recall"] == direct["context_recall"]
+    (_, second, *_) = batch.results_of("context_recall")
+    assert second is not None
+    assert second.usage.judge_calls == 2  # the failed attempt counts
+    assert server.created == 2
+    (follow_up,) = [b for b in server.batches.values() if len(b.lines) == 1]
+    assert follow_up.lines[0]["custom_id"] == "r1-m0-c0"
+    assert (reports.last.retried, reports.last.attempts, reports.last.failed) == (1, 21, 0)
+    assert [b.attempt for b in reports.last.batches] == [1, 2]
+
+
+def refuse_last_question(status: int) -> Any:
+    def script(req: JudgeRequest) -> Any:
+        data = payload(req) if req.schema_name != "PreflightAnswer" else {}
+        if data.get("question") == "What is the capital of France?":
+            return reply_error(status, "this one never works")
+        return lexical_judge()(req)
+
+    return script
+
+
+def test_what_keeps_failing_is_a_failed_row_with_its_cause(
+    server: BatchServer, tmp_path: Path
+) -> None:
+    server.script = refuse_last_question(503)
+    reports = Reports()
+    batch = evaluate(
+        DATA,
+        ["context_recall"],
+        llm=judge(server),
+        batch_api=batch_options(tmp_path, reports, max_attempts=2),
+    )
+    statuses = [r.status("context_recall") for r in batch.rows]
+    assert statuses == ["scored", "scored", "scored", "failed"]
+    error = batch.rows[3].results["context_recall"].error  # type: ignore[union-attr]
+    assert error is not None
+    assert "HTTP 503: this one never works (after 2 attempts)" in error
+    assert server.created == 2
+    assert reports.last.failed == 1
+
+
+def test_an_error_the_direct_path_would_not_retry_is_not_sent_again(
+    server: BatchServer, tmp_path: Path
+) -> None:
+    server.script = refuse_last_question(400)
+    batch = evaluate(DATA, ["context_recall"], llm=judge(server), batch_api=batch_options(tmp_path))
+    error = batch.rows[3].results["context_recall"].error  # type: ignore[union-attr]
+    assert error is not None
+    assert error.endswith("HTTP 400: this one never works (after 1 attempt)")
+    assert server.created == 1
+
+
+def test_a_batch_the_service_fails_fails_its_rows_with_the_reason(
+    server: BatchServer, tmp_path: Path
+) -> None:
+    server.reject = "Enqueued token limit reached for judge-model."
+    batch = evaluate(DATA, ["context_recall"], llm=judge(server), batch_api=batch_options(tmp_path))
+    errors = {r.results["context_recall"].error for r in batch.rows}  # type: ignore[union-attr]
+    assert errors == {"batch batch-2 failed: Enqueued token limit reached for judge-model."}
+    assert server.created == 1
+
+
+def test_an_answer_failing_validation_is_retried_then_failed(
+    server: BatchServer, tmp_path: Path
+) -> None:
+    def invalid_for_einstein(req: JudgeRequest) -> Any:
+        asked = payload(req) if req.schema_name == "RecallStatements" else {}
+        if asked.get("question") == "What can you tell me about Albert Einstein?":
+            return reply_invalid()
+        return lexical_judge()(req)
+
+    server.script = invalid_for_einstein
+    batch = evaluate(
+        DATA,
+        ["context_recall"],
+        llm=judge(server),
+        batch_api=batch_options(tmp_path, max_attempts=3),
+    )
+    first = batch.rows[0].results["context_recall"]
+    assert first is not None
+    assert first.error is not None
+    assert first.error.startswith("batch batch-")
+    assert "invalid judge output" in first.error
+    assert first.error.endswith("(after 3 attempts)")
+    assert first.usage.judge_calls == 3
+    assert server.created == 3
+    assert batch["context_recall"][1:] == [0.5, 0.0, 1.0]
+
+
+def test_a_missing_line_is_retried_and_counted(server: BatchServer, tmp_path: Path) -> None:
+    server.drop = {"r2-m0-c0"}
+    batch = evaluate(
+        DATA,
+        ["context_recall"],
+        llm=judge(server),
+        batch_api=batch_options(tmp_path, max_attempts=2),
+    )
+    third = batch.rows[2].results["context_recall"]
+    assert third is not None
+    assert third.error is not None
+    assert "returned no line for it (after 2 attempts)" in third.error
+    assert batch.failures()[0][1] == "context_recall"
+
+
+def test_follow_ups_through_the_direct_path_when_asked(server: BatchServer, tmp_path: Path) -> None:
+    direct = direct_run(server, ["context_recall"])
+    server.drop = {"r2-m0-c0"}
+    reports = Reports()
+    batch = evaluate(
+        DATA,
+        ["context_recall"],
+        llm=judge(server),
+        batch_api=batch_options(tmp_path, reports, retry_direct=True),
+    )
+    assert batch["context_recall"] == direct["context_recall"]
+    assert [r.schema_name for r in server.requests] == ["PreflightAnswer", "RecallStatements"]
+    assert server.created == 1
+    assert reports.last.direct_requests == 1
+
+
+# --------------------------------------------------------------------------- expiry and cancel
+
+
+def test_an_expired_batch_reports_what_completed_and_the_rest_is_resubmitted(
+    server: BatchServer, tmp_path: Path
+) -> None:
+    direct = direct_run(server, ["context_recall"])
+    server.expire, server.partial = True, 1
+    reports = Reports()
+    options = batch_options(tmp_path, reports)
+    first = evaluate(DATA, ["context_recall"], llm=judge(server), batch_api=options)
+    assert [r.status("context_recall") for r in first.rows] == ["scored"] + ["failed"] * 3
+    error = first.rows[1].results["context_recall"].error  # type: ignore[union-attr]
+    assert error is not None
+    assert "expired before answering it" in error
+    assert "run the same evaluation again" in (reports.last.stopped or "")
+    assert server.created == 1  # no automatic retry of an expired batch
+
+    server.expire = False
+    again = evaluate(DATA, ["context_recall"], llm=judge(server), batch_api=options)
+    assert again["context_recall"] == direct["context_recall"]
+    resubmitted = list(server.batches.values())[-1]
+    assert [line["custom_id"] for line in resubmitted.lines] == [
+        "r1-m0-c0",
+        "r2-m0-c0",
+        "r3-m0-c0",
+    ]
+    assert reports.last.resumed
+    assert [r.schema_name for r in server.requests] == ["PreflightAnswer"]  # only the first run's
+    assert list(tmp_path.joinpath("jobs").iterdir()) == []
+
+
+def test_cancel_stops_the_running_batch_and_scores_what_completed(
+    server: BatchServer, tmp_path: Path
+) -> None:
+    server.hold_at, server.partial = "in_progress", 2
+    options = BatchOptions(state_dir=tmp_path / "jobs", poll_interval=0.01)
+    box: dict[str, Any] = {}
+
+    def first_run() -> None:
+        box["first"] = evaluate(DATA, ["context_recall"], llm=judge(server), batch_api=options)
+
+    worker = threading.Thread(target=first_run)
+    worker.start()
+    try:
+        assert server.polled.wait(30), "the batch was never seen in progress"
+        reports = Reports()
+        cancelled = evaluate(
+            DATA,
+            ["context_recall"],
+            llm=judge(server),
+            batch_api=batch_options(tmp_path, reports, cancel=True),
+        )
+    finally:
+        server.release()
+        worker.join(30)
+    assert not worker.is_alive()
+    assert server.cancels == 1
+    assert [r.status("context_recall") for r in cancelled.rows] == ["scored"] * 2 + ["failed"] * 2
+    assert cancelled["context_recall"][:2] == [0.5, 0.5]
+    assert reports.last.batches[0].status == "cancelled"
+    assert server.uploads == 1
+    assert [r.status("context_recall") for r in box["first"].rows] == cancelled_statuses(cancelled)
+
+
+def cancelled_statuses(result: EvaluationResult) -> list[str]:
+    return [r.status("context_recall") for r in result.rows]
+
+
+def test_cancel_without_a_running_batch_says_so(server: BatchServer, tmp_path: Path) -> None:
+    with pytest.raises(BatchError, match="no running batch to cancel"):
+        evaluate(
+            DATA,
+            ["context_recall"],
+            llm=judge(server),
+            batch_api=batch_options(tmp_path, cancel=True),
+        )
+    assert server.uploads == server.created == 0
+    assert server.count() == 0
+
+
+# --------------------------------------------------------------------------- limits, cache, faults
+
+
+def test_requests_are_split_above_the_file_limits(server: BatchServer, tmp_path: Path) -> None:
+    direct = direct_run(server)
+    batch = evaluate(
+        DATA,
+        METRICS,
+        llm=judge(server),
+        batch_api=batch_options(tmp_path, max_requests_per_file=7),
+    )
+    same_results(direct, batch)
+    assert [len(b.lines) for b in server.batches.values()] == [7, 7, 6]
+    biggest = max(len(line) + 1 for line in uploaded_lines(server))
+    server.reset()
+    server.batches.clear()
+    again = evaluate(
+        DATA,
+        METRICS,
+        llm=judge(server),
+        batch_api=batch_options(tmp_path, max_bytes_per_file=biggest * 3),
+    )
+    same_results(direct, again)
+    sizes = [len(server.files[b.input_file_id].content) for b in server.batches.values()]
+    assert len(sizes) > 3
+    assert all(size <= biggest * 3 for size in sizes)
+
+
+def test_only_cache_misses_are_sent_and_a_cached_rerun_sends_nothing(
+    server: BatchServer, tmp_path: Path
+) -> None:
+    cache = VerdictCache(tmp_path / "verdicts.sqlite3")
+    evaluate(DATA, ["context_recall"], llm=judge(server), cache=cache, show_progress=False)
+    server.reset()
+    reports = Reports()
+    batch = evaluate(
+        DATA,
+        METRICS,
+        llm=judge(server),
+        cache=cache,
+        batch_api=batch_options(tmp_path, reports),
+    )
+    assert len(server.line_requests) == 16  # the 4 recall calls came from the cache
+    assert reports.last.cache_hits == 4
+    assert batch.usage.cache_hits == 4
+    assert batch.usage.cache_misses == 16
+    server.reset()
+    uploads = server.uploads
+    again = evaluate(
+        DATA, METRICS, llm=judge(server), cache=cache, batch_api=batch_options(tmp_path)
+    )
+    assert server.uploads == uploads
+    assert server.count() == 0  # no pre-flight either: everything is cached
+    assert again.usage.cache_hits == 20
+    assert [again[m] for m in METRICS] == [batch[m] for m in METRICS]
+
+
+def test_the_state_is_written_before_the_upload_and_a_rerun_finds_the_lost_pieces(
+    server: BatchServer, tmp_path: Path
+) -> None:
+    server.faults = {"create": [400]}  # uploaded, then the batch is refused
+    options = batch_options(tmp_path)
+    with pytest.raises(BatchError, match="failed to create a batch"):
+        evaluate(DATA, ["context_recall"], llm=judge(server), batch_api=options)
+    (state_file,) = (tmp_path / "jobs").iterdir()
+    state = JobState.model_validate_json(state_file.read_text())
+    (record,) = state.batches
+    assert record.file_id is not None
+    assert record.batch_id is None
+    assert sorted(state.requests) == [f"r{i}-m0-c0" for i in range(4)]
+    assert server.uploads == 1
+
+    again = evaluate(DATA, ["context_recall"], llm=judge(server), batch_api=options)
+    assert again["context_recall"] == [0.5, 0.5, 0.0, 1.0]
+    assert (server.uploads, server.created) == (1, 1)
+
+
+def test_a_refused_upload_leaves_a_state_the_rerun_completes(
+    server: BatchServer, tmp_path: Path
+) -> None:
+    server.faults = {"upload": [400]}
+    options = batch_options(tmp_path)
+    with pytest.raises(BatchError, match="failed to take the file"):
+        evaluate(DATA, ["context_recall"], llm=judge(server), batch_api=options)
+    (state_file,) = (tmp_path / "jobs").iterdir()
+    (record,) = JobState.model_validate_json(state_file.read_text()).batches
+    assert record.file_id is None  # the intent was saved before the upload
+    again = evaluate(DATA, ["context_recall"], llm=judge(server), batch_api=options)
+    assert again["context_recall"] == [0.5, 0.5, 0.0, 1.0]
+    assert server.uploads == 1
+
+
+def test_transient_service_errors_are_retried_by_the_sdk(
+    server: BatchServer, tmp_path: Path
+) -> None:
+    server.faults = {"retrieve": [500], "content": [503]}
+    batch = evaluate(DATA, ["context_recall"], llm=judge(server), batch_api=batch_options(tmp_path))
+    assert batch["context_recall"] == [0.5, 0.5, 0.0, 1.0]
+    assert server.faults == {"retrieve": [], "content": []}
+
+
+def test_a_judge_the_batch_api_cannot_serve_is_refused_before_anything_is_sent(
+    server: BatchServer, tmp_path: Path
+) -> None:
+    with pytest.raises(BatchError, match="streaming=False"):
+        evaluate(
+            DATA,
+            ["context_recall"],
+            llm=judge(server, streaming=True),
+            batch_api=batch_options(tmp_path),
+        )
+    assert server.count() == server.uploads == 0
+
+
+def test_a_bad_judge_fails_the_preflight_before_any_upload(
+    server: BatchServer, tmp_path: Path
+) -> None:
+    from langchain_ragmetrics.errors import PreflightError
+
+    server.script = lambda req: reply_error(401, "bad key")
+    with pytest.raises(PreflightError):
+        evaluate(DATA, ["context_recall"], llm=judge(server), batch_api=batch_options(tmp_path))
+    assert server.uploads == 0
+    assert server.count() == 1
+
+
+def test_prices_give_the_batch_and_direct_cost(server: BatchServer, tmp_path: Path) -> None:
+    reports = Reports()
+    evaluate(
+        DATA,
+        ["context_recall"],
+        llm=judge(server),
+        batch_api=batch_options(tmp_path, reports, input_price=0.15, output_price=0.6),
+    )
+    report = reports.last
+    expected = (report.input_tokens * 0.15 + report.output_tokens * 0.6) / 1_000_000
+    assert report.direct_cost == pytest.approx(expected)
+    assert report.batch_cost == pytest.approx(expected / 2)
+    assert "through the Batch API" in report.summary()
+
+
+def test_rows_a_metric_cannot_score_fail_as_in_the_direct_path(
+    server: BatchServer, tmp_path: Path
+) -> None:
+    rows = [json.loads(line) for line in DATA.read_text().splitlines()]
+    rows[2].pop("reference", None)
+    rows[2].pop("ground_truth", None)
+    direct = evaluate(rows, ["context_recall"], llm=judge(server), show_progress=False)
+    server.reset()
+    batch = evaluate(rows, ["context_recall"], llm=judge(server), batch_api=batch_options(tmp_path))
+    same_results(direct, batch)
+    assert batch.rows[2].status("context_recall") == "failed"
+    assert len(server.line_requests) == 3
+
+
+def test_metrics_without_a_judge_score_as_in_the_direct_path(
+    server: BatchServer, tmp_path: Path
+) -> None:
+    metrics = ["non_llm_context_recall", "context_recall", "id_based_context_recall"]
+    direct = direct_run(server, metrics)
+    batch = evaluate(DATA, metrics, llm=judge(server), batch_api=batch_options(tmp_path))
+    same_results(direct, batch)
+    assert len(server.line_requests) == 4  # only the judged metric's calls
+
+
+def test_a_request_above_the_file_size_limit_fails_alone(
+    server: BatchServer, tmp_path: Path
+) -> None:
+    rows = [json.loads(line) for line in DATA.read_text().splitlines()]
+    rows[0]["retrieved_contexts"] = ["Albert Einstein was a physicist. " * 200]
+    batch = evaluate(
+        rows,
+        ["context_recall"],
+        llm=judge(server),
+        batch_api=batch_options(tmp_path, max_bytes_per_file=5000),
+    )
+    error = batch.rows[0].results["context_recall"].error  # type: ignore[union-attr]
+    assert error is not None
+    assert "above the batch file limit of 5,000 bytes (max_bytes_per_file)" in error
+    assert [r.status("context_recall") for r in batch.rows][1:] == ["scored"] * 3
+    assert all(len(f.content) <= 5000 for f in server.files.values() if f.purpose == "batch")
