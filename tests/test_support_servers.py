@@ -437,6 +437,7 @@ def test_feedback_without_trace_id_posts_json(
     langsmith_stub: LangSmithStub, langsmith_client: langsmith.Client
 ) -> None:
     """Without a trace_id the SDK posts straight to /feedback; list_feedback reads it back."""
+    langsmith_stub.feedback_needs_run = False
     run_id = uuid.uuid4()
     langsmith_client.create_feedback(
         run_id, key="relevance", score=1, session_id=uuid.uuid4(), comment="fine"

@@ -129,6 +129,7 @@ def test_a_transient_failure_is_retried_without_duplicates(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     app = rag_app(judge_server, make_judge)
+    langsmith_stub.feedback_needs_run = False  # these runs are never traced here
     monkeypatch.setenv("LANGSMITH_ENDPOINT", langsmith_stub.url)
     monkeypatch.setenv("LANGSMITH_API_KEY", "test")
     langsmith_stub.fail("POST /feedback", 500, times=1)
@@ -153,6 +154,7 @@ def test_a_transient_failure_is_retried_without_duplicates(
 def test_a_duplicate_id_counts_as_delivered(
     langsmith_stub: LangSmithStub, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    langsmith_stub.feedback_needs_run = False  # these runs are never traced here
     monkeypatch.setenv("LANGSMITH_ENDPOINT", langsmith_stub.url)
     monkeypatch.setenv("LANGSMITH_API_KEY", "test")
     sink = outage_sink()
@@ -172,6 +174,7 @@ def test_the_breaker_pauses_then_resumes(
 ) -> None:
     from langchain_ragmetrics.callbacks import SinkUnavailableError
 
+    langsmith_stub.feedback_needs_run = False  # these runs are never traced here
     monkeypatch.setenv("LANGSMITH_ENDPOINT", langsmith_stub.url)
     monkeypatch.setenv("LANGSMITH_API_KEY", "test")
     sink = LangSmithFeedbackSink(project_name="app", max_retries=0, failure_threshold=2)
@@ -197,6 +200,7 @@ def test_the_breaker_pauses_then_resumes(
 def test_skipped_results_are_not_sent_and_failed_ones_are_flagged(
     langsmith_stub: LangSmithStub, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    langsmith_stub.feedback_needs_run = False  # these runs are never traced here
     monkeypatch.setenv("LANGSMITH_ENDPOINT", langsmith_stub.url)
     monkeypatch.setenv("LANGSMITH_API_KEY", "test")
     sink = outage_sink()

@@ -17,6 +17,7 @@ from langchain_openai import ChatOpenAI
 
 from langchain_ragmetrics import ContextPrecision, ContextRecall, ContextRelevance
 from langchain_ragmetrics._ids import feedback_id
+from langchain_ragmetrics._langsmith_feedback import error_feedback_id
 from langchain_ragmetrics.callbacks._sampling import is_sampled
 from langchain_ragmetrics.integrations.monitor import (
     CheckpointError,
@@ -214,21 +215,32 @@ def test_judge_failures_are_retried_then_reported(
     from tests._support.openai_server import reply_error
     from tests._support.rag import rag_router
 
-    trace_questions(langsmith_stub, app.chain, PROJECT, range(2))
+    runs = trace_questions(langsmith_stub, app.chain, PROJECT, range(2))
     judge_server.script = rag_router(RelevantSentences=reply_error(500))
     first = make_monitor(app, langsmith_client, tmp_path, max_attempts=2).run()
     assert first.results_failed == 2
-    assert first.feedback_sent == 0  # kept for a retry
+    assert first.feedback_sent == 0  # kept for a retry on the next run, not this one's rounds
+    assert (first.runs_unsent, first.retry_rounds, first.complete) == (2, 0, False)
     second = make_monitor(app, langsmith_client, tmp_path, max_attempts=2).run()
     assert second.results_failed == 2
     assert second.feedback_sent == 2  # the failure itself, after max_attempts
-    assert all(
-        f.get("score") is None and f["comment"].startswith("error:")
-        for f in stored(langsmith_stub).values()
-    )
+    assert second.complete
+    errors = langsmith_stub.feedback(key="context_relevance")
+    assert {f["id"] for f in errors} == {
+        str(error_feedback_id(r["id"], "context_relevance")) for r in runs
+    }  # an id of their own: a later score is never taken for a duplicate of them
+    assert all(f.get("score") is None and f["comment"].startswith("error:") for f in errors)
     judge_server.script = rag_router()
     third = make_monitor(app, langsmith_client, tmp_path, max_attempts=2).run()
-    assert third.runs_already_scored == 2
+    assert (third.runs_already_failed, third.runs_already_scored) == (2, 0)  # not "scored"
+    # A later success (another worker, a fresh checkpoint) replaces the errors.
+    fresh = make_monitor(app, langsmith_client, tmp_path, checkpoint=tmp_path / "fresh.db").run()
+    assert fresh.feedback_sent == 2
+    held = {f["run_id"]: f for f in langsmith_stub.held_feedback("context_relevance")}
+    assert len(held) == len(langsmith_stub.held_feedback()) == 2  # one per run: the score
+    assert set(held) == {r["id"] for r in runs}
+    assert all(held[r["id"]]["score"] == expected_relevance(r) for r in runs)
+    assert not any(f.get("error") for f in held.values())
 
 
 def test_langsmith_500_on_listing_is_reported_not_raised(

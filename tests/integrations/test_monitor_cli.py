@@ -127,6 +127,7 @@ def test_unreachable_langsmith_exits_with_error(
     for name, value in env_for(judge_server, langsmith_stub).items():
         if name.startswith(("OPENAI_", "LANGSMITH_")):
             monkeypatch.setenv(name, value)
+    langsmith_stub.create_project(PROJECT)
     langsmith_stub.fail("POST /runs/query", 503, times=None)
     code = main(monitor_args(tmp_path / "cp.sqlite"))
     assert code == ExitCode.ERROR
