@@ -266,6 +266,26 @@ class FeedbackClient:
             self._call(lambda: self._delete(stale))
         return "sent"
 
+    def send_budget(self, request_timeout: float) -> float:
+        """The longest :meth:`send` can take when each request takes ``request_timeout``."""
+        requests = 3 + self.max_retries + self.ingest_retries  # read, posts, delete
+        waits = sum(
+            min(_MAX_BACKOFF_SECONDS, self.backoff * 2**i)
+            for i in range(max(self.max_retries, self.ingest_retries))
+        )
+        return float(request_timeout * requests + 2 * waits)
+
+    def confirm_score(self, key_run_id: uuid.UUID | str, metric: str) -> bool:
+        """Whether LangSmith holds the score of a pair; if so, its stale error is removed.
+
+        For a sender that stopped between posting a score and cleaning up after it.
+        """
+        if not self.holds_score(key_run_id, metric):
+            return False
+        stale = error_feedback_id(key_run_id, metric)
+        self._call(lambda: self._delete(stale))
+        return True
+
     def holds_score(self, key_run_id: uuid.UUID | str, metric: str) -> bool:
         """Whether LangSmith holds the *score* of a pair (an error feedback does not count)."""
         score_id = feedback_id(key_run_id, metric)

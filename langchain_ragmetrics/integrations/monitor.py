@@ -420,13 +420,13 @@ class LangSmithMonitor:
 
     # ------------------------------------------------------------------ polling
 
-    async def _io(self, fn: Callable[[], T], what: str, *, requests: int = 1) -> T:
+    async def _io(self, fn: Callable[[], T], what: str, *, allowed: float | None = None) -> T:
         """A blocking LangSmith call on the I/O threads, abandoned after its time is up.
 
-        ``requests``: how many request timeouts (plus backoff) the call may take.
+        ``allowed``: seconds the call may take (default: one request timeout).
         """
         future = self._pool.submit(fn)
-        allowed = self.request_timeout * requests + 8.0 * (requests - 1)
+        allowed = self.request_timeout if allowed is None else allowed
         try:
             return await asyncio.wait_for(asyncio.wrap_future(future), allowed)
         except asyncio.TimeoutError:
@@ -702,10 +702,11 @@ class LangSmithMonitor:
         """
         intended = checkpoint.intended(run_id) & {m.metric_name for m in todo}
         unread: set[str] = set()
+        budget = self._feedback.send_budget(self.request_timeout)
         for metric in sorted(intended):
-            read = partial(self._feedback.holds_score, run_id, metric)
+            read = partial(self._feedback.confirm_score, run_id, metric)
             try:
-                held = await self._io(read, "reading feedback", requests=2)
+                held = await self._io(read, "reading feedback", allowed=budget)
             except Exception as exc:
                 self.summary.errors.append(f"run {run_id} {metric}: {type(exc).__name__}: {exc}")
                 unread.add(metric)
@@ -753,9 +754,9 @@ class LangSmithMonitor:
         self._step("before_intent", run_id, metric)
         checkpoint.intend(run_id, metric)
         self._step("after_intent", run_id, metric)
-        tries = 2 + self._feedback.max_retries + self._feedback.ingest_retries
+        budget = self._feedback.send_budget(self.request_timeout)
         try:
-            sent = await self._io(partial(self._send, item), "sending feedback", requests=tries)
+            sent = await self._io(partial(self._send, item), "sending feedback", allowed=budget)
         except Exception as exc:
             summary.feedback_failed += 1
             summary.errors.append(f"run {run_id} {metric}: {type(exc).__name__}: {exc}")

@@ -276,7 +276,7 @@ class LangSmithStub(LoopbackServer):
         self._feedback_log: list[tuple[str, dict[str, Any]]] = []
         self._projects: dict[str, dict[str, Any]] = {}
         self._fail_rules: list[_FailRule] = []
-        self._hang_prefixes: list[str] = []
+        self._hang_prefixes: list[list[Any]] = []  # [prefix, requests left to hold or None]
         self._hung = 0
         self._release = threading.Event()
         self.page_size = 100
@@ -513,14 +513,15 @@ class LangSmithStub(LoopbackServer):
 
     # --------------------------------------------------------------- outages
 
-    def hang(self, prefix: str) -> None:
+    def hang(self, prefix: str, times: int | None = None) -> None:
         """Accept requests matching ``"METHOD /path"`` prefix and never answer them.
 
-        They are held until :meth:`release_hangs` or ``stop`` (a hung LangSmith).
+        They are held until :meth:`release_hangs` or ``stop`` (a hung LangSmith); with
+        ``times``, only the next ``times`` such requests are held and later ones answered.
         """
         with self._lock:
             self._release.clear()
-            self._hang_prefixes.append(prefix)
+            self._hang_prefixes.append([prefix, times])
 
     def release_hangs(self) -> None:
         """Stop hanging: held requests go on, new ones are answered."""
@@ -537,8 +538,18 @@ class LangSmithStub(LoopbackServer):
     def _hold_if_hung(self, method: str, path: str) -> None:
         target = f"{method} {path}"
         with self._lock:
-            if not any(target.startswith(p) for p in self._hang_prefixes):
+            rule = next(
+                (
+                    r
+                    for r in self._hang_prefixes
+                    if target.startswith(r[0]) and (r[1] is None or r[1] > 0)
+                ),
+                None,
+            )
+            if rule is None:
                 return
+            if rule[1] is not None:
+                rule[1] -= 1
             self._hung += 1
         try:
             while not self._release.wait(0.05):
