@@ -34,6 +34,7 @@ __all__ = [
     "ResultFileError",
     "SinkUnavailableError",
     "UnknownMetricError",
+    "UnknownProjectError",
     "UnsupportedLanguageError",
     "suggest",
 ]
@@ -124,6 +125,10 @@ class HookError(RagMetricsError, RuntimeError):
 
 class MonitorError(RagMetricsError, RuntimeError):
     """LangSmith could not be read (the project's runs could not be listed)."""
+
+
+class UnknownProjectError(MonitorError):
+    """LangSmith has no project of that name (``read_project`` answers not found)."""
 
 
 class CheckpointError(RagMetricsError, ValueError):

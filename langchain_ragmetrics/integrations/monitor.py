@@ -58,7 +58,7 @@ from langchain_ragmetrics.callbacks._records import OnlineResult
 from langchain_ragmetrics.callbacks._sampling import check_rate, is_sampled
 from langchain_ragmetrics.callbacks._setup import check_metrics, check_sinks, untraced
 from langchain_ragmetrics.callbacks.sinks import BaseSink
-from langchain_ragmetrics.errors import CheckpointError, MonitorError
+from langchain_ragmetrics.errors import CheckpointError, MonitorError, UnknownProjectError
 from langchain_ragmetrics.integrations._monitor_checkpoint import Checkpoint
 from langchain_ragmetrics.integrations.langsmith import _documents, _run_metadata
 from langchain_ragmetrics.metrics._base import BaseRagMetric
@@ -84,10 +84,6 @@ T = TypeVar("T")
 Reason = Literal["waiting", "langsmith", "judge"]
 """Why a run still has unsent pairs: its trace is not complete in LangSmith yet, a
 LangSmith read or send failed, or a judge failure waits for its next attempt."""
-
-
-class UnknownProjectError(MonitorError):
-    """LangSmith has no project of that name (``read_project`` answers not found)."""
 
 
 _PAGE = 100  # runs read from the listing at a time
