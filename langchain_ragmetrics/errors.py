@@ -34,7 +34,6 @@ __all__ = [
     "ResultFileError",
     "SinkUnavailableError",
     "UnknownMetricError",
-    "UnknownProjectError",
     "UnsupportedLanguageError",
     "suggest",
 ]
@@ -124,11 +123,7 @@ class HookError(RagMetricsError, RuntimeError):
 
 
 class MonitorError(RagMetricsError, RuntimeError):
-    """LangSmith could not be read (the project's runs could not be listed)."""
-
-
-class UnknownProjectError(MonitorError):
-    """LangSmith has no project of that name (``read_project`` answers not found)."""
+    """The monitor cannot work on this project: LangSmith has no project of that name."""
 
 
 class CheckpointError(RagMetricsError, ValueError):

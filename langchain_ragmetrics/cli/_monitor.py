@@ -106,7 +106,7 @@ def _monitor_command(args: argparse.Namespace) -> int:
     from langchain_ragmetrics.integrations.monitor import (
         CheckpointError,
         LangSmithMonitor,
-        UnknownProjectError,
+        MonitorError,
     )
 
     names = split_names(args.metrics)
@@ -151,7 +151,7 @@ def _monitor_command(args: argparse.Namespace) -> int:
     except CheckpointError as exc:
         error(str(exc))
         return ExitCode.USAGE
-    except UnknownProjectError as exc:
+    except MonitorError as exc:  # no such project
         error(str(exc))
         return ExitCode.UNKNOWN_PROJECT
     except KeyboardInterrupt:

@@ -58,7 +58,7 @@ from langchain_ragmetrics.callbacks._records import OnlineResult
 from langchain_ragmetrics.callbacks._sampling import check_rate, is_sampled
 from langchain_ragmetrics.callbacks._setup import check_metrics, check_sinks, untraced
 from langchain_ragmetrics.callbacks.sinks import BaseSink
-from langchain_ragmetrics.errors import CheckpointError, MonitorError, UnknownProjectError
+from langchain_ragmetrics.errors import CheckpointError, MonitorError
 from langchain_ragmetrics.integrations._monitor_checkpoint import Checkpoint
 from langchain_ragmetrics.integrations.langsmith import _documents, _run_metadata
 from langchain_ragmetrics.metrics._base import BaseRagMetric
@@ -73,7 +73,6 @@ __all__ = [
     "LangSmithMonitor",
     "MonitorError",
     "MonitorSummary",
-    "UnknownProjectError",
     "monitor",
     "parse_shard",
     "parse_since",
@@ -173,9 +172,9 @@ class MonitorSummary(BaseModel):
     feedback_sent: int = 0
     """Feedback accepted by LangSmith."""
     feedback_failed: int = 0
-    """Feedback LangSmith did not accept in time (retried on the next poll or run)."""
+    """Sends that failed (tried again in a retry round, on the next poll, or the next run)."""
     errors: list[str] = Field(default_factory=list)
-    """Listing errors (LangSmith unreachable, 5xx, timeouts)."""
+    """LangSmith errors (listing, reads and sends: unreachable, 5xx, timeouts)."""
     usage: Usage = Field(default_factory=Usage)
     """Judge tokens and calls."""
 
@@ -346,7 +345,12 @@ class LangSmithMonitor:
         return self._client
 
     def run(self) -> MonitorSummary:
-        """Poll (once, or until stopped when following) and return the summary."""
+        """Poll (once, or until stopped when following) and return the summary.
+
+        Raises:
+            MonitorError: LangSmith has no project named ``project_name``.
+            CheckpointError: The checkpoint file cannot be used.
+        """
         return asyncio.run(self.arun())
 
     async def arun(self) -> MonitorSummary:
@@ -438,7 +442,7 @@ class LangSmithMonitor:
         """Find the project id once; False (error recorded) while LangSmith cannot answer.
 
         Raises:
-            UnknownProjectError: LangSmith has no such project (a misspelled name, say).
+            MonitorError: LangSmith has no such project (a misspelled name, say).
         """
         from langsmith.utils import LangSmithNotFoundError
 
@@ -449,7 +453,7 @@ class LangSmithMonitor:
             self._project_id = await self._io(resolve, "reading the project")
         except LangSmithNotFoundError:
             msg = f"LangSmith has no project named {self.project_name!r} (check --project)"
-            raise UnknownProjectError(msg) from None
+            raise MonitorError(msg) from None
         except Exception as exc:
             self.summary.errors.append(f"{type(exc).__name__}: {exc}")
             return False
