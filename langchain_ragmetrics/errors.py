@@ -124,7 +124,7 @@ class HookError(RagMetricsError, RuntimeError):
 
 
 class MonitorError(RagMetricsError, RuntimeError):
-    """LangSmith could not be read (the project's runs could not be listed)."""
+    """The monitor cannot work on this project: LangSmith has no project of that name."""
 
 
 class CheckpointError(RagMetricsError, ValueError):

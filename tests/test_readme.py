@@ -147,6 +147,7 @@ def block_id(block: Block) -> str:
 @pytest.fixture
 def servers() -> Iterator[tuple[JudgeServer, LangSmithDatasetStub]]:
     with JudgeServer(lexical_judge()) as judge, LangSmithDatasetStub() as langsmith:
+        langsmith.create_project("my-rag-app")  # the project the README's app traces to
         yield judge, langsmith
 
 

@@ -437,6 +437,7 @@ def test_feedback_without_trace_id_posts_json(
     langsmith_stub: LangSmithStub, langsmith_client: langsmith.Client
 ) -> None:
     """Without a trace_id the SDK posts straight to /feedback; list_feedback reads it back."""
+    langsmith_stub.feedback_needs_run = False
     run_id = uuid.uuid4()
     langsmith_client.create_feedback(
         run_id, key="relevance", score=1, session_id=uuid.uuid4(), comment="fine"
@@ -515,3 +516,59 @@ def _swallow(call: Callable[[], object]) -> None:
     """Run ``call`` and ignore any exception (used for requests cut by stop)."""
     with contextlib.suppress(Exception):
         call()
+
+
+def test_langsmith_stub_answers_as_langsmith_does(
+    langsmith_stub: LangSmithStub, langsmith_client: langsmith.Client
+) -> None:
+    """409 for a feedback id it holds, 404 for feedback on a run it does not hold, not found
+    for an unknown project: the answers the real service gives (see the stub's docstring)."""
+    with pytest.raises(langsmith.utils.LangSmithNotFoundError):
+        langsmith_client.read_project(project_name="nope")
+    project = uuid.UUID(langsmith_stub.create_project("p"))
+    assert langsmith_client.read_project(project_name="p").id == project
+    run_id = uuid.uuid4()
+    with pytest.raises(langsmith.utils.LangSmithNotFoundError):  # not ingested (yet)
+        langsmith_client.create_feedback(
+            run_id, key="k", score=1, session_id=project, stop_after_attempt=1
+        )
+    with langsmith_stub._lock:
+        langsmith_stub._runs[str(run_id)] = {"id": str(run_id), "session_id": str(project)}
+    feedback_id = uuid.uuid4()
+    for score in (1, 0):
+        with contextlib.suppress(langsmith.utils.LangSmithConflictError):
+            langsmith_client.create_feedback(
+                run_id, key="k", score=score, session_id=project, feedback_id=feedback_id
+            )
+    assert [r.status for r in langsmith_stub.requests_to("POST", "/feedback")] == [404, 200, 409]
+    (held,) = langsmith_stub.held_feedback()
+    assert held["score"] == 1  # the first is kept
+    langsmith_client.delete_feedback(feedback_id)
+    assert langsmith_stub.held_feedback() == []
+
+
+def test_langsmith_stub_hides_a_run_for_whole_queries_and_holds_only_the_next_requests(
+    langsmith_stub: LangSmithStub, langsmith_client: langsmith.Client
+) -> None:
+    project = langsmith_stub.create_project("p")
+    with langsmith_stub._lock:
+        for i in range(3):
+            langsmith_stub._store_run(
+                "post", {"id": str(uuid.UUID(int=i + 1)), "session_id": project}
+            )
+    langsmith_stub.page_size = 1
+    langsmith_stub.hide_run(uuid.UUID(int=1), queries=1)
+
+    def listed() -> list[str]:
+        return sorted(str(r.id) for r in langsmith_client.list_runs(project_id=project))
+
+    assert listed() == [str(uuid.UUID(int=2)), str(uuid.UUID(int=3))]  # across 2 pages
+    assert listed() == [str(uuid.UUID(int=i)) for i in (1, 2, 3)]
+    langsmith_stub.hang("GET /sessions", times=1)
+    worker = threading.Thread(target=lambda: langsmith_client.read_project(project_id=project))
+    worker.start()
+    langsmith_stub.wait_for(lambda: langsmith_stub.hung == 1)
+    assert langsmith_client.read_project(project_name="p").id == uuid.UUID(project)  # answered
+    langsmith_stub.release_hangs()
+    worker.join(10)
+    assert not worker.is_alive()

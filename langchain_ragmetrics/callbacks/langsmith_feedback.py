@@ -5,15 +5,13 @@ delays scoring or the other sinks. Every request is bounded by a timeout; transi
 failures are retried with backoff; after ``failure_threshold`` failed requests in a row a
 circuit breaker pauses sending for ``cooldown`` seconds, during which results are dropped
 and counted (``stats.sinks["LangSmithFeedbackSink"].dropped``) instead of piling up.
-Feedback ids are derived from (retriever run id, metric key), so a retried send can never
-create a duplicate: LangSmith answers 409 for an id it has, which counts as delivered.
+The delivery rules (ids, 409, 404 for a run not ingested yet, a later score replacing an
+earlier error, the breaker) are the monitor's too: see ``langchain_ragmetrics._langsmith_feedback``.
 """
 
 from __future__ import annotations
 
-import logging
 import os
-import random
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Literal
@@ -21,8 +19,12 @@ from uuid import UUID
 
 from typing_extensions import override
 
-from langchain_ragmetrics._ids import feedback_id
-from langchain_ragmetrics.callbacks._breaker import CircuitBreaker
+from langchain_ragmetrics._breaker import CircuitBreaker
+from langchain_ragmetrics._langsmith_feedback import (
+    DEFAULT_FAILURE_THRESHOLD,
+    FeedbackClient,
+    FeedbackItem,
+)
 from langchain_ragmetrics.callbacks._records import OnlineResult
 from langchain_ragmetrics.callbacks._stats import FailureLog, logger
 from langchain_ragmetrics.callbacks.sinks import BaseSink, SinkUnavailableError
@@ -33,7 +35,6 @@ if TYPE_CHECKING:
 __all__ = ["LangSmithFeedbackSink"]
 
 _PROJECT_RETRY_SECONDS = 30.0
-_MAX_BACKOFF_SECONDS = 8.0
 
 
 def _env(name: str) -> str | None:
@@ -45,18 +46,6 @@ def _env(name: str) -> str | None:
     return None
 
 
-class _ThreadFilter(logging.Filter):
-    """Drops the SDK's per-failure ERROR log for calls made by one thread (we count them)."""
-
-    def __init__(self, thread_id: int) -> None:
-        super().__init__()
-        self.thread_id = thread_id
-
-    @override
-    def filter(self, record: logging.LogRecord) -> bool:
-        return record.thread != self.thread_id
-
-
 class LangSmithFeedbackSink(BaseSink):
     """One LangSmith feedback per metric per scored retrieval, via ``Client.create_feedback``.
 
@@ -65,7 +54,10 @@ class LangSmithFeedbackSink(BaseSink):
     details, usage and the retrieval. It is attached to the retriever run (``run="retriever"``)
     or to the trace's root run (``run="root"``), with ``trace_id`` and a stable
     ``feedback_id`` (from the retriever run id and the metric key). Failed results are sent
-    with ``error=True`` and no score; skipped results (nothing to assess) are not sent.
+    with ``error=True`` and no score under an id of their own, and are replaced by the score
+    when a later try succeeds; skipped results (nothing to assess) are not sent. Feedback on
+    a run LangSmith has not ingested yet (404) is retried with backoff, up to
+    ``ingest_retries`` times, without counting against the breaker.
 
     Without ``client``, the sink builds its own from the environment (``LANGSMITH_API_KEY``,
     ``LANGSMITH_ENDPOINT``) with a request timeout of ``timeout`` seconds, no transport
@@ -88,6 +80,7 @@ class LangSmithFeedbackSink(BaseSink):
         failure_threshold: Failed requests in a row that open the circuit breaker.
         cooldown: Seconds the breaker stays open before one send is tried again.
         backoff: First retry delay in seconds (doubled each retry, at most 8 s).
+        ingest_retries: Retries of feedback on a run LangSmith has not ingested yet (404).
     """
 
     def __init__(
@@ -98,9 +91,10 @@ class LangSmithFeedbackSink(BaseSink):
         project_name: str | None = None,
         timeout: float = 10.0,
         max_retries: int = 2,
-        failure_threshold: int = 5,
+        failure_threshold: int = DEFAULT_FAILURE_THRESHOLD,
         cooldown: float = 30.0,
         backoff: float = 0.5,
+        ingest_retries: int = 4,
     ) -> None:
         if run not in ("retriever", "root"):
             msg = f"`run` must be 'retriever' or 'root', got {run!r}"
@@ -108,22 +102,21 @@ class LangSmithFeedbackSink(BaseSink):
         if not timeout > 0:
             msg = f"`timeout` must be positive, got {timeout!r}"
             raise ValueError(msg)
-        if max_retries < 0:
-            msg = f"`max_retries` must be >= 0, got {max_retries!r}"
-            raise ValueError(msg)
-        if backoff < 0:
-            msg = f"`backoff` must be >= 0, got {backoff!r}"
-            raise ValueError(msg)
         self.run = run
         self.project_name = project_name
         self.timeout = timeout
-        self.max_retries = max_retries
-        self.backoff = backoff
-        self.breaker = CircuitBreaker(threshold=failure_threshold, cooldown=cooldown)
         self._client = client
         self._owns_client = client is None
         self._lock = threading.Lock()
-        self._closing = threading.Event()
+        self.delivery = FeedbackClient(
+            lambda: self.client,
+            name="LangSmithFeedbackSink",
+            max_retries=max_retries,
+            ingest_retries=ingest_retries,
+            backoff=backoff,
+            failure_threshold=failure_threshold,
+            cooldown=cooldown,
+        )
         self._project_id: UUID | None = None
         self._next_project_attempt = 0.0
         self._failures = FailureLog()
@@ -138,6 +131,21 @@ class LangSmithFeedbackSink(BaseSink):
                 "dropped and counted in stats.sinks['LangSmithFeedbackSink'].dropped",
                 self.disabled_reason,
             )
+
+    @property
+    def breaker(self) -> CircuitBreaker:
+        """The circuit breaker of this sink's feedback client."""
+        return self.delivery.breaker
+
+    @property
+    def max_retries(self) -> int:
+        """Retries of a failed send."""
+        return self.delivery.max_retries
+
+    @property
+    def backoff(self) -> float:
+        """First retry delay in seconds."""
+        return self.delivery.backoff
 
     @property
     def enabled(self) -> bool:
@@ -179,14 +187,10 @@ class LangSmithFeedbackSink(BaseSink):
         """The project id, resolved once (retried every 30 s while it cannot be found)."""
         if self._project_id is not None or time.monotonic() < self._next_project_attempt:
             return self._project_id
-        from langsmith.utils import LangSmithNotFoundError
-
         name = self._project_name()
         try:
-            self._project_id = UUID(str(self.client.read_project(project_name=name).id))
+            self._project_id = self.delivery.resolve_project(name)
         except Exception as exc:
-            if not isinstance(exc, LangSmithNotFoundError):
-                self._failed_request()  # LangSmith down, not just a project not made yet
             self._next_project_attempt = time.monotonic() + _PROJECT_RETRY_SECONDS
             self._failures.report(
                 "project",
@@ -195,104 +199,33 @@ class LangSmithFeedbackSink(BaseSink):
             )
         return self._project_id
 
+    def feedback_item(self, item: OnlineResult) -> FeedbackItem | None:
+        """The feedback for a result (None for skipped results)."""
+        return FeedbackItem.of(
+            item.result,
+            run_id=item.run_id if self.run == "retriever" else item.root_run_id,
+            key_run_id=item.run_id,
+            trace_id=item.trace_id,
+            retriever=item.retriever,
+        )
+
     def feedback_kwargs(self, item: OnlineResult) -> dict[str, Any] | None:
         """The ``create_feedback`` arguments for a result (None for skipped results)."""
-        result = item.result
-        if result.skipped:
-            return None
-        failed = result.failed
-        run_id = item.run_id if self.run == "retriever" else item.root_run_id
-        source_info: dict[str, Any] = {
-            "judge": result.judge,
-            "metric": result.metric,
-            "details": result.details,
-            "usage": result.usage.model_dump(),
-            "latency_s": result.latency_s,
-            "retriever": item.retriever,
-            "retriever_run_id": str(item.run_id),
-            "library": "langchain-ragmetrics",
-        }
-        if failed:
-            source_info["error"] = result.error
-        return {
-            "run_id": run_id,
-            "key": result.metric,
-            "score": None if failed else result.score,
-            "comment": f"error: {result.error}" if failed else result.reason,
-            "trace_id": item.trace_id,
-            "feedback_id": feedback_id(item.run_id, result.metric),
-            "feedback_source_type": "model",
-            "source_info": source_info,
-            "error": True if failed else None,
-        }
+        feedback = self.feedback_item(item)
+        return None if feedback is None else feedback.kwargs()
 
     @override
     def emit(self, item: OnlineResult) -> None:
         if self.disabled_reason is not None:
             raise SinkUnavailableError(self.disabled_reason)
-        kwargs = self.feedback_kwargs(item)
-        if kwargs is None:
+        feedback = self.feedback_item(item)
+        if feedback is None:
             return
         if self.breaker.is_open:
             msg = f"LangSmith circuit open, next try in {self.breaker.retry_in:.0f} s"
             raise SinkUnavailableError(msg)
-        self._send(kwargs)
-
-    def _send(self, kwargs: dict[str, Any]) -> None:
-        """Send one feedback: retried with backoff, counted by the breaker."""
-        from langsmith.utils import (
-            LangSmithAuthError,
-            LangSmithConflictError,
-            LangSmithUserError,
-        )
-
-        attempt = 0
-        while True:
-            try:
-                self._create(kwargs)
-            except LangSmithConflictError:
-                pass  # LangSmith has this feedback id already: an earlier try got through
-            except (LangSmithAuthError, LangSmithUserError):
-                self._failed_request()
-                raise  # retrying cannot help
-            except Exception:
-                if self._failed_request() or attempt >= self.max_retries:
-                    raise
-                delay = min(_MAX_BACKOFF_SECONDS, self.backoff * 2**attempt)
-                attempt += 1
-                if self._closing.wait(delay * (0.5 + random.random() / 2)):  # noqa: S311
-                    raise
-                continue
-            if self.breaker.success():
-                logger.warning("LangSmithFeedbackSink: LangSmith answers again; sending resumed")
-            return
-
-    def _create(self, kwargs: dict[str, Any]) -> None:
-        import langsmith.client
-
         session_id = self.project_id()
-        if self.breaker.is_open:  # the project lookup just found LangSmith down
-            msg = f"LangSmith circuit open, next try in {self.breaker.retry_in:.0f} s"
-            raise SinkUnavailableError(msg)
-        quiet = _ThreadFilter(threading.get_ident())
-        sdk_logger = langsmith.client.logger
-        sdk_logger.addFilter(quiet)
-        try:
-            self.client.create_feedback(**kwargs, session_id=session_id, stop_after_attempt=1)
-        finally:
-            sdk_logger.removeFilter(quiet)
-
-    def _failed_request(self) -> bool:
-        """Count a failed request; True (and one warning) when it opened the breaker."""
-        opened = self.breaker.failure()
-        if opened:
-            logger.warning(
-                "LangSmithFeedbackSink: %d failed requests in a row; pausing %.0f s, "
-                "results are dropped and counted meanwhile",
-                self.breaker.threshold,
-                self.breaker.cooldown,
-            )
-        return opened
+        self.delivery.send(feedback, session_id=session_id)
 
     @override
     def flush(self, timeout: float | None = None) -> None:
@@ -301,7 +234,7 @@ class LangSmithFeedbackSink(BaseSink):
 
     @override
     def close(self, timeout: float | None = None) -> None:
-        self._closing.set()
+        self.delivery.closing.set()
         self.flush(timeout)
         if self._owns_client and self._client is not None:
             self._client.close(timeout=timeout)

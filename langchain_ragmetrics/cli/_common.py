@@ -41,6 +41,8 @@ class ExitCode(IntEnum):
     QUALITY_GATE = 9
     REGRESSION = 10
     JUDGE_DISAGREES = 11
+    UNSENT = 12
+    UNKNOWN_PROJECT = 13
     INTERRUPTED = 130
 
 
@@ -60,6 +62,9 @@ _MEANING: dict[ExitCode, str] = {
     ExitCode.REGRESSION: "compare: a metric dropped by more than --max-drop",
     ExitCode.JUDGE_DISAGREES: "check-judge: a metric misses the gate (--min-kappa, "
     "--min-answered, --min-agreement)",
+    ExitCode.UNSENT: "monitor: some (run, metric) pairs are still unsent (LangSmith failed, a "
+    "trace was not complete, or a judge failure waits for its next attempt): run it again",
+    ExitCode.UNKNOWN_PROJECT: "monitor: LangSmith has no project named by --project",
     ExitCode.INTERRUPTED: "Ctrl-C: the partial results were printed (and written with --out)",
 }
 

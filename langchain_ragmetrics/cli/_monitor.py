@@ -103,7 +103,11 @@ def register(commands: Any) -> None:
 
 def _monitor_command(args: argparse.Namespace) -> int:
     from langchain_ragmetrics.evaluation import UnknownMetricError, is_judged, metric_from_name
-    from langchain_ragmetrics.integrations.monitor import CheckpointError, LangSmithMonitor
+    from langchain_ragmetrics.integrations.monitor import (
+        CheckpointError,
+        LangSmithMonitor,
+        MonitorError,
+    )
 
     names = split_names(args.metrics)
     if not names:
@@ -147,6 +151,9 @@ def _monitor_command(args: argparse.Namespace) -> int:
     except CheckpointError as exc:
         error(str(exc))
         return ExitCode.USAGE
+    except MonitorError as exc:  # no such project
+        error(str(exc))
+        return ExitCode.UNKNOWN_PROJECT
     except KeyboardInterrupt:
         echo(worker.summary.render())
         raise
@@ -157,4 +164,10 @@ def _monitor_command(args: argparse.Namespace) -> int:
     if summary.errors and summary.runs_listed == 0:
         error(f"cannot read project {args.project!r} from LangSmith: {summary.errors[-1]}")
         return ExitCode.ERROR
+    if not summary.complete:
+        error(
+            f"{summary.runs_unsent} run(s) still have unsent feedback; "
+            "run the monitor again (nothing is sent twice)"
+        )
+        return ExitCode.UNSENT
     return ExitCode.OK

@@ -82,18 +82,26 @@ class Checkpoint:
 
     def settled(self, run_ids: Iterable[str]) -> dict[str, set[str]]:
         """The settled metrics of each of ``run_ids`` (runs with none are absent)."""
+        return {run_id: set(found) for run_id, found in self.outcomes(run_ids).items()}
+
+    def outcomes(self, run_ids: Iterable[str]) -> dict[str, dict[str, str]]:
+        """``{run_id: {metric: outcome}}`` of the settled pairs of ``run_ids``.
+
+        Outcomes: ``scored``, ``failed`` (the failure was posted), ``skipped``,
+        ``trace-error`` and ``sent-before-restart`` (a score found in LangSmith).
+        """
         ids = list(dict.fromkeys(run_ids))
-        found: dict[str, set[str]] = {}
+        found: dict[str, dict[str, str]] = {}
         with self._lock:
             for start in range(0, len(ids), 500):
                 chunk = ids[start : start + 500]
                 marks = ",".join("?" * len(chunk))
                 rows = self._db.execute(
-                    f"SELECT run_id, metric FROM settled WHERE run_id IN ({marks})",  # noqa: S608
+                    f"SELECT run_id, metric, outcome FROM settled WHERE run_id IN ({marks})",  # noqa: S608
                     chunk,
                 ).fetchall()
-                for run_id, metric in rows:
-                    found.setdefault(run_id, set()).add(metric)
+                for run_id, metric, outcome in rows:
+                    found.setdefault(run_id, {})[metric] = outcome
         return found
 
     def settle(self, run_id: str, metric: str, outcome: str) -> None:

@@ -6,6 +6,15 @@ same extraction as the online callback and the LangSmith evaluators), scores the
 the :class:`~langchain_ragmetrics._engine.ScoringEngine` and posts one feedback per metric
 on each retriever run, with ids derived from (run id, metric) so nothing is ever duplicated.
 
+Feedback goes through the same client as the online sink (``_langsmith_feedback``): one
+set of rules for ids, 409, 404 on a run not ingested yet, a later score replacing an earlier
+error, and the circuit breaker.
+
+A failed read or send fails that one (run, metric) pair, never the poll. Unsent pairs are
+kept and tried again whatever their age: on every later poll with ``follow``, and in up to
+``retry_rounds`` extra rounds (with backoff) before a one-shot run ends; whatever is still
+unsent then is counted in ``MonitorSummary.runs_unsent`` (the command exits 12).
+
 It is restartable (a SQLite checkpoint of settled (run, metric) pairs) and scales out:
 ``shard=(i, n)`` keeps the runs whose trace id hashes to ``i``, so ``n`` workers share a
 project with every run scored exactly once; sampling uses the online handler's trace-id
@@ -38,7 +47,7 @@ from uuid import UUID
 from pydantic import BaseModel, ConfigDict, Field
 
 from langchain_ragmetrics._engine import Job, ScoringEngine
-from langchain_ragmetrics._ids import feedback_id
+from langchain_ragmetrics._langsmith_feedback import FeedbackClient, FeedbackItem
 from langchain_ragmetrics._threads import DaemonThreadPool
 from langchain_ragmetrics.callbacks._mapping import (
     default_answer,
@@ -48,7 +57,6 @@ from langchain_ragmetrics.callbacks._mapping import (
 from langchain_ragmetrics.callbacks._records import OnlineResult
 from langchain_ragmetrics.callbacks._sampling import check_rate, is_sampled
 from langchain_ragmetrics.callbacks._setup import check_metrics, check_sinks, untraced
-from langchain_ragmetrics.callbacks.langsmith_feedback import LangSmithFeedbackSink
 from langchain_ragmetrics.callbacks.sinks import BaseSink
 from langchain_ragmetrics.errors import CheckpointError, MonitorError
 from langchain_ragmetrics.integrations._monitor_checkpoint import Checkpoint
@@ -72,6 +80,11 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+Reason = Literal["waiting", "langsmith", "judge"]
+"""Why a run still has unsent pairs: its trace is not complete in LangSmith yet, a
+LangSmith read or send failed, or a judge failure waits for its next attempt."""
+
+
 _PAGE = 100  # runs read from the listing at a time
 _SHARD_PERSON = b"ragmetrics-shard"  # a different hash than sampling: shards stay uniform
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
@@ -138,7 +151,14 @@ class MonitorSummary(BaseModel):
     runs_already_scored: int = 0
     """Runs whose metrics were all settled by an earlier run (checkpoint)."""
     runs_waiting: int = 0
-    """Runs left for a later poll: their run or trace had not finished yet."""
+    """Runs left for a later poll: their run or trace was not finished (or ingested) yet."""
+    runs_unsent: int = 0
+    """Runs with pairs still unsent when the monitor stopped (waiting runs, failed LangSmith
+    reads or sends, judge failures waiting for their next attempt): run the monitor again."""
+    runs_already_failed: int = 0
+    """Runs settled earlier whose feedback is a failure (``error=True``), not a score."""
+    retry_rounds: int = 0
+    """Extra rounds a one-shot run made for unsent pairs before it ended."""
     runs_scored: int = 0
     """Runs scored in this run."""
     runs_skipped: int = 0
@@ -152,9 +172,9 @@ class MonitorSummary(BaseModel):
     feedback_sent: int = 0
     """Feedback accepted by LangSmith."""
     feedback_failed: int = 0
-    """Feedback LangSmith did not accept in time (retried on the next poll or run)."""
+    """Sends that failed (tried again in a retry round, on the next poll, or the next run)."""
     errors: list[str] = Field(default_factory=list)
-    """Listing errors (LangSmith unreachable, 5xx, timeouts)."""
+    """LangSmith errors (listing, reads and sends: unreachable, 5xx, timeouts)."""
     usage: Usage = Field(default_factory=Usage)
     """Judge tokens and calls."""
 
@@ -167,6 +187,9 @@ class MonitorSummary(BaseModel):
             f"  runs seen {self.runs_seen} (of {self.runs_listed} listed), scored "
             f"{self.runs_scored}, already scored {self.runs_already_scored}, sampled out "
             f"{self.runs_sampled_out}, skipped {self.runs_skipped}, waiting {self.runs_waiting}",
+            f"  unsent {self.runs_unsent} after {self.retry_rounds} retry round"
+            f"{'s' if self.retry_rounds != 1 else ''}, settled earlier as failed "
+            f"{self.runs_already_failed}",
             f"  results scored {self.results_scored}, failed {self.results_failed}, "
             f"skipped {self.results_skipped}",
             f"  feedback sent {self.feedback_sent}, failed {self.feedback_failed}; judge calls "
@@ -175,6 +198,11 @@ class MonitorSummary(BaseModel):
         ]
         lines += [f"  error: {e}" for e in self.errors[-5:]]
         return "\n".join(lines)
+
+    @property
+    def complete(self) -> bool:
+        """Whether every pair the monitor saw is settled (nothing left to send)."""
+        return self.runs_unsent == 0
 
 
 def _uuid(value: Any) -> UUID | None:
@@ -207,6 +235,8 @@ class LangSmithMonitor:
         lookback: Later polls re-list this far before the previous poll, for late arrivals.
         max_attempts: Failed results are retried on later polls and runs; after this many
             failures the failure itself is posted (``error=True``) and the pair settled.
+        retry_rounds: Without ``follow``: extra rounds (backoff 1 s, 2 s, 4 s ...) for pairs
+            whose trace was not complete yet or whose LangSmith read or send failed.
     """
 
     def __init__(
@@ -230,6 +260,7 @@ class LangSmithMonitor:
         max_polls: int | None = None,
         lookback: timedelta = timedelta(minutes=10),
         max_attempts: int = 3,
+        retry_rounds: int = 3,
     ) -> None:
         if not project_name:
             msg = "`project_name` must name a LangSmith project"
@@ -241,6 +272,7 @@ class LangSmithMonitor:
             ("max_concurrency", max_concurrency),
             ("max_attempts", max_attempts),
             ("max_polls", max_polls or 1),
+            ("retry_rounds", retry_rounds + 1),
         ):
             if value < 1:
                 msg = f"`{name}` must be at least 1, got {value!r}"
@@ -266,6 +298,7 @@ class LangSmithMonitor:
         self.max_polls = max_polls
         self.lookback = lookback
         self.max_attempts = max_attempts
+        self.retry_rounds = retry_rounds
         index, count = self.shard
         safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", project_name)
         self.checkpoint_path = Path(
@@ -277,12 +310,16 @@ class LangSmithMonitor:
             rate_limit_per_minute=rate_limit_per_minute,
         )
         self._client = client
-        self._feedback = LangSmithFeedbackSink(client, run="retriever", project_name=project_name)
+        # Retries here stay short: the pair's next chance is the next round or poll.
+        self._feedback = FeedbackClient(
+            lambda: self.client, name="LangSmithMonitor", max_retries=1, ingest_retries=3
+        )
+        self._project_id: UUID | None = None
         self._pool = DaemonThreadPool(name="ragmetrics-monitor-io", size=4)
         self._judge_pool = DaemonThreadPool(name="ragmetrics-monitor-judge")
         self._stop = threading.Event()
         self._wake: tuple[asyncio.AbstractEventLoop, asyncio.Event] | None = None
-        self._pending: dict[str, datetime] = {}
+        self._unsent: dict[str, Reason] = {}
         self._last_poll: datetime | None = None
         self._roots: dict[str, Run | None] = {}
         self.summary = MonitorSummary(project=project_name, shard=self.shard)
@@ -305,13 +342,15 @@ class LangSmithMonitor:
                 raise_on_status=False,
             )
             self._client = Client(timeout_ms=(millis, millis), retry_config=retry)
-            self._feedback = LangSmithFeedbackSink(
-                self._client, run="retriever", project_name=self.project_name
-            )
         return self._client
 
     def run(self) -> MonitorSummary:
-        """Poll (once, or until stopped when following) and return the summary."""
+        """Poll (once, or until stopped when following) and return the summary.
+
+        Raises:
+            MonitorError: LangSmith has no project named ``project_name``.
+            CheckpointError: The checkpoint file cannot be used.
+        """
         return asyncio.run(self.arun())
 
     async def arun(self) -> MonitorSummary:
@@ -336,9 +375,13 @@ class LangSmithMonitor:
                         self.max_polls is not None and self.summary.polls >= self.max_polls
                     ):
                         break
-                    with contextlib.suppress(asyncio.TimeoutError):
-                        await asyncio.wait_for(wake.wait(), self.poll_interval)
+                    await self._sleep(self.poll_interval)
+                if not self.follow:
+                    await self._retry_rounds(checkpoint)
         finally:
+            self.summary.runs_unsent = len(self._unsent)
+            self.summary.runs_waiting = sum(why == "waiting" for why in self._unsent.values())
+            self._feedback.closing.set()
             for sink in self.sinks:
                 with contextlib.suppress(Exception):
                     close = partial(sink.close, self.request_timeout)
@@ -348,6 +391,24 @@ class LangSmithMonitor:
             self._pool.stop(0)
             self._judge_pool.stop(0)
         return self.summary
+
+    async def _sleep(self, seconds: float) -> None:
+        """Wait ``seconds``, or less when :meth:`stop` is called."""
+        if self._wake is not None:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._wake[1].wait(), seconds)
+
+    async def _retry_rounds(self, checkpoint: Checkpoint) -> None:
+        """One-shot mode: try unsent pairs again (not judge failures) before ending."""
+        for round_ in range(self.retry_rounds):
+            retry = [run_id for run_id, why in self._unsent.items() if why != "judge"]
+            if not retry or self._stop.is_set():
+                return
+            await self._sleep(2.0**round_)
+            if self._stop.is_set():
+                return
+            self.summary.retry_rounds += 1
+            await self._revisit(retry, checkpoint)
 
     def stop(self) -> None:
         """Finish the current poll and return (thread-safe)."""
@@ -359,22 +420,44 @@ class LangSmithMonitor:
 
     # ------------------------------------------------------------------ polling
 
-    async def _io(self, fn: Callable[[], T], what: str) -> T:
-        """A blocking LangSmith call on the I/O threads, abandoned after the request timeout."""
+    async def _io(self, fn: Callable[[], T], what: str, *, allowed: float | None = None) -> T:
+        """A blocking LangSmith call on the I/O threads, abandoned after its time is up.
+
+        ``allowed``: seconds the call may take (default: one request timeout).
+        """
         future = self._pool.submit(fn)
+        allowed = self.request_timeout if allowed is None else allowed
         try:
-            return await asyncio.wait_for(asyncio.wrap_future(future), self.request_timeout)
+            return await asyncio.wait_for(asyncio.wrap_future(future), allowed)
         except asyncio.TimeoutError:
-            msg = f"{what}: no answer from LangSmith within {self.request_timeout:g}s"
+            msg = f"{what}: no answer from LangSmith within {allowed:g}s"
             raise TimeoutError(msg) from None
 
     def _window_start(self) -> datetime:
         if self._last_poll is None:
             return self.since
-        start = self._last_poll - self.lookback
-        if self._pending:
-            start = min(start, *self._pending.values())
-        return max(self.since, start)
+        return max(self.since, self._last_poll - self.lookback)
+
+    async def _resolve_project(self) -> bool:
+        """Find the project id once; False (error recorded) while LangSmith cannot answer.
+
+        Raises:
+            MonitorError: LangSmith has no such project (a misspelled name, say).
+        """
+        from langsmith.utils import LangSmithNotFoundError
+
+        if self._project_id is not None:
+            return True
+        resolve = partial(self._feedback.resolve_project, self.project_name)
+        try:
+            self._project_id = await self._io(resolve, "reading the project")
+        except LangSmithNotFoundError:
+            msg = f"LangSmith has no project named {self.project_name!r} (check --project)"
+            raise MonitorError(msg) from None
+        except Exception as exc:
+            self.summary.errors.append(f"{type(exc).__name__}: {exc}")
+            return False
+        return True
 
     async def _poll(self, checkpoint: Checkpoint) -> None:
         """List the window page by page; score while the next page is read.
@@ -385,30 +468,47 @@ class LangSmithMonitor:
         started = datetime.now(timezone.utc)
         since = self._window_start()
         self.summary.polls += 1
+        if not await self._resolve_project():
+            return
         gate = asyncio.Semaphore(self.max_concurrency)
         inflight: set[asyncio.Task[None]] = set()
+        listed: set[str] = set()
         try:
             runs = await self._io(partial(self._open_listing, since), "listing runs")
             while True:
                 batch = await self._io(partial(self._next_batch, runs), "listing runs")
                 if not batch:
                     break
+                listed.update(str(run.id) for run in batch)
                 inflight.update(await self._batch(batch, checkpoint, gate))
                 while len(inflight) > _PAGE:
-                    done, inflight = await asyncio.wait(
+                    _done, inflight = await asyncio.wait(
                         inflight, return_when=asyncio.FIRST_COMPLETED
                     )
-                    for task in done:
-                        task.result()  # a LangSmith error ends the poll
             await asyncio.gather(*inflight)
-        except Exception as exc:
+        except Exception as exc:  # the listing failed: its runs are listed again next time
             self.summary.errors.append(f"{type(exc).__name__}: {exc}")
-            for task in inflight:
-                task.cancel()
-            await asyncio.gather(*inflight, return_exceptions=True)
+            await asyncio.gather(*inflight)
             return
         self._last_poll = started
-        self.summary.runs_waiting = len(self._pending)
+        # Unsent pairs of runs outside this poll's window: tried whatever their age.
+        older = [run_id for run_id in self._unsent if run_id not in listed]
+        if older:
+            await self._revisit(older, checkpoint)
+
+    async def _revisit(self, run_ids: list[str], checkpoint: Checkpoint) -> None:
+        """Read runs with unsent pairs again, by id, and settle what can be settled now."""
+        try:
+            found = await self._io(partial(self._runs_by_id, run_ids), "reading runs")
+        except Exception as exc:
+            self.summary.errors.append(f"{type(exc).__name__}: {exc}")
+            return
+        for run_id in run_ids:  # not visible in LangSmith (yet): still waiting
+            if run_id not in found:
+                self._unsent[run_id] = "waiting"
+        gate = asyncio.Semaphore(self.max_concurrency)
+        tasks = await self._batch(list(found.values()), checkpoint, gate, seen=True)
+        await asyncio.gather(*tasks)
 
     def _open_listing(self, since: datetime) -> Iterator[Run]:
         with warnings.catch_warnings():
@@ -417,7 +517,7 @@ class LangSmithMonitor:
             warnings.simplefilter("ignore", DeprecationWarning)
             return iter(
                 self.client.list_runs(
-                    project_name=self.project_name, run_type="retriever", start_time=since
+                    project_id=self._project_id, run_type="retriever", start_time=since
                 )
             )
 
@@ -429,16 +529,14 @@ class LangSmithMonitor:
                 break
         return batch
 
-    def _roots_of(self, trace_ids: list[str]) -> dict[str, Run]:
+    def _runs_by_id(self, run_ids: list[str]) -> dict[str, Run]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
-            found = self.client.list_runs(project_name=self.project_name, run_ids=trace_ids)
+            found = self.client.list_runs(project_id=self._project_id, run_ids=run_ids)
             return {str(run.id): run for run in found}
 
-    async def _batch(
-        self, batch: list[Run], checkpoint: Checkpoint, gate: asyncio.Semaphore
-    ) -> list[asyncio.Task[None]]:
-        """Filter a page (shard, sampling, checkpoint), read its roots, start its runs."""
+    def _mine(self, batch: list[Run]) -> list[Run]:
+        """The runs of a listed page that this worker scores (its shard, sampled in)."""
         summary = self.summary
         summary.runs_listed += len(batch)
         index, count = self.shard
@@ -452,13 +550,33 @@ class LangSmithMonitor:
                 summary.runs_sampled_out += 1
                 continue
             mine.append(run)
-        settled = checkpoint.settled(str(r.id) for r in mine)
+        return mine
+
+    async def _batch(
+        self,
+        batch: list[Run],
+        checkpoint: Checkpoint,
+        gate: asyncio.Semaphore,
+        *,
+        seen: bool = False,
+    ) -> list[asyncio.Task[None]]:
+        """Filter a page (shard, sampling, checkpoint), read its roots, start its runs.
+
+        ``seen``: the runs were filtered and counted before (a revisit of unsent pairs).
+        """
+        summary = self.summary
+        mine = batch if seen else self._mine(batch)
+        outcomes = checkpoint.outcomes(str(r.id) for r in mine)
         keys = {m.metric_name for m in self.metrics}
         todo = []
         for run in mine:
-            if settled.get(str(run.id), set()) >= keys:
-                summary.runs_already_scored += 1
-                self._pending.pop(str(run.id), None)
+            settled = outcomes.get(str(run.id), {})
+            if set(settled) >= keys:
+                if "failed" in settled.values():
+                    summary.runs_already_failed += 1
+                else:
+                    summary.runs_already_scored += 1
+                self._unsent.pop(str(run.id), None)
             else:
                 todo.append(run)
         if not todo:
@@ -467,7 +585,11 @@ class LangSmithMonitor:
             {str(r.trace_id) for r in todo if r.trace_id and str(r.trace_id) not in self._roots}
         )
         if missing:
-            roots = await self._io(partial(self._roots_of, missing), "reading root runs")
+            try:
+                roots = await self._io(partial(self._runs_by_id, missing), "reading root runs")
+            except Exception as exc:  # these runs wait for the next round or poll
+                summary.errors.append(f"{type(exc).__name__}: {exc}")
+                roots = {}
             for trace in missing:
                 root = roots.get(trace)
                 if root is not None and root.end_time is not None:
@@ -477,7 +599,7 @@ class LangSmithMonitor:
 
         async def one(run: Run) -> None:
             async with gate:
-                await self._run(run, settled.get(str(run.id), set()), checkpoint)
+                await self._run(run, set(outcomes.get(str(run.id), {})), checkpoint)
 
         return [asyncio.ensure_future(one(run)) for run in todo]
 
@@ -510,27 +632,47 @@ class LangSmithMonitor:
             return MetricResult(metric=metric.metric_name, score=None, reason=f"skipped: {exc}")
         return await self.engine.ascore(Job(sample, metric, tag=run_id))
 
+    def _step(self, step: str, run_id: str, metric: str) -> None:
+        """Called at each step of sending one pair's feedback; does nothing.
+
+        The steps are ``before_intent``, ``after_intent``, ``after_post`` (on an I/O
+        thread) and ``before_settle``. Tests override it to kill the worker at that point.
+        """
+
     async def _run(self, run: Run, done: set[str], checkpoint: Checkpoint) -> None:
+        """Score and settle one run's pairs; a failure stays with this run's pairs."""
+        run_id = str(run.id)
+        unsent: Reason | None
+        try:
+            unsent = await self._run_pairs(run, done, checkpoint)
+        except Exception as exc:
+            self.summary.errors.append(f"run {run_id}: {type(exc).__name__}: {exc}")
+            unsent = "langsmith"
+        if unsent is None:
+            self._unsent.pop(run_id, None)
+        else:
+            self._unsent[run_id] = unsent
+
+    async def _run_pairs(self, run: Run, done: set[str], checkpoint: Checkpoint) -> Reason | None:
+        """Why some pairs of ``run`` are still unsent (None when all are settled)."""
         summary = self.summary
         run_id = str(run.id)
         trace = str(run.trace_id or run.id)
         root = run if run.parent_run_id is None else self._roots.get(trace)
         errored = bool(run.error) or bool(root is not None and root.error)
         if not errored and (run.end_time is None or root is None):
-            started = run.start_time
-            self._pending[run_id] = started.replace(tzinfo=started.tzinfo or timezone.utc)
-            return
-        self._pending.pop(run_id, None)
+            return "waiting"
         todo = [m for m in self.metrics if m.metric_name not in done]
-        todo = await self._already_sent(run_id, todo, checkpoint)
+        todo, unread = await self._already_sent(run_id, todo, checkpoint)
         if not todo:
-            summary.runs_already_scored += 1
-            return
+            if unread is None:
+                summary.runs_already_scored += 1
+            return unread
         if errored:
             summary.runs_skipped += 1
             for metric in todo:
                 checkpoint.settle(run_id, metric.metric_name, "trace-error")
-            return
+            return unread
         try:
             sample = self._sample(run, root)
         except Exception as exc:
@@ -542,31 +684,38 @@ class LangSmithMonitor:
         else:
             results = list(await asyncio.gather(*(self._score(m, sample, run_id) for m in todo)))
         summary.runs_scored += 1
+        reasons = {unread}
         for result in results:
             summary.usage = summary.usage + result.usage
-            await self._settle(run, root, sample, result, checkpoint)
+            reasons.add(await self._settle(run, root, sample, result, checkpoint))
+        if "langsmith" in reasons:
+            return "langsmith"
+        return "judge" if "judge" in reasons else None
 
     async def _already_sent(
         self, run_id: str, todo: list[BaseRagMetric], checkpoint: Checkpoint
-    ) -> list[BaseRagMetric]:
-        """Settle the pairs whose feedback a killed worker sent but did not record."""
+    ) -> tuple[list[BaseRagMetric], Reason | None]:
+        """Settle the pairs whose score a killed worker sent but did not record.
+
+        Only a score counts: a pair whose only feedback is an error is scored again. A pair
+        whose read fails is left unsent (reason ``"langsmith"``); the others go on.
+        """
         intended = checkpoint.intended(run_id) & {m.metric_name for m in todo}
-        if not intended:
-            return todo
+        unread: set[str] = set()
+        budget = self._feedback.send_budget(self.request_timeout)
         for metric in sorted(intended):
-            if await self._io(partial(self._exists, run_id, metric), "reading feedback"):
+            read = partial(self._feedback.confirm_score, run_id, metric)
+            try:
+                held = await self._io(read, "reading feedback", allowed=budget)
+            except Exception as exc:
+                self.summary.errors.append(f"run {run_id} {metric}: {type(exc).__name__}: {exc}")
+                unread.add(metric)
+                continue
+            if held:
                 checkpoint.settle(run_id, metric, "sent-before-restart")
-        done = checkpoint.settled([run_id]).get(run_id, set())
-        return [m for m in todo if m.metric_name not in done]
-
-    def _exists(self, run_id: str, metric: str) -> bool:
-        from langsmith.utils import LangSmithNotFoundError
-
-        try:
-            self.client.read_feedback(feedback_id(run_id, metric))
-        except LangSmithNotFoundError:
-            return False
-        return True
+        done = checkpoint.settled([run_id]).get(run_id, set()) | unread
+        left = [m for m in todo if m.metric_name not in done]
+        return left, ("langsmith" if unread else None)
 
     async def _settle(
         self,
@@ -575,13 +724,14 @@ class LangSmithMonitor:
         sample: RagSample,
         result: MetricResult,
         checkpoint: Checkpoint,
-    ) -> None:
+    ) -> Reason | None:
+        """Send and record one result; why it is unsent, or None once settled."""
         summary = self.summary
         run_id, metric = str(run.id), result.metric
         if result.failed:
             summary.results_failed += 1
             if checkpoint.failed_attempt(run_id, metric) < self.max_attempts:
-                return  # retried on the next poll or run
+                return "judge"  # retried on the next poll or run
         else:
             summary.results_scored += int(not result.skipped)
         item = OnlineResult(
@@ -600,16 +750,22 @@ class LangSmithMonitor:
             summary.results_skipped += 1
             checkpoint.settle(run_id, metric, "skipped")
             await self._to_sinks(item)
-            return
+            return None
+        self._step("before_intent", run_id, metric)
         checkpoint.intend(run_id, metric)
+        self._step("after_intent", run_id, metric)
+        budget = self._feedback.send_budget(self.request_timeout)
         try:
-            await self._io(partial(self._send, item), "sending feedback")
-        except Exception:
+            sent = await self._io(partial(self._send, item), "sending feedback", allowed=budget)
+        except Exception as exc:
             summary.feedback_failed += 1
-            return
-        summary.feedback_sent += 1
+            summary.errors.append(f"run {run_id} {metric}: {type(exc).__name__}: {exc}")
+            return "langsmith"
+        self._step("before_settle", run_id, metric)
+        summary.feedback_sent += int(sent == "sent")
         checkpoint.settle(run_id, metric, "failed" if result.failed else "scored")
         await self._to_sinks(item)
+        return None
 
     async def _to_sinks(self, item: OnlineResult) -> None:
         """Hand a settled result to the extra sinks (a failing sink is counted, not fatal)."""
@@ -619,22 +775,23 @@ class LangSmithMonitor:
             except Exception as exc:
                 self.summary.errors.append(f"sink {sink.name}: {type(exc).__name__}: {exc}")
 
-    def _send(self, item: OnlineResult) -> None:
+    def _send(self, item: OnlineResult) -> str:
         """Post one feedback and wait for LangSmith's answer (no background batching)."""
-        from langsmith.utils import LangSmithConflictError
-
-        client = self.client
-        kwargs = self._feedback.feedback_kwargs(item)
-        if kwargs is None:  # pragma: no cover - skipped results never get here
-            return
-        kwargs.pop("trace_id", None)  # with a trace id the SDK would batch in the background
-        kwargs["feedback_id"] = feedback_id(item.run_id, item.result.metric)
-        with contextlib.suppress(LangSmithConflictError):  # already there: sent before
-            client.create_feedback(
-                **kwargs,
-                session_id=self._feedback.project_id(),
-                stop_after_attempt=1,  # retrying is the next poll's job, not a blocked thread's
-            )
+        feedback = FeedbackItem.of(
+            item.result,
+            run_id=item.run_id,
+            key_run_id=item.run_id,
+            trace_id=None,  # with a trace id the SDK may batch in the background
+            retriever=item.retriever,
+        )
+        if feedback is None:  # pragma: no cover - skipped results never get here
+            return "sent"
+        run_id, metric = str(item.run_id), item.result.metric
+        return self._feedback.send(
+            feedback,
+            session_id=self._project_id,
+            after_post=partial(self._step, "after_post", run_id, metric),
+        )
 
 
 def monitor(project_name: str, **options: Any) -> MonitorSummary:

@@ -16,10 +16,26 @@ logging feedback:
   stable id derived from the project name.
 
 Outages, for the online sink's tests: ``fail`` answers a status (500, 429 ...),
-``hang`` accepts a request and never answers it (until ``release_hangs`` or stop), a
-second ``POST /feedback`` with an id the stub already has gets 409 (as LangSmith answers),
-and the module functions ``refused_url`` (nothing listens) and ``silent_server`` (a port
+``hang`` accepts a request and never answers it (until ``release_hangs`` or stop), and
+the module functions ``refused_url`` (nothing listens) and ``silent_server`` (a port
 that accepts connections and never answers) stand for LangSmith unreachable.
+
+What real LangSmith does, and the stub copies (checked against langsmith 0.15's client):
+
+* A second ``POST /feedback`` with an id the service already holds answers **409**: the
+  SDK turns it into ``LangSmithConflictError`` and its own batch paths ignore exactly that
+  error (``to_ignore=(LangSmithConflictError,)`` in ``Client``). The first feedback is kept
+  unchanged.
+* ``POST /feedback`` about a run the service has not ingested yet answers **404**: the SDK
+  retries exactly that error (``create_feedback`` passes ``retry_on=(LangSmithNotFoundError,)``
+  to ``request_with_retries``) because ingestion is asynchronous. The stub answers 404 for a
+  run it does not hold (``feedback_needs_run = False`` turns this off), and ``hide_run``
+  keeps a run out of query answers for a while (ingestion lag).
+* ``GET /sessions?name=<unknown>`` answers an empty list, which ``Client.read_project``
+  turns into ``LangSmithNotFoundError``; ``GET /sessions/<unknown id>`` answers 404. A
+  project comes into being when a run is traced to it or on ``POST /sessions``.
+* A run's ``session_id`` is resolved from its ``session_name`` at ingestion, whichever of
+  its post and patch arrives first.
 
 Nothing is ever sent beyond 127.0.0.1.
 """
@@ -260,11 +276,14 @@ class LangSmithStub(LoopbackServer):
         self._feedback_log: list[tuple[str, dict[str, Any]]] = []
         self._projects: dict[str, dict[str, Any]] = {}
         self._fail_rules: list[_FailRule] = []
-        self._hang_prefixes: list[str] = []
+        self._hang_prefixes: list[list[Any]] = []  # [prefix, requests left to hold or None]
         self._hung = 0
         self._release = threading.Event()
         self.page_size = 100
         """Runs per ``/runs/query`` page (the query's ``limit`` lowers it)."""
+        self.feedback_needs_run = True
+        """Answer 404 to ``POST /feedback`` about a run the stub does not hold (as LangSmith)."""
+        self._hidden: dict[str, int] = {}
 
     # ------------------------------------------------------------- accessors
 
@@ -292,6 +311,12 @@ class LangSmithStub(LoopbackServer):
             if (key is None or payload.get("key") == key)
             and (run_id is None or payload.get("run_id") == str(run_id))
         ]
+
+    def held_feedback(self, key: str | None = None) -> list[dict[str, Any]]:
+        """Feedback the stub holds now (deleted feedback gone), optionally with ``key``."""
+        with self._lock:
+            held = copy.deepcopy(list(self._feedback.values()))
+        return [f for f in held if key is None or f.get("key") == key]
 
     def feedback_records(self) -> list[tuple[str, dict[str, Any]]]:
         """``(transport, payload)`` pairs; transport is ``"multipart"`` or ``"POST /feedback"``."""
@@ -330,6 +355,20 @@ class LangSmithStub(LoopbackServer):
             self._feedback_log.clear()
             self._projects.clear()
             self._fail_rules.clear()
+            self._hidden.clear()
+
+    def hide_run(self, run_id: str | uuid.UUID, *, queries: int = 1) -> None:
+        """Leave a stored run out of the next ``queries`` ``/runs/query`` answers that match it.
+
+        Stands for LangSmith's ingestion lag: a trace's runs become visible one by one.
+        """
+        with self._lock:
+            self._hidden[str(run_id)] = queries
+
+    def create_project(self, name: str) -> str:
+        """Create a project (as ``POST /sessions`` would) and return its id."""
+        with self._lock:
+            return str(self._ensure_project(name)["id"])
 
     def fail(self, prefix: str, status: int = 500, times: int | None = 1) -> None:
         """Answer ``status`` to requests matching ``"METHOD /path"`` prefix (None = forever).
@@ -474,14 +513,15 @@ class LangSmithStub(LoopbackServer):
 
     # --------------------------------------------------------------- outages
 
-    def hang(self, prefix: str) -> None:
+    def hang(self, prefix: str, times: int | None = None) -> None:
         """Accept requests matching ``"METHOD /path"`` prefix and never answer them.
 
-        They are held until :meth:`release_hangs` or ``stop`` (a hung LangSmith).
+        They are held until :meth:`release_hangs` or ``stop`` (a hung LangSmith); with
+        ``times``, only the next ``times`` such requests are held and later ones answered.
         """
         with self._lock:
             self._release.clear()
-            self._hang_prefixes.append(prefix)
+            self._hang_prefixes.append([prefix, times])
 
     def release_hangs(self) -> None:
         """Stop hanging: held requests go on, new ones are answered."""
@@ -498,8 +538,18 @@ class LangSmithStub(LoopbackServer):
     def _hold_if_hung(self, method: str, path: str) -> None:
         target = f"{method} {path}"
         with self._lock:
-            if not any(target.startswith(p) for p in self._hang_prefixes):
+            rule = next(
+                (
+                    r
+                    for r in self._hang_prefixes
+                    if target.startswith(r[0]) and (r[1] is None or r[1] > 0)
+                ),
+                None,
+            )
+            if rule is None:
                 return
+            if rule[1] is not None:
+                rule[1] -= 1
             self._hung += 1
         try:
             while not self._release.wait(0.05):
@@ -523,7 +573,8 @@ class LangSmithStub(LoopbackServer):
         merged = self._runs.setdefault(run_id, {"id": run_id})
         merged.update({k: v for k, v in payload.items() if v is not None or k not in merged})
         project = merged.get("session_name")
-        if project and "session_id" not in merged:
+        # A post or patch may carry ``session_id: null``: LangSmith resolves it from the name.
+        if project and merged.get("session_id") is None:
             merged["session_id"] = self._ensure_project(str(project))["id"]
 
     def _post_multipart(self, req: StubRequest, _m: re.Match[str]) -> tuple[int, object]:
@@ -606,10 +657,17 @@ class LangSmithStub(LoopbackServer):
         body = req.body if isinstance(req.body, dict) else {}
         with self._lock:
             views = [self._run_view(r) for r in self._runs.values()]
-        selected = sorted(
-            (v for v in views if run_matches_query(v, body)),
-            key=lambda v: (str(v.get("start_time")), v["id"]),
-        )
+            matching = [v for v in views if run_matches_query(v, body)]
+            hidden = {v["id"] for v in matching if self._hidden.get(v["id"], 0) > 0}
+            selected = sorted(
+                (v for v in matching if v["id"] not in hidden),
+                key=lambda v: (str(v.get("start_time")), v["id"]),
+            )
+            page = runs_page(selected, body, self.page_size)
+            if page["cursors"]["next"] is None:  # the query is over: one answer without them
+                for run_id in hidden:
+                    self._hidden[run_id] -= 1
+        return 200, page
         return 200, runs_page(selected, body, self.page_size)
 
     # -------------------------------------------------------------- feedback
@@ -628,6 +686,9 @@ class LangSmithStub(LoopbackServer):
             raise _Route(422, {"detail": "feedback body must be a JSON object with a key"})
         with self._lock:  # check and store at once: two racing posts of one id store one
             self._refuse_duplicate_feedback(req.body)
+            run_id = req.body.get("run_id")
+            if self.feedback_needs_run and run_id is not None and str(run_id) not in self._runs:
+                return 404, {"detail": f"run {run_id} not found"}
             return 200, self._feedback_view(self._store_feedback("POST /feedback", req.body))
 
     @staticmethod
@@ -713,11 +774,13 @@ class LangSmithStub(LoopbackServer):
         return next((p for p in self._projects.values() if p["id"] == project_id), None)
 
     def _list_projects(self, req: StubRequest, _m: re.Match[str]) -> tuple[int, object]:
-        """List projects; a ``name`` filter always yields that (auto-created) project."""
+        """List projects; a ``name`` filter yields that project if it exists (else nothing)."""
         names = req.query.get("name", [])
         with self._lock:
             if names:
-                found: Iterable[dict[str, Any]] = [self._ensure_project(n) for n in names]
+                found: Iterable[dict[str, Any]] = [
+                    self._projects[n] for n in names if n in self._projects
+                ]
             else:
                 if not self._projects:
                     self._ensure_project("default")

@@ -41,6 +41,7 @@ def test_feedback_payloads_alongside_langchains_tracer(
     langsmith_stub: LangSmithStub,
 ) -> None:
     app = rag_app(judge_server, make_judge)
+    langsmith_stub.create_project("app")  # the app has traced to it before
     tracer = LangChainTracer(project_name="app", client=langsmith_client)
     sink = LangSmithFeedbackSink(langsmith_client, project_name="app")
     metrics = [ContextRelevance(llm=app.llm, retry=FAST), ContextPrecision(llm=app.llm)]
@@ -139,6 +140,7 @@ def test_without_a_trace_id_feedback_is_posted_directly(
     langsmith_stub: LangSmithStub,
 ) -> None:
     app = rag_app(judge_server, make_judge)
+    langsmith_stub.feedback_needs_run = False  # the run is never traced here
     sink = LangSmithFeedbackSink(langsmith_client, project_name="app")
     with online_handler(app.llm, sinks=[sink]) as handler:
         monitored = app.chain.with_config(callbacks=[handler])

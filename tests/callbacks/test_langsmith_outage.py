@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
+import langsmith
 import pytest
 from langchain_openai import ChatOpenAI
 
@@ -129,6 +130,7 @@ def test_a_transient_failure_is_retried_without_duplicates(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     app = rag_app(judge_server, make_judge)
+    langsmith_stub.feedback_needs_run = False  # these runs are never traced here
     monkeypatch.setenv("LANGSMITH_ENDPOINT", langsmith_stub.url)
     monkeypatch.setenv("LANGSMITH_API_KEY", "test")
     langsmith_stub.fail("POST /feedback", 500, times=1)
@@ -153,6 +155,7 @@ def test_a_transient_failure_is_retried_without_duplicates(
 def test_a_duplicate_id_counts_as_delivered(
     langsmith_stub: LangSmithStub, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    langsmith_stub.feedback_needs_run = False  # these runs are never traced here
     monkeypatch.setenv("LANGSMITH_ENDPOINT", langsmith_stub.url)
     monkeypatch.setenv("LANGSMITH_API_KEY", "test")
     sink = outage_sink()
@@ -172,6 +175,7 @@ def test_the_breaker_pauses_then_resumes(
 ) -> None:
     from langchain_ragmetrics.callbacks import SinkUnavailableError
 
+    langsmith_stub.feedback_needs_run = False  # these runs are never traced here
     monkeypatch.setenv("LANGSMITH_ENDPOINT", langsmith_stub.url)
     monkeypatch.setenv("LANGSMITH_API_KEY", "test")
     sink = LangSmithFeedbackSink(project_name="app", max_retries=0, failure_threshold=2)
@@ -197,6 +201,7 @@ def test_the_breaker_pauses_then_resumes(
 def test_skipped_results_are_not_sent_and_failed_ones_are_flagged(
     langsmith_stub: LangSmithStub, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    langsmith_stub.feedback_needs_run = False  # these runs are never traced here
     monkeypatch.setenv("LANGSMITH_ENDPOINT", langsmith_stub.url)
     monkeypatch.setenv("LANGSMITH_API_KEY", "test")
     sink = outage_sink()
@@ -237,3 +242,73 @@ def test_without_an_api_key_the_sink_disables_itself_with_one_warning(
     assert len(memory.results) == 3
     assert stats.sinks["LangSmithFeedbackSink"].dropped == 3
     assert stats.sinks["LangSmithFeedbackSink"].errors == 0
+
+
+def test_the_default_breaker_opens_at_the_fifth_failure_in_a_row(
+    langsmith_stub: LangSmithStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from langchain_ragmetrics.callbacks import SinkUnavailableError
+
+    monkeypatch.setenv("LANGSMITH_ENDPOINT", langsmith_stub.url)
+    monkeypatch.setenv("LANGSMITH_API_KEY", "test")
+    langsmith_stub.create_project("app")
+    langsmith_stub.fail("POST /feedback", 500, times=None)
+    sink = LangSmithFeedbackSink(project_name="app", max_retries=0)  # default threshold
+    for _ in range(4):
+        with pytest.raises(Exception, match="500"):
+            sink.emit(item(uuid.uuid4()))
+        assert not sink.breaker.is_open  # four failures in a row are not an outage yet
+    with pytest.raises(Exception, match="500"):
+        sink.emit(item(uuid.uuid4()))
+    assert sink.breaker.is_open  # the fifth is
+    with pytest.raises(SinkUnavailableError, match="circuit open"):
+        sink.emit(item(uuid.uuid4()))
+    assert len(langsmith_stub.requests_to("POST", "/feedback")) == 5
+    sink.close(5)
+
+
+def test_feedback_on_a_run_not_ingested_yet_is_retried_and_not_a_breaker_failure(
+    langsmith_stub: LangSmithStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LANGSMITH_ENDPOINT", langsmith_stub.url)
+    monkeypatch.setenv("LANGSMITH_API_KEY", "test")
+    sink = LangSmithFeedbackSink(
+        project_name="app", max_retries=0, failure_threshold=1, backoff=0.01, ingest_retries=4
+    )
+    run_id = uuid.uuid4()
+    with langsmith_stub._lock:  # the run, which LangSmith will have ingested after three 404s
+        langsmith_stub._runs[str(run_id)] = {"id": str(run_id)}
+    langsmith_stub.fail("POST /feedback", 404, times=3)
+    sink.emit(item(run_id))
+    statuses = [r.status for r in langsmith_stub.requests_to("POST", "/feedback")]
+    assert statuses == [404, 404, 404, 200]
+    assert not sink.breaker.is_open  # a threshold of 1, and still closed: 404 is an answer
+    assert len(langsmith_stub.held_feedback()) == 1
+    # past ingest_retries, the 404 is the pair's failure (still not the breaker's)
+    langsmith_stub.fail("POST /feedback", 404, times=None)
+    with pytest.raises(langsmith.utils.LangSmithNotFoundError):
+        sink.emit(item(uuid.uuid4()))
+    assert not sink.breaker.is_open
+    sink.close(5)
+
+
+def test_a_later_score_replaces_an_earlier_error_and_never_the_reverse(
+    langsmith_stub: LangSmithStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LANGSMITH_ENDPOINT", langsmith_stub.url)
+    monkeypatch.setenv("LANGSMITH_API_KEY", "test")
+    langsmith_stub.feedback_needs_run = False  # these runs are never traced here
+    sink = outage_sink()
+    first, second = uuid.uuid4(), uuid.uuid4()
+    sink.emit(item(first, score=float("nan"), error="TimeoutError: judge"))
+    sink.emit(item(first, score=0.75))  # e.g. the monitor or a retry scored it later
+    sink.emit(item(second, score=0.25))
+    sink.emit(item(second, score=float("nan"), error="TimeoutError: judge"))  # stale error
+    held = {f["run_id"]: f for f in langsmith_stub.held_feedback()}
+    assert len(langsmith_stub.held_feedback()) == 2
+    assert (held[str(first)]["score"], held[str(first)].get("error")) == (0.75, None)
+    assert (held[str(second)]["score"], held[str(second)].get("error")) == (0.25, None)
+    assert held[str(first)]["id"] == str(feedback_id(first, "context_relevance"))
+    # the stale error of the second was never posted: a score was already there
+    assert len(langsmith_stub.requests_to("POST", "/feedback")) == 3
+    sink.close(5)

@@ -17,6 +17,7 @@ from langchain_openai import ChatOpenAI
 
 from langchain_ragmetrics import ContextPrecision, ContextRecall, ContextRelevance
 from langchain_ragmetrics._ids import feedback_id
+from langchain_ragmetrics._langsmith_feedback import error_feedback_id
 from langchain_ragmetrics.callbacks._sampling import is_sampled
 from langchain_ragmetrics.integrations.monitor import (
     CheckpointError,
@@ -214,21 +215,32 @@ def test_judge_failures_are_retried_then_reported(
     from tests._support.openai_server import reply_error
     from tests._support.rag import rag_router
 
-    trace_questions(langsmith_stub, app.chain, PROJECT, range(2))
+    runs = trace_questions(langsmith_stub, app.chain, PROJECT, range(2))
     judge_server.script = rag_router(RelevantSentences=reply_error(500))
     first = make_monitor(app, langsmith_client, tmp_path, max_attempts=2).run()
     assert first.results_failed == 2
-    assert first.feedback_sent == 0  # kept for a retry
+    assert first.feedback_sent == 0  # kept for a retry on the next run, not this one's rounds
+    assert (first.runs_unsent, first.retry_rounds, first.complete) == (2, 0, False)
     second = make_monitor(app, langsmith_client, tmp_path, max_attempts=2).run()
     assert second.results_failed == 2
     assert second.feedback_sent == 2  # the failure itself, after max_attempts
-    assert all(
-        f.get("score") is None and f["comment"].startswith("error:")
-        for f in stored(langsmith_stub).values()
-    )
+    assert second.complete
+    errors = langsmith_stub.feedback(key="context_relevance")
+    assert {f["id"] for f in errors} == {
+        str(error_feedback_id(r["id"], "context_relevance")) for r in runs
+    }  # an id of their own: a later score is never taken for a duplicate of them
+    assert all(f.get("score") is None and f["comment"].startswith("error:") for f in errors)
     judge_server.script = rag_router()
     third = make_monitor(app, langsmith_client, tmp_path, max_attempts=2).run()
-    assert third.runs_already_scored == 2
+    assert (third.runs_already_failed, third.runs_already_scored) == (2, 0)  # not "scored"
+    # A later success (another worker, a fresh checkpoint) replaces the errors.
+    fresh = make_monitor(app, langsmith_client, tmp_path, checkpoint=tmp_path / "fresh.db").run()
+    assert fresh.feedback_sent == 2
+    held = {f["run_id"]: f for f in langsmith_stub.held_feedback("context_relevance")}
+    assert len(held) == len(langsmith_stub.held_feedback()) == 2  # one per run: the score
+    assert set(held) == {r["id"] for r in runs}
+    assert all(held[r["id"]]["score"] == expected_relevance(r) for r in runs)
+    assert not any(f.get("error") for f in held.values())
 
 
 def test_langsmith_500_on_listing_is_reported_not_raised(
@@ -364,3 +376,91 @@ def test_extra_sinks_receive_settled_results(
     assert histogram.sum == pytest.approx(
         sum(r.score or 0 for r in memory.results if r.metric == "context_relevance")
     )
+
+
+def test_a_trace_not_yet_ingested_is_waited_for_then_scored(
+    app: RagApp, langsmith_stub: LangSmithStub, langsmith_client: langsmith.Client, tmp_path: Path
+) -> None:
+    runs = trace_questions(langsmith_stub, app.chain, PROJECT, range(3))
+    langsmith_stub.hide_run(runs[0]["trace_id"], queries=1)  # its root shows up a moment later
+    summary = make_monitor(app, langsmith_client, tmp_path).run()
+    assert summary.complete
+    assert summary.retry_rounds == 1
+    assert (summary.runs_seen, summary.runs_scored, summary.feedback_sent) == (3, 3, 3)
+    assert set(stored(langsmith_stub)) == {r["id"] for r in runs}
+
+
+def test_a_run_never_complete_is_counted_unsent(
+    app: RagApp, langsmith_stub: LangSmithStub, langsmith_client: langsmith.Client, tmp_path: Path
+) -> None:
+    runs = trace_questions(langsmith_stub, app.chain, PROJECT, range(2))
+    langsmith_stub.hide_run(runs[0]["trace_id"], queries=100)
+    summary = make_monitor(app, langsmith_client, tmp_path, retry_rounds=1).run()
+    assert (summary.runs_unsent, summary.runs_waiting, summary.complete) == (1, 1, False)
+    assert summary.feedback_sent == 1
+
+
+def test_follow_retries_unsent_pairs_whatever_their_age(
+    app: RagApp, langsmith_stub: LangSmithStub, langsmith_client: langsmith.Client, tmp_path: Path
+) -> None:
+    from urllib3.util.retry import Retry
+
+    runs = trace_questions(langsmith_stub, app.chain, PROJECT, range(2))
+    langsmith_stub.fail("POST /feedback", 500, times=4)  # both tries of both pairs
+    client = langsmith.Client(
+        api_url=langsmith_stub.url, api_key="test", retry_config=Retry(total=0)
+    )  # no retries inside the SDK: the monitor's own are the ones under test
+    worker = make_monitor(
+        app, client, tmp_path, follow=True, poll_interval=0.05, lookback=timedelta(0)
+    )
+    result: list[MonitorSummary] = []
+    thread = threading.Thread(target=lambda: result.append(worker.run()), daemon=True)
+    thread.start()
+    try:
+        langsmith_stub.wait_for(lambda: len(langsmith_stub.held_feedback()) == 2, timeout=30)
+    finally:
+        worker.stop()
+        thread.join(30)
+    (summary,) = result
+    assert summary.complete
+    assert summary.feedback_failed == 2
+    # later polls' windows start after both runs: they were read again by id
+    by_id = [r for r in langsmith_stub.requests_to("POST", "/runs/query") if r.body.get("id")]
+    assert {rid for r in by_id for rid in r.body["id"]} >= {r["id"] for r in runs}
+    assert set(stored(langsmith_stub)) == {r["id"] for r in runs}
+    client.close(timeout=5)
+
+
+@pytest.mark.parametrize("held", ["POST /feedback", "DELETE /feedback/", "GET /feedback/"])
+def test_a_request_slower_than_its_timeout_leaves_no_gap_and_no_duplicate(
+    held: str, app: RagApp, langsmith_stub: LangSmithStub, tmp_path: Path
+) -> None:
+    import sqlite3
+
+    runs = trace_questions(langsmith_stub, app.chain, PROJECT, range(3))
+    client = langsmith.Client(api_url=langsmith_stub.url, api_key="test", timeout_ms=(500, 500))
+    if held == "GET /feedback/":  # reads happen for pairs a killed worker meant to send
+        make_monitor(app, client, tmp_path).run()
+        db = sqlite3.connect(tmp_path / "monitor.sqlite")
+        with db:
+            for run in runs:
+                db.execute("DELETE FROM settled WHERE run_id = ?", (run["id"],))
+                db.execute("INSERT INTO intents VALUES (?, 'context_relevance')", (run["id"],))
+        db.close()
+    posts_before = len(langsmith_stub.requests_to("POST", "/feedback"))
+    langsmith_stub.hang(held, times=1)  # held until released, long past the 0.5 s timeout
+    try:
+        summary = make_monitor(app, client, tmp_path, request_timeout=0.5).run()
+    finally:
+        langsmith_stub.release_hangs()
+        langsmith_stub.wait_for(lambda: langsmith_stub.hung == 0)
+    client.close(timeout=5)
+    assert summary.complete, summary.render()
+    held_now = langsmith_stub.held_feedback("context_relevance")
+    assert sorted(f["run_id"] for f in held_now) == sorted(r["id"] for r in runs)
+    posts = len(langsmith_stub.requests_to("POST", "/feedback")) - posts_before
+    stored_posts = [r for r in langsmith_stub.requests_to("POST", "/feedback") if r.status == 200]
+    assert len(stored_posts) == 3  # each pair stored once, whatever was retried
+    # a held POST is tried again (409 when the held one is let through); a held clean-up
+    # or read is retried on its own; nothing is posted for a pair found in LangSmith
+    assert posts == {"POST /feedback": 4, "DELETE /feedback/": 3, "GET /feedback/": 0}[held]

@@ -22,6 +22,7 @@ from tests._support.traces import trace_questions
 JudgeFactory = Callable[..., ChatOpenAI]
 PROJECT = "rag-prod"
 _MAIN = "import sys; from langchain_ragmetrics.cli import main; sys.exit(main())"
+_ROOT = Path(__file__).resolve().parents[2]
 
 
 def env_for(judge: JudgeServer, stub: LangSmithStub) -> dict[str, str]:
@@ -54,45 +55,90 @@ def monitor_args(checkpoint: Path, *extra: str) -> list[str]:
     ]
 
 
-def test_worker_killed_mid_run_resumes_without_gaps_or_resends(
+# (step, feedback POSTs that reached LangSmith when the 3rd pair's worker died there)
+_KILL_STEPS = [("before_intent", 2), ("after_intent", 2), ("after_post", 3), ("before_settle", 3)]
+
+
+@pytest.mark.parametrize(("step", "posted"), _KILL_STEPS)
+def test_worker_killed_at_each_step_resumes_without_gaps_or_resends(
+    step: str,
+    posted: int,
     judge_server: JudgeServer,
     make_judge: JudgeFactory,
     langsmith_stub: LangSmithStub,
     tmp_path: Path,
 ) -> None:
     app = rag_app(judge_server, make_judge, max_retries=2)
-    runs = trace_questions(langsmith_stub, app.chain, PROJECT, range(24))
+    runs = trace_questions(langsmith_stub, app.chain, PROJECT, range(6))
     checkpoint = tmp_path / "worker.sqlite"
-    command = [sys.executable, "-c", _MAIN, *monitor_args(checkpoint, "--concurrency", "2")]
     env = env_for(judge_server, langsmith_stub)
-
-    judge_server.latency = 0.1  # slow enough to be killed half way
-    worker = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        langsmith_stub.wait_for_feedback(6, timeout=60)
-    finally:
-        worker.send_signal(signal.SIGKILL)
-        worker.communicate(timeout=30)
-    assert worker.returncode == -signal.SIGKILL
-    sent_before = len(langsmith_stub.feedback())
-    assert 6 <= sent_before < 24
-
-    judge_server.latency = 0.0
-    done = subprocess.run(
-        command, check=False, env=env, capture_output=True, text=True, timeout=120
+    killer = [sys.executable, "-m", "tests._support.monitor_worker", step, "3"]
+    killed = subprocess.run(
+        [*killer, str(checkpoint), PROJECT],
+        check=False,
+        env=env,
+        cwd=_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
-    assert done.returncode == 0, done.stderr
-    assert "runs seen 24 (of 24 listed)" in done.stdout
-    # every run whose feedback arrived before the kill counts as already scored: settled, or
-    # found in LangSmith through its send intent (never sent twice)
-    assert f"already scored {sent_before}," in done.stdout
+    assert killed.returncode == -signal.SIGKILL, killed.stdout + killed.stderr
+    assert len(langsmith_stub.requests_to("POST", "/feedback")) == posted
 
-    feedback = langsmith_stub.feedback(key="context_relevance")
-    assert sorted(f["run_id"] for f in feedback) == sorted(r["id"] for r in runs)  # no gap
-    assert len(langsmith_stub.requests_to("POST", "/feedback")) == 24  # no resend
-    assert {f["id"] for f in feedback} == {
-        str(feedback_id(r["id"], "context_relevance")) for r in runs
-    }
+    command = [sys.executable, "-c", _MAIN, *monitor_args(checkpoint)]
+    done = subprocess.run(
+        command, check=False, env=env, cwd=_ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "runs seen 6 (of 6 listed)" in done.stdout
+    held = langsmith_stub.held_feedback("context_relevance")
+    assert sorted(f["run_id"] for f in held) == sorted(r["id"] for r in runs)  # no gap, no dup
+    assert len(langsmith_stub.requests_to("POST", "/feedback")) == 6  # nothing posted twice
+    assert {f["id"] for f in held} == {str(feedback_id(r["id"], "context_relevance")) for r in runs}
+
+
+def test_unsent_feedback_exits_12_and_a_rerun_finishes(
+    judge_server: JudgeServer,
+    make_judge: JudgeFactory,
+    langsmith_stub: LangSmithStub,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    app = rag_app(judge_server, make_judge, max_retries=2)
+    runs = trace_questions(langsmith_stub, app.chain, PROJECT, range(3))
+    for name, value in env_for(judge_server, langsmith_stub).items():
+        if name.startswith(("OPENAI_", "LANGSMITH_")):
+            monkeypatch.setenv(name, value)
+    langsmith_stub.fail("POST /feedback", 500, times=None)
+    args = monitor_args(tmp_path / "cp.sqlite")
+    assert main(args) == ExitCode.UNSENT
+    captured = capsys.readouterr()
+    assert "3 run(s) still have unsent feedback" in captured.err
+    assert "unsent 3 after 3 retry rounds" in captured.out
+    with langsmith_stub._lock:
+        langsmith_stub._fail_rules.clear()
+    assert main(args) == ExitCode.OK
+    held = langsmith_stub.held_feedback()
+    assert sorted(f["run_id"] for f in held) == sorted(r["id"] for r in runs)
+
+
+def test_a_misspelled_project_exits_13(
+    judge_server: JudgeServer,
+    langsmith_stub: LangSmithStub,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    for name, value in env_for(judge_server, langsmith_stub).items():
+        if name.startswith(("OPENAI_", "LANGSMITH_")):
+            monkeypatch.setenv(name, value)
+    langsmith_stub.create_project(PROJECT)
+    args = monitor_args(tmp_path / "cp.sqlite")
+    args[args.index(PROJECT)] = "rag-prdo"
+    assert main(args) == ExitCode.UNKNOWN_PROJECT
+    assert "LangSmith has no project named 'rag-prdo' (check --project)" in capsys.readouterr().err
+    assert langsmith_stub.requests_to("POST", "/runs/query") == []  # nothing listed
 
 
 def test_exit_summary_and_code(
@@ -127,6 +173,7 @@ def test_unreachable_langsmith_exits_with_error(
     for name, value in env_for(judge_server, langsmith_stub).items():
         if name.startswith(("OPENAI_", "LANGSMITH_")):
             monkeypatch.setenv(name, value)
+    langsmith_stub.create_project(PROJECT)
     langsmith_stub.fail("POST /runs/query", 503, times=None)
     code = main(monitor_args(tmp_path / "cp.sqlite"))
     assert code == ExitCode.ERROR

@@ -2,7 +2,7 @@
 
 import pytest
 
-from langchain_ragmetrics.callbacks._breaker import CircuitBreaker
+from langchain_ragmetrics._breaker import CircuitBreaker
 
 
 class Clock:

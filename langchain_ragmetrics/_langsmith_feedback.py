@@ -1,0 +1,374 @@
+"""One LangSmith feedback client for the online sink and the monitor: one set of delivery rules.
+
+Both post one feedback per (run, metric) and must agree on what LangSmith ends up holding,
+so the rules live here once:
+
+* **Ids.** A score goes under ``feedback_id(run, metric)``, an error under
+  ``error_feedback_id(run, metric)``. A retried send meets 409 (LangSmith keeps the first
+  feedback of an id) and counts as delivered; because errors never use the score's id, a
+  409 on a score always means that score is there.
+* **Convergence.** After a score is accepted, the error feedback of the same pair is
+  deleted, so a later success replaces an earlier error. An error is not posted when a
+  score for the pair is already there.
+* **Not ingested yet.** LangSmith answers 404 to feedback on a run it has not ingested yet
+  (ingestion is asynchronous; the SDK retries exactly that error). It is retried with
+  backoff and is not a breaker failure: LangSmith answered.
+* **Breaker.** Requests that get no answer or a 5xx/429 count as failures; after
+  ``failure_threshold`` in a row the breaker opens and sends are refused
+  (:class:`~langchain_ragmetrics.errors.SinkUnavailableError`) for ``cooldown`` seconds.
+  401/403/422 fail at once (retrying cannot help) and count as failures too.
+
+It lives at package level, below ``callbacks`` (the sink) and ``integrations`` (the
+monitor), so both import it without an upward import.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import random
+import threading
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from typing_extensions import override
+
+from langchain_ragmetrics._breaker import CircuitBreaker
+from langchain_ragmetrics._ids import FEEDBACK_NAMESPACE, feedback_id
+from langchain_ragmetrics.errors import SinkUnavailableError
+
+if TYPE_CHECKING:
+    from langsmith import Client
+
+    from langchain_ragmetrics.schema import MetricResult
+
+__all__ = [
+    "DEFAULT_FAILURE_THRESHOLD",
+    "FeedbackClient",
+    "FeedbackItem",
+    "error_feedback_id",
+    "source_info",
+]
+
+DEFAULT_FAILURE_THRESHOLD = 5
+"""Failed requests in a row that open the breaker, for the sink and the monitor alike."""
+_MAX_BACKOFF_SECONDS = 8.0
+logger = logging.getLogger("langchain_ragmetrics")
+
+
+def error_feedback_id(run_id: uuid.UUID | str, metric: str) -> uuid.UUID:
+    """The id of the *error* feedback of one metric on one run (never a score's id)."""
+    return uuid.uuid5(FEEDBACK_NAMESPACE, f"{uuid.UUID(str(run_id))}:{metric}:error")
+
+
+def source_info(
+    result: MetricResult, *, retriever: str | None, retriever_run_id: uuid.UUID
+) -> dict[str, Any]:
+    """What the feedback's ``source_info`` says about a result: judge, details, usage ..."""
+    return {
+        "judge": result.judge,
+        "metric": result.metric,
+        "details": result.details,
+        "usage": result.usage.model_dump(),
+        "latency_s": result.latency_s,
+        "retriever": retriever,
+        "retriever_run_id": str(retriever_run_id),
+        "library": "langchain-ragmetrics",
+    }
+
+
+@dataclass(frozen=True)
+class FeedbackItem:
+    """One result to post: on ``run_id``, with ids derived from ``key_run_id`` and the metric.
+
+    ``key_run_id`` is the retriever run, also when the feedback is about the root run, so
+    the online sink and the monitor derive the same ids for the same retrieval.
+    """
+
+    run_id: uuid.UUID
+    key_run_id: uuid.UUID
+    metric: str
+    failed: bool
+    score: float | None = None
+    comment: str | None = None
+    trace_id: uuid.UUID | None = None
+    source_info: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def feedback_id(self) -> uuid.UUID:
+        """The id this item is posted under (the error id for a failed result)."""
+        if self.failed:
+            return error_feedback_id(self.key_run_id, self.metric)
+        return feedback_id(self.key_run_id, self.metric)
+
+    @classmethod
+    def of(
+        cls,
+        result: MetricResult,
+        *,
+        run_id: uuid.UUID,
+        key_run_id: uuid.UUID,
+        trace_id: uuid.UUID | None,
+        retriever: str | None,
+    ) -> FeedbackItem | None:
+        """The item for a result (None for a skipped result: nothing to say)."""
+        if result.skipped:
+            return None
+        failed = result.failed
+        info = source_info(result, retriever=retriever, retriever_run_id=key_run_id)
+        if failed:
+            info["error"] = result.error
+        return cls(
+            run_id=run_id,
+            key_run_id=key_run_id,
+            metric=result.metric,
+            failed=failed,
+            score=None if failed else result.score,
+            comment=f"error: {result.error}" if failed else result.reason,
+            trace_id=trace_id,
+            source_info=info,
+        )
+
+    def kwargs(self) -> dict[str, Any]:
+        """The ``Client.create_feedback`` arguments (without the session)."""
+        return {
+            "run_id": self.run_id,
+            "key": self.metric,
+            "score": self.score,
+            "comment": self.comment,
+            "trace_id": self.trace_id,
+            "feedback_id": self.feedback_id,
+            "feedback_source_type": "model",
+            "source_info": dict(self.source_info),
+            "error": True if self.failed else None,
+        }
+
+
+class _ThreadFilter(logging.Filter):
+    """Drops the SDK's per-failure ERROR log for calls made by one thread (we count them)."""
+
+    def __init__(self, thread_id: int) -> None:
+        super().__init__()
+        self.thread_id = thread_id
+
+    @override
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.thread != self.thread_id
+
+
+@contextlib.contextmanager
+def _quiet_sdk() -> Iterator[None]:
+    import langsmith.client
+
+    quiet = _ThreadFilter(threading.get_ident())
+    langsmith.client.logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        langsmith.client.logger.removeFilter(quiet)
+
+
+class FeedbackClient:
+    """Posts feedback to LangSmith under the rules in this module's docstring.
+
+    Args:
+        client: A ``langsmith.Client``, or a function that returns one (built on first use).
+        name: Who sends (in log messages), e.g. ``"LangSmithFeedbackSink"``.
+        max_retries: Retries of a request that got no answer or a 5xx/429.
+        ingest_retries: Retries of a 404 (run not ingested yet), with the same backoff.
+        backoff: First retry delay in seconds (doubled each retry, at most 8 s, jittered).
+        failure_threshold: Failed requests in a row that open the breaker.
+        cooldown: Seconds the breaker stays open.
+    """
+
+    def __init__(
+        self,
+        client: Client | Callable[[], Client],
+        *,
+        name: str,
+        max_retries: int = 2,
+        ingest_retries: int = 4,
+        backoff: float = 0.5,
+        failure_threshold: int = DEFAULT_FAILURE_THRESHOLD,
+        cooldown: float = 30.0,
+    ) -> None:
+        for option, value in (("max_retries", max_retries), ("ingest_retries", ingest_retries)):
+            if value < 0:
+                msg = f"`{option}` must be >= 0, got {value!r}"
+                raise ValueError(msg)
+        if backoff < 0:
+            msg = f"`backoff` must be >= 0, got {backoff!r}"
+            raise ValueError(msg)
+        self._client = client
+        self.name = name
+        self.max_retries = max_retries
+        self.ingest_retries = ingest_retries
+        self.backoff = backoff
+        self.breaker = CircuitBreaker(threshold=failure_threshold, cooldown=cooldown)
+        self.closing = threading.Event()
+        """Set to cut every backoff wait short (the failure is raised at once)."""
+
+    @property
+    def client(self) -> Client:
+        """The ``langsmith.Client``."""
+        return self._client() if callable(self._client) else self._client
+
+    def resolve_project(self, name: str) -> uuid.UUID:
+        """The id of project ``name``.
+
+        Raises:
+            langsmith.utils.LangSmithNotFoundError: No such project (not a breaker failure).
+            Exception: LangSmith could not answer (counted by the breaker).
+        """
+        from langsmith.utils import LangSmithNotFoundError
+
+        try:
+            with _quiet_sdk():
+                project = self.client.read_project(project_name=name)
+        except LangSmithNotFoundError:
+            self.breaker.success()  # LangSmith answered
+            raise
+        except Exception:
+            self._failed_request()
+            raise
+        self._answered()
+        return uuid.UUID(str(project.id))
+
+    def send(
+        self,
+        item: FeedbackItem,
+        *,
+        session_id: uuid.UUID | None,
+        after_post: Callable[[], None] | None = None,
+    ) -> Literal["sent", "superseded"]:
+        """Deliver ``item`` (a retried or repeated send never duplicates).
+
+        Returns ``"superseded"`` when ``item`` is an error and the pair already has a
+        score (nothing was posted), else ``"sent"``. ``after_post`` runs between the POST
+        and the clean-up of a stale error (a test hook for a worker killed there).
+
+        Raises:
+            SinkUnavailableError: The breaker is open.
+            Exception: The failure that ended the last try.
+        """
+        if item.failed and self.holds_score(item.key_run_id, item.metric):
+            return "superseded"
+        kwargs = item.kwargs()
+        if self.breaker.is_open:
+            raise self._unavailable()
+        self._call(lambda: self._post(kwargs, session_id))
+        if after_post is not None:
+            after_post()
+        if not item.failed:
+            stale = error_feedback_id(item.key_run_id, item.metric)
+            self._call(lambda: self._delete(stale))
+        return "sent"
+
+    def send_budget(self, request_timeout: float) -> float:
+        """The longest :meth:`send` can take when each request takes ``request_timeout``."""
+        requests = 3 + self.max_retries + self.ingest_retries  # read, posts, delete
+        waits = sum(
+            min(_MAX_BACKOFF_SECONDS, self.backoff * 2**i)
+            for i in range(max(self.max_retries, self.ingest_retries))
+        )
+        return float(request_timeout * requests + 2 * waits)
+
+    def confirm_score(self, key_run_id: uuid.UUID | str, metric: str) -> bool:
+        """Whether LangSmith holds the score of a pair; if so, its stale error is removed.
+
+        For a sender that stopped between posting a score and cleaning up after it.
+        """
+        if not self.holds_score(key_run_id, metric):
+            return False
+        stale = error_feedback_id(key_run_id, metric)
+        self._call(lambda: self._delete(stale))
+        return True
+
+    def holds_score(self, key_run_id: uuid.UUID | str, metric: str) -> bool:
+        """Whether LangSmith holds the *score* of a pair (an error feedback does not count)."""
+        score_id = feedback_id(key_run_id, metric)
+        return self._call(lambda: self._read(score_id))
+
+    # ------------------------------------------------------------------ requests
+
+    def _post(self, kwargs: dict[str, Any], session_id: uuid.UUID | None) -> bool:
+        from langsmith.utils import LangSmithConflictError
+
+        # A 409 means LangSmith has this id already: an earlier try got through.
+        with contextlib.suppress(LangSmithConflictError):
+            self.client.create_feedback(**kwargs, session_id=session_id, stop_after_attempt=1)
+        return True
+
+    def _delete(self, id_: uuid.UUID) -> bool:
+        from langsmith.utils import LangSmithNotFoundError
+
+        with contextlib.suppress(LangSmithNotFoundError):  # no stale error: nothing to do
+            self.client.delete_feedback(id_)
+        return True
+
+    def _read(self, id_: uuid.UUID) -> bool:
+        from langsmith.utils import LangSmithNotFoundError
+
+        try:
+            self.client.read_feedback(id_)
+        except LangSmithNotFoundError:
+            return False
+        return True
+
+    def _call(self, request: Callable[[], bool]) -> bool:
+        """One request under the retry, 404 and breaker rules."""
+        from langsmith.utils import LangSmithAuthError, LangSmithNotFoundError, LangSmithUserError
+
+        failures = not_found = 0
+        while True:
+            if self.breaker.is_open:
+                raise self._unavailable()
+            try:
+                with _quiet_sdk():
+                    answer = request()
+            except LangSmithNotFoundError:
+                self._answered()  # LangSmith answered: the run is not ingested yet
+                if not_found >= self.ingest_retries:
+                    raise
+                self._wait(not_found)
+                not_found += 1
+                continue
+            except (LangSmithAuthError, LangSmithUserError):
+                self._failed_request()
+                raise  # retrying cannot help
+            except Exception:
+                if self._failed_request() or failures >= self.max_retries:
+                    raise
+                self._wait(failures)
+                failures += 1
+                continue
+            self._answered()
+            return answer
+
+    def _wait(self, attempt: int) -> None:
+        delay = min(_MAX_BACKOFF_SECONDS, self.backoff * 2**attempt)
+        if self.closing.wait(delay * (0.5 + random.random() / 2)):  # noqa: S311
+            msg = f"{self.name}: closing, retry abandoned"
+            raise SinkUnavailableError(msg)
+
+    def _unavailable(self) -> SinkUnavailableError:
+        msg = f"LangSmith circuit open, next try in {self.breaker.retry_in:.0f} s"
+        return SinkUnavailableError(msg)
+
+    def _answered(self) -> None:
+        if self.breaker.success():
+            logger.warning("%s: LangSmith answers again; sending resumed", self.name)
+
+    def _failed_request(self) -> bool:
+        """Count a failed request; True (and one warning) when it opened the breaker."""
+        opened = self.breaker.failure()
+        if opened:
+            logger.warning(
+                "%s: %d failed requests in a row; pausing %.0f s",
+                self.name,
+                self.breaker.threshold,
+                self.breaker.cooldown,
+            )
+        return opened
