@@ -20,7 +20,15 @@ from langchain_ragmetrics.cli._common import (
     split_names,
 )
 
-__all__ = ["register"]
+__all__ = ["EXIT_CODES", "register"]
+
+EXIT_CODES: tuple[ExitCode, ...] = (
+    ExitCode.ERROR,
+    ExitCode.UNKNOWN_METRIC,
+    ExitCode.NO_API_KEY,
+    ExitCode.JUDGE_DISAGREES,
+)
+"""What this sub-command can return besides 0, 2 and 130 (its ``--help`` lists them)."""
 
 
 def register(commands: Any) -> None:
@@ -35,7 +43,7 @@ def register(commands: Any) -> None:
         "accuracy and Cohen's kappa, score mean absolute error, parse-failure and retry rates, "
         "tokens and latency. Exits 11 when a metric's accuracy (or share of answered items) "
         "is below --min-agreement.",
-        epilog=exit_codes_help(),
+        epilog=exit_codes_help(EXIT_CODES),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_judge_options(parser)
