@@ -236,9 +236,10 @@ def render(latency: dict[str, Any], memory: dict[str, Any], invocations: int) ->
             f"Not above the tracer's: paired {paired:.3f} vs {tracer_paired:.3f} ms "
             f"({_verdict(paired <= tracer_paired)}), separate runs {separate:.3f} vs "
             f"{tracer_separate:.3f} ms ({_verdict(separate <= tracer_separate)}).",
-            f"Calls slower than the judge's {JUDGE_LATENCY * 1000:.0f} ms: "
-            f"{handler['calls_over_judge_latency']} with our handler, "
-            f"{base['calls_over_judge_latency']} without callbacks (of {total} each).",
+            f"The judge's {JUDGE_LATENCY * 1000:.0f} ms never shows in the user's latency: "
+            f"{handler['calls_over_judge_latency']} calls that slow with our handler, "
+            f"{base['calls_over_judge_latency']} without callbacks (of {total} each) "
+            f"({_verdict(handler['calls_over_judge_latency'] == 0)}).",
         ]
     for config in SCORED_CONFIGS:
         if refused[config]:
