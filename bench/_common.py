@@ -26,6 +26,8 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 RESULTS = BENCH / "results"
+LOAD_AT_START = os.getloadavg() if hasattr(os, "getloadavg") else (math.nan,) * 3
+"""The 1/5/15-minute load averages when the benchmark script started (kept beside its figures)."""
 RAGAS_VENV = Path(os.environ.get("RAGAS_VENV", BENCH / ".ragas-venv"))
 RAGAS_VERSION = "0.4.3"
 RAGAS_REQUIREMENTS = [f"ragas=={RAGAS_VERSION}", "langchain-openai"]
@@ -35,7 +37,9 @@ __all__ = [
     "REPO",
     "RESULTS",
     "base_parser",
+    "command_line",
     "ensure_ragas_venv",
+    "load_average",
     "machine",
     "median",
     "percentile",
@@ -103,14 +107,39 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join(lines)
 
 
+def load_average() -> tuple[float, float, float]:
+    """The 1/5/15-minute load averages now (NaN where the platform has none)."""
+    if hasattr(os, "getloadavg"):
+        one, five, fifteen = os.getloadavg()
+        return one, five, fifteen
+    return math.nan, math.nan, math.nan
+
+
 def machine() -> dict[str, Any]:
-    """What the figures were measured on."""
+    """What the figures were measured on, and how busy the machine was (load averages)."""
     return {
         "python": platform.python_version(),
         "platform": platform.platform(),
         "cpus": os.cpu_count(),
-        "when": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "when": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+        "load_at_start": [round(x, 2) for x in LOAD_AT_START],
+        "load_at_end": [round(x, 2) for x in load_average()],
     }
+
+
+def command_line() -> str:
+    """The command that is running, as a reader would type it (without ``--out DIR``)."""
+    args, skip = [], False
+    for arg in sys.argv[1:]:
+        if skip:
+            skip = False
+        elif arg == "--out":
+            skip = True
+        elif not arg.startswith("--out="):
+            args.append(arg)
+    script = Path(sys.argv[0]).resolve()
+    shown = script.relative_to(REPO) if script.is_relative_to(REPO) else script
+    return " ".join(["python", str(shown), *args])
 
 
 def publish(out: Path, name: str, title: str, text: str, payload: dict[str, Any]) -> Path:
@@ -118,7 +147,7 @@ def publish(out: Path, name: str, title: str, text: str, payload: dict[str, Any]
     print(f"## {title}\n\n{text}")
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{name}.json"
-    data = {"machine": machine(), **payload, "table": text}
+    data = {"machine": machine(), "command": command_line(), **payload, "table": text}
     path.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
     print(f"\nresults: {path}")
     return path

@@ -18,6 +18,8 @@ Any other schema gets a generic answer filled in from the schema itself, so an u
 prompt still gets a valid reply instead of a 500. The judge also tallies calls and characters
 per (side, metric), read from the ``x-bench-side`` / ``x-bench-metric`` headers each benchmark
 client sets, so the figures do not depend on guessing which prompt belongs to which metric.
+It counts every character the judge receives: the messages and the tool / response-format
+schema beside them (ours sends its schema as a tool definition, RAGAS inside the prompt text).
 """
 
 from __future__ import annotations
@@ -33,9 +35,9 @@ import _common  # noqa: F401 - puts the repository root on sys.path for tests._s
 
 from tests._support.lexical_judge import entities as lexical_entities
 from tests._support.lexical_judge import overlap, sentences
-from tests._support.openai_server import JudgeRequest
+from tests._support.openai_server import JudgeRequest, _content_text
 
-__all__ = ["BenchJudge", "Tally", "fill_schema"]
+__all__ = ["BenchJudge", "Tally", "fill_schema", "message_chars", "schema_chars"]
 
 _SCHEMA_MARK = "as specified in JSON Schema:\n"
 _INPUT_MARK = "\ninput: "
@@ -203,17 +205,39 @@ def _rating(text: str) -> str:
 
 @dataclass
 class Tally:
-    """Calls and characters for one (side, metric)."""
+    """Calls and characters for one (side, metric).
+
+    ``message_chars`` is the text of every message (system, user, assistant); ``schema_chars``
+    the tool / function / response-format definitions and the tool choice sent beside them,
+    which a provider bills as input too; ``input_chars`` is their sum, what the judge receives.
+    """
 
     calls: int = 0
-    prompt_chars: int = 0
+    message_chars: int = 0
     schema_chars: int = 0
+    input_chars: int = 0
     completion_chars: int = 0
 
 
-def _schema_chars(body: dict[str, Any]) -> int:
-    """Characters of the tool / response-format definitions sent next to the messages."""
-    extra = {k: body[k] for k in ("tools", "response_format", "functions") if body.get(k)}
+_SCHEMA_KEYS = ("tools", "tool_choice", "functions", "function_call", "response_format")
+
+
+def message_chars(body: dict[str, Any]) -> int:
+    """Characters of every message's text (string or text parts) in a request body."""
+    return sum(
+        len(_content_text(m.get("content")))
+        for m in body.get("messages") or []
+        if isinstance(m, dict)
+    )
+
+
+def schema_chars(body: dict[str, Any]) -> int:
+    """Characters of the tool / response-format definitions sent next to the messages.
+
+    Compact JSON, as the client serialises it: the bench counts RAGAS's in-prompt JSON Schema
+    as message text and our tool schemas here, so both sides pay for their schema.
+    """
+    extra = {k: body[k] for k in _SCHEMA_KEYS if body.get(k)}
     return len(json.dumps(extra, separators=(",", ":"), ensure_ascii=False)) if extra else 0
 
 
@@ -232,7 +256,7 @@ class BenchJudge:
             self.unknown.clear()
 
     def tally(self) -> dict[str, dict[str, dict[str, int]]]:
-        """``{side: {metric: {calls, prompt_chars, schema_chars, completion_chars}}}``."""
+        """``{side: {metric: {calls, message_chars, schema_chars, input_chars, ...}}}``."""
         with self._lock:
             out: dict[str, dict[str, dict[str, int]]] = {}
             for (side, metric), t in sorted(self._tally.items()):
@@ -273,7 +297,8 @@ class BenchJudge:
         with self._lock:
             t = self._tally.setdefault(key, Tally())
             t.calls += 1
-            t.prompt_chars += len(req.text)
-            t.schema_chars += _schema_chars(req.body)
+            t.message_chars += message_chars(req.body)
+            t.schema_chars += schema_chars(req.body)
+            t.input_chars = t.message_chars + t.schema_chars
             t.completion_chars += len(completion)
         return reply

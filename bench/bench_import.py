@@ -1,8 +1,10 @@
 """Benchmark 4 - import cost: ``import langchain_ragmetrics`` vs ``import ragas``.
 
-Each statement runs in a fresh interpreter, ``--repeats`` times; we report the median wall time
-(minus a bare ``python -c pass`` of the same venv, so interpreter start-up does not count) and
-the median peak RSS of the child (``os.wait4`` gives the child's own ``ru_maxrss``).
+Each statement runs in a fresh interpreter, ``--repeats`` times, the statements alternating
+(round 1: every statement of ours and of RAGAS once; round 2: ...); we report the median CPU
+time of the child (user + system, from ``os.wait4``: what the import computed, whatever the
+machine's load), the median wall time (minus a bare ``python -c pass`` of the same venv, so
+interpreter start-up does not count) and the median peak RSS of the child (``ru_maxrss``).
 
 Two levels per library: the bare package import, and importing what a user needs to score with
 the four context metrics (the metric classes and ``evaluate``). ``import ragas`` needs the
@@ -46,8 +48,8 @@ SNIPPETS = {
 }
 
 
-def run_once(python: str, code: str) -> tuple[float, float]:
-    """Wall seconds and peak RSS (MiB) of one ``python -c code`` child."""
+def run_once(python: str, code: str) -> tuple[float, float, float]:
+    """Wall seconds, CPU seconds and peak RSS (MiB) of one ``python -c code`` child."""
     env = {**os.environ, "RAGAS_DO_NOT_TRACK": "true", "PYTHONWARNINGS": "ignore"}
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     start = time.perf_counter()
@@ -59,15 +61,40 @@ def run_once(python: str, code: str) -> tuple[float, float]:
     if proc.returncode != 0:
         msg = f"{python} -c {code!r} failed:\n{err[-2000:]}"
         raise RuntimeError(msg)
-    return wall, usage.ru_maxrss / 1024  # ru_maxrss is in KiB on Linux
+    cpu = usage.ru_utime + usage.ru_stime
+    return wall, cpu, usage.ru_maxrss / 1024  # ru_maxrss is in KiB on Linux
 
 
-def measure(python: str, code: str, repeats: int, *, warm: bool = True) -> dict[str, Any]:
-    """Median wall and peak RSS over ``repeats`` runs (after one unmeasured run for caches)."""
+def measure_all(
+    pythons: dict[str, str], repeats: int, *, warm: bool = True
+) -> dict[str, dict[str, Any]]:
+    """Every (side, statement) ``repeats`` times, alternating round by round; medians.
+
+    One unmeasured run of each statement first fills the OS's file caches.
+    """
+    cases = [
+        (side, level, python, code)
+        for side, python in pythons.items()
+        for level, code in {"interpreter": "pass", **SNIPPETS[side]}.items()
+    ]
     if warm:
-        run_once(python, code)
-    walls, rss = zip(*(run_once(python, code) for _ in range(repeats)), strict=True)
-    return {"walls_s": list(walls), "median_s": median(walls), "peak_rss_mib": median(rss)}
+        for _side, _level, python, code in cases:
+            run_once(python, code)
+    samples: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
+    for _ in range(repeats):
+        for side, level, python, code in cases:
+            samples.setdefault((side, level), []).append(run_once(python, code))
+    out: dict[str, dict[str, Any]] = {}
+    for (side, level), runs in samples.items():
+        walls, cpus, rss = zip(*runs, strict=True)
+        out.setdefault(side, {})[level] = {
+            "walls_s": list(walls),
+            "median_s": median(walls),
+            "cpu_s": list(cpus),
+            "median_cpu_s": median(cpus),
+            "peak_rss_mib": median(rss),
+        }
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -77,15 +104,14 @@ def main(argv: list[str] | None = None) -> int:
     pythons = {"ours": sys.executable}
     if not args.no_ragas:
         pythons["ragas"] = str(ensure_ragas_venv())
-    results: dict[str, Any] = {}
-    for side, python in pythons.items():
-        base = measure(python, "pass", repeats, warm=not args.tiny)
-        results[side] = {"interpreter": base}
-        for level, code in SNIPPETS[side].items():
-            m = measure(python, code, repeats, warm=not args.tiny)
-            m["import_s"] = m["median_s"] - base["median_s"]
-            m["import_rss_mib"] = m["peak_rss_mib"] - base["peak_rss_mib"]
-            results[side][level] = m
+    results: dict[str, Any] = measure_all(pythons, repeats, warm=not args.tiny)
+    for side in results.values():
+        base = side["interpreter"]
+        for level, m in side.items():
+            if level != "interpreter":
+                m["import_s"] = m["median_s"] - base["median_s"]
+                m["import_cpu_s"] = m["median_cpu_s"] - base["median_cpu_s"]
+                m["import_rss_mib"] = m["peak_rss_mib"] - base["peak_rss_mib"]
     rows = []
     for level in ("bare", "metrics + evaluate"):
         o = results["ours"][level]
@@ -93,6 +119,9 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(
             [
                 level,
+                o["median_cpu_s"] * 1000,
+                t.get("median_cpu_s", float("nan")) * 1000,
+                ratio(o["median_cpu_s"], t.get("median_cpu_s", 0)),
                 o["median_s"] * 1000,
                 max(0.0, o["import_s"]) * 1000,
                 t.get("median_s", float("nan")) * 1000,
@@ -105,6 +134,9 @@ def main(argv: list[str] | None = None) -> int:
         )
     headers = [
         "import",
+        "CPU ms ours",
+        "CPU ms RAGAS",
+        "CPU ratio",
         "ms ours",
         "net ms ours",
         "ms RAGAS",
@@ -116,10 +148,13 @@ def main(argv: list[str] | None = None) -> int:
     ]
     interpreter = results["ours"]["interpreter"]
     text = (
-        f"Median of {repeats} fresh interpreters per row; ms is the whole `python -c` run, net ms "
+        f"Median of {repeats} fresh interpreters per row, every statement once per round "
+        "(alternating). CPU ms is the child's user + system time for the whole `python -c` run "
+        "(what the import computed, whatever the machine's load); ms is its wall time, net ms "
         f"subtracts a bare `python -c pass` ({interpreter['median_s'] * 1000:.0f} ms, "
-        f"{interpreter['peak_rss_mib']:.0f} MiB; 0 means within noise of it); ratios are "
-        "ours / RAGAS on the whole run; peak RSS is the whole process.\n\n" + table(headers, rows)
+        f"{interpreter['median_cpu_s'] * 1000:.0f} CPU ms, {interpreter['peak_rss_mib']:.0f} MiB; "
+        "0 means within noise of it); ratios are ours / RAGAS on the whole run; peak RSS is the "
+        "whole process.\n\n" + table(headers, rows)
     )
     publish(args.out, "import", "Import cost", text, {"repeats": repeats, "sides": results})
     return 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 
@@ -11,6 +12,38 @@ from tests._support.fixtures import judge_server, langsmith_client, langsmith_st
 __all__ = ["judge_server", "langsmith_client", "langsmith_stub", "make_judge"]
 
 _LEAKY_PREFIXES = ("OPENAI_", "LANGSMITH_", "LANGCHAIN_", "RAGMETRICS_")
+_ASKS_FOR_LIVE = re.compile(r"(?<!not )\blive\b")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """``--run-live``: also run the ``live`` tests (a real, paid judge)."""
+    parser.addoption(
+        "--run-live",
+        action="store_true",
+        default=False,
+        help="run the `live` tests against a real judge (paid; needs OPENAI_API_KEY)",
+    )
+
+
+def _live_requested(config: pytest.Config) -> bool:
+    """Whether the command line asks for the ``live`` tests: ``--run-live`` or ``-m live``."""
+    if config.getoption("--run-live"):
+        return True
+    return bool(_ASKS_FOR_LIVE.search(config.getoption("markexpr", "") or ""))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect ``live`` tests unless asked for: a key in the environment is not a request.
+
+    A developer (or a CI machine) may have OPENAI_API_KEY set for other reasons; the live
+    calibration run would then spend money for up to 30 minutes without anyone asking.
+    """
+    if _live_requested(config):
+        return
+    live = [item for item in items if item.get_closest_marker("live") is not None]
+    if live:
+        config.hook.pytest_deselected(items=live)
+        items[:] = [item for item in items if item.get_closest_marker("live") is None]
 
 
 @pytest.fixture(autouse=True)

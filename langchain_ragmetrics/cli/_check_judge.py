@@ -20,7 +20,15 @@ from langchain_ragmetrics.cli._common import (
     split_names,
 )
 
-__all__ = ["register"]
+__all__ = ["EXIT_CODES", "register"]
+
+EXIT_CODES: tuple[ExitCode, ...] = (
+    ExitCode.ERROR,
+    ExitCode.UNKNOWN_METRIC,
+    ExitCode.NO_API_KEY,
+    ExitCode.JUDGE_DISAGREES,
+)
+"""What this sub-command can return besides 0, 2 and 130 (its ``--help`` lists them)."""
 
 
 def register(commands: Any) -> None:
@@ -37,7 +45,7 @@ def register(commands: Any) -> None:
         "always-no judge would score, score mean absolute error, parse-failure and retry rates, "
         "tokens and latency. Exits 11 when a metric's kappa is below --min-kappa, its share of "
         "answered items below --min-answered, or (if given) its accuracy below --min-agreement.",
-        epilog=exit_codes_help(),
+        epilog=exit_codes_help(EXIT_CODES),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_judge_options(parser)

@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
 
 __all__ = [
+    "ALWAYS",
     "ExitCode",
     "add_judge_options",
     "build_judge",
@@ -47,12 +48,12 @@ class ExitCode(IntEnum):
 
 
 _MEANING: dict[ExitCode, str] = {
-    ExitCode.OK: "done (single jobs may still have failed: see the table)",
+    ExitCode.OK: "done (evaluate: single jobs may still have failed, see the table)",
     ExitCode.ERROR: "unexpected error, or the results could not be written",
-    ExitCode.USAGE: "bad command line (unknown option, bad value, unsupported --out type)",
-    ExitCode.FILE_NOT_FOUND: "the dataset file does not exist",
+    ExitCode.USAGE: "bad command line (unknown option, bad value, e.g. an unsupported --out type)",
+    ExitCode.FILE_NOT_FOUND: "an input file does not exist",
     ExitCode.UNKNOWN_METRIC: "a name in --metrics is not a known metric",
-    ExitCode.INVALID_DATASET: "the dataset cannot be read or has malformed rows (all listed)",
+    ExitCode.INVALID_DATASET: "an input file cannot be read or has malformed rows (all listed)",
     ExitCode.MISSING_COLUMNS: "a metric needs a column that no row has",
     ExitCode.NO_API_KEY: "an LLM-judged metric was asked for but no judge is configured",
     ExitCode.PREFLIGHT_FAILED: "checked before any paid call: --out not writable, cache unusable, "
@@ -65,13 +66,25 @@ _MEANING: dict[ExitCode, str] = {
     ExitCode.UNSENT: "monitor: some (run, metric) pairs are still unsent (LangSmith failed, a "
     "trace was not complete, or a judge failure waits for its next attempt): run it again",
     ExitCode.UNKNOWN_PROJECT: "monitor: LangSmith has no project named by --project",
-    ExitCode.INTERRUPTED: "Ctrl-C: the partial results were printed (and written with --out)",
+    ExitCode.INTERRUPTED: "Ctrl-C (evaluate prints the partial results, and writes them "
+    "with --out)",
 }
 
 
-def exit_codes_help() -> str:
+ALWAYS: tuple[ExitCode, ...] = (ExitCode.OK, ExitCode.USAGE, ExitCode.INTERRUPTED)
+"""Codes every sub-command can return: success, argparse's usage error, Ctrl-C."""
+
+
+def exit_codes_help(codes: Sequence[ExitCode]) -> str:
+    """The ``exit codes:`` epilog of one sub-command: the codes it can return, in order.
+
+    One table of meanings (``_MEANING``) for the whole command; each sub-command declares the
+    subset it can return (``EXIT_CODES`` in its module), so its ``--help`` lists no code it
+    never returns. The codes of :data:`ALWAYS` are added.
+    """
+    wanted = set(codes) | set(ALWAYS)
     lines = ["exit codes:"]
-    lines += [f"  {code.value:>3}  {text}" for code, text in _MEANING.items()]
+    lines += [f"  {code.value:>3}  {text}" for code, text in _MEANING.items() if code in wanted]
     return "\n".join(lines)
 
 

@@ -9,7 +9,15 @@ from typing import Any
 from langchain_ragmetrics.cli._common import ExitCode, echo, error, exit_codes_help, fraction
 from langchain_ragmetrics.cli._runs import load_run
 
-__all__ = ["register"]
+__all__ = ["EXIT_CODES", "register"]
+
+EXIT_CODES: tuple[ExitCode, ...] = (
+    ExitCode.ERROR,
+    ExitCode.FILE_NOT_FOUND,
+    ExitCode.INVALID_DATASET,
+    ExitCode.REGRESSION,
+)
+"""What this sub-command can return besides 0, 2 and 130 (its ``--help`` lists them)."""
 
 
 def register(commands: Any) -> None:
@@ -19,9 +27,9 @@ def register(commands: Any) -> None:
         help="compare two saved runs (results .jsonl files) metric by metric",
         description="Match the rows of two runs saved with `ragmetrics evaluate --out x.jsonl` "
         "(by the sample's id / sample_id column, else by question and reference) and print, "
-        "per metric, both means, the mean paired change with a bootstrap 95%% CI, and the rows "
+        "per metric, both means, the mean paired change with a bootstrap 95% CI, and the rows "
         "that got worse most with the judge's reasons.",
-        epilog=exit_codes_help(),
+        epilog=exit_codes_help(EXIT_CODES),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     compare.add_argument("base", type=Path, help="the earlier run (the baseline)")

@@ -5,9 +5,12 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from langchain_ragmetrics.cli._common import add_judge_options
+from langchain_ragmetrics.cli._common import ExitCode, add_judge_options, exit_codes_help
 
-__all__ = ["register"]
+__all__ = ["EXIT_CODES", "register"]
+
+EXIT_CODES: tuple[ExitCode, ...] = (ExitCode.ERROR,)
+"""What this sub-command can return besides 0, 2 and 130 (its ``--help`` lists them)."""
 
 
 def register(commands: Any) -> None:
@@ -19,6 +22,8 @@ def register(commands: Any) -> None:
         "retrieval with the callback handler and print the scores. Offline it uses an "
         "extractive answerer and the deterministic metrics; with OPENAI_API_KEY or "
         "OPENAI_BASE_URL it uses the LLM for answers and the LLM-judged metrics too.",
+        epilog=exit_codes_help(EXIT_CODES),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_judge_options(demo)
     demo.add_argument(

@@ -24,7 +24,19 @@ from langchain_ragmetrics.cli._common import (
 if TYPE_CHECKING:
     from langchain_ragmetrics._dataset import LoadedDataset
 
-__all__ = ["register"]
+__all__ = ["EXIT_CODES", "register"]
+
+EXIT_CODES: tuple[ExitCode, ...] = (
+    ExitCode.ERROR,
+    ExitCode.FILE_NOT_FOUND,
+    ExitCode.UNKNOWN_METRIC,
+    ExitCode.INVALID_DATASET,
+    ExitCode.MISSING_COLUMNS,
+    ExitCode.NO_API_KEY,
+    ExitCode.PREFLIGHT_FAILED,
+    ExitCode.QUALITY_GATE,
+)
+"""What this sub-command can return besides 0, 2 and 130 (its ``--help`` lists them)."""
 
 _OUTPUT_SUFFIXES = (".jsonl", ".csv")
 
@@ -39,7 +51,7 @@ def register(commands: Any) -> None:
         help="score a dataset file and print the summary table",
         description="Score every row of a .jsonl / .json / .csv dataset (RAGAS column names "
         "accepted; CSV list cells hold JSON lists) with the chosen metrics.",
-        epilog=exit_codes_help(),
+        epilog=exit_codes_help(EXIT_CODES),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     evaluate.add_argument("dataset", type=Path, help="dataset file (.jsonl, .json or .csv)")

@@ -22,7 +22,16 @@ from langchain_ragmetrics.cli._common import (
     split_names,
 )
 
-__all__ = ["register"]
+__all__ = ["EXIT_CODES", "register"]
+
+EXIT_CODES: tuple[ExitCode, ...] = (
+    ExitCode.ERROR,
+    ExitCode.UNKNOWN_METRIC,
+    ExitCode.NO_API_KEY,
+    ExitCode.UNSENT,
+    ExitCode.UNKNOWN_PROJECT,
+)
+"""What this sub-command can return besides 0, 2 and 130 (its ``--help`` lists them)."""
 
 _DEFAULT_METRICS = "context_relevance,context_precision"
 
@@ -47,7 +56,7 @@ def register(commands: Any) -> None:
         "trace's root run (question, answer), score them and post one feedback per metric "
         "on each run. Restartable (a checkpoint file) and shardable: run N workers with "
         "--shard 0/N ... N-1/N and every run is scored exactly once.",
-        epilog=exit_codes_help(),
+        epilog=exit_codes_help(EXIT_CODES),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     monitor.add_argument("--project", required=True, help="LangSmith project name")

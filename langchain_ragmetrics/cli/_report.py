@@ -12,7 +12,14 @@ from langchain_ragmetrics.cli._runs import load_run
 if TYPE_CHECKING:
     from langchain_ragmetrics.evaluation import EvaluationResult
 
-__all__ = ["register"]
+__all__ = ["EXIT_CODES", "register"]
+
+EXIT_CODES: tuple[ExitCode, ...] = (
+    ExitCode.ERROR,
+    ExitCode.FILE_NOT_FOUND,
+    ExitCode.INVALID_DATASET,
+)
+"""What this sub-command can return besides 0, 2 and 130 (its ``--help`` lists them)."""
 
 
 def register(commands: Any) -> None:
@@ -24,7 +31,7 @@ def register(commands: Any) -> None:
         "file that opens offline (inline CSS and SVG): the summary table, a score histogram "
         "per metric, the worst samples with their reasons and verdicts and, with --compare, "
         "the comparison with an earlier run.",
-        epilog=exit_codes_help(),
+        epilog=exit_codes_help(EXIT_CODES),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     report.add_argument("results", type=Path, help="the run (a results .jsonl file)")

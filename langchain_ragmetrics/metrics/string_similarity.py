@@ -12,7 +12,7 @@ from typing_extensions import override
 
 from langchain_ragmetrics.metrics._base import BaseRagMetric, Verdict
 from langchain_ragmetrics.schema import MetricResult, RagSample
-from langchain_ragmetrics.scoring import average_precision
+from langchain_ragmetrics.scoring import average_precision, explain_average_precision
 
 __all__ = ["NonLLMContextPrecision", "NonLLMContextRecall", "Similarity", "similarity_matrix"]
 
@@ -93,5 +93,20 @@ class NonLLMContextPrecision(_SimilarityMetric):
         best = matrix.max(axis=1) if n_reference else np.zeros(n_retrieved)
         useful = (best >= self.threshold).tolist()
         details = {"best_similarity": [round(float(b), 4) for b in best], "useful": useful}
-        reason = f"{sum(useful)} of {n_retrieved} retrieved contexts match a reference context."
-        return Verdict(average_precision(useful), reason, details)
+        return Verdict(average_precision(useful), self._precision_reason(useful), details)
+
+    def _precision_reason(self, useful: list[bool]) -> str:
+        """Why the score is what it is: which ranks match, and the precision at each."""
+        if not useful:
+            return "No context was retrieved, so average precision is 0."
+        matched = sum(useful)
+        if not matched:
+            return (
+                f"None of the {len(useful)} retrieved contexts matches a reference context "
+                f"(similarity >= {self.threshold:g}), so average precision is 0."
+            )
+        counted = (
+            f"{matched} of {len(useful)} retrieved contexts match a reference context "
+            "(counted as useful)."
+        )
+        return f"{counted} {explain_average_precision(useful, unit='context')}"

@@ -56,16 +56,26 @@ def test_shipped_dataset_is_what_the_generator_makes(tmp_path: Path) -> None:
 
 
 def test_economy_counts_one_call_per_metric(tmp_path: Path) -> None:
-    ours = run_bench("bench_economy.py", tmp_path)["sides"]["ours"]
+    result = run_bench("bench_economy.py", tmp_path)
+    ours = result["sides"]["ours"]
     # one call per metric, except entity recall: reference and passages read independently
     assert ours["per_sample"]["total"]["calls"] == 5
+    for row in ours["per_sample"].values():  # our tool schemas are billed input too
+        assert row["schema_chars"] > 0
+        assert row["input_chars"] == row["message_chars"] + row["schema_chars"]
+    assert result["command"] == "python bench/bench_economy.py --tiny --no-ragas"
+    assert len(result["machine"]["load_at_end"]) == 3
     assert ours["errors"] == 0
     assert ours["unknown_prompts"] == {}  # the judge recognised every prompt
     assert all(s["failed"] == 0 for s in ours["scores"].values())
 
 
 def test_throughput_runs_every_job(tmp_path: Path) -> None:
-    sides = run_bench("bench_throughput.py", tmp_path)["sides"]
+    result = run_bench("bench_throughput.py", tmp_path, "--repeats", "2")
+    sides = result["sides"]
+    # the sides alternate run by run: one value per round, and one per-round ratio
+    assert len(sides["ours"]["walls_s"]) == len(sides["floor"]["walls_s"]) == 2
+    assert len(result["paired"]["cpu_per_call_vs_floor"]) == 2
     assert sides["ours"]["calls_per_run"] == 12 * 5  # entity recall: 2 calls
     assert all(s["failed"] == 0 for s in sides["ours"]["scores"].values())
     assert sides["floor"]["calls_per_run"] == sides["ours"]["calls_per_run"]
@@ -96,11 +106,46 @@ def test_online_measures_every_config(tmp_path: Path) -> None:
         stats = runs[config][0]["handler_stats_at_loop_end"]
         assert stats["sampled"] == 10 + 30  # warm-up + timed invocations, all sampled
         assert runs[config][0]["settled_after_warmup"] is True
+        final = runs[config][0]["handler_stats"]  # the queue held them all; all were scored
+        assert final["dropped"] == 0
+        assert final["processed"] == final["sampled"] == 40
+        accounting = result["latency"][config]["accounting"]
+        assert accounting["unscored"] == 0
+        assert accounting["refused"] is False
     assert runs["isolated"][0]["child_rss_mib"] > 0  # the child really ran
     assert runs["capture"][0]["handler_stats_at_loop_end"]["sampled"] == 0
     assert result["latency"]["langsmith_runs"] > 0  # the tracer really sent its runs
     memory = result["memory"]
     assert memory["delivered"] == memory["handler_stats"]["scored"] > 0
+
+
+def test_online_retrievals_are_all_distinct() -> None:
+    sys.path.insert(0, str(BENCH))
+    try:
+        import _online_driver  # bench/ is not a package
+    finally:
+        sys.path.remove(str(BENCH))
+    chain, questions = _online_driver.build_chain(30)
+    retriever = chain.first.steps__["context"].first
+    seen = [
+        d.page_content for q in questions for d in retriever.invoke(q)
+    ]  # what 30 invocations retrieve
+    assert len(seen) == 30 * 5
+    assert len(set(seen)) == len(seen)
+
+
+def test_online_refuses_figures_when_too_much_went_unscored() -> None:
+    sys.path.insert(0, str(BENCH))
+    try:
+        import bench_online
+    finally:
+        sys.path.remove(str(BENCH))
+    run = {"handler_stats": {"sampled": 100, "dropped": 6, "processed": 94, "failed": 0}}
+    assert bench_online.scored_accounting([run])["refused"] is True
+    run = {"handler_stats": {"sampled": 100, "dropped": 5, "processed": 95, "failed": 0}}
+    assert bench_online.scored_accounting([run])["refused"] is False
+    run = {"handler_stats": {"sampled": 100, "dropped": 0, "processed": 100, "failed": 6}}
+    assert bench_online.scored_accounting([run])["unscored"] == 6
 
 
 @pytest.mark.parametrize("script", ["bench_import.py", "bench_cpu.py", "bench_long_context.py"])

@@ -1,4 +1,7 @@
-"""The calibration set against a real judge (``pytest -m live``; needs OPENAI_API_KEY)."""
+"""The calibration set against a real judge: ``pytest -m live`` or ``--run-live`` (paid).
+
+Deselected by default, even with OPENAI_API_KEY set (see ``tests/conftest.py``).
+"""
 
 from typing import Any
 

@@ -93,3 +93,33 @@ def test_runs_that_cannot_be_compared() -> None:
         build_result({"a": [1.0]}).compare(build_result({"b": [1.0]}))
     with pytest.raises(ComparisonError, match="share no sample"):
         build_result({"a": [1.0]}, ids=["x"]).compare(build_result({"a": [1.0]}, ids=["y"]))
+
+
+def _binomial_quantile(n: int, p: float, q: float) -> int:
+    """The smallest k with P(Binomial(n, p) <= k) >= q (exact, from math.comb)."""
+    total = 0.0
+    for k in range(n + 1):
+        total += math.comb(n, k) * p**k * (1 - p) ** (n - k)
+        if total >= q:
+            return k
+    return n
+
+
+def test_the_last_pair_alone_can_decide_the_interval() -> None:
+    # Only the last of ten pairs changed: a resample's mean is k/10 * 0.5 where k, the number of
+    # times the last pair was drawn, is Binomial(10, 1/10). The interval's ends are that
+    # distribution's 2.5 % and 97.5 % quantiles; a bootstrap that never draws the last pair
+    # gives (0, 0).
+    n, delta = 10, 0.5
+    base = build_result({"context_recall": [0.5] * n}, ids=[f"s{i}" for i in range(n)])
+    new = build_result(
+        {"context_recall": [0.5] * (n - 1) + [0.5 + delta]}, ids=[f"s{i}" for i in range(n)]
+    )
+    recall = new.compare(base).metrics["context_recall"]
+    assert recall.pairs == n
+    assert recall.diff == pytest.approx(delta / n)
+    low = _binomial_quantile(n, 1 / n, 0.025) * delta / n
+    high = _binomial_quantile(n, 1 / n, 0.975) * delta / n
+    assert (low, high) == (0.0, pytest.approx(0.15))
+    assert (recall.ci_low, recall.ci_high) == (pytest.approx(low), pytest.approx(high))
+    assert recall.better == 1

@@ -79,3 +79,30 @@ def test_japanese_and_usage() -> None:
     assert result.score == 1.0
     assert result.usage.judge_calls == 0
     assert result.judge is None
+
+
+def test_precision_reason_says_why_the_score_is_what_it_is() -> None:
+    top = NonLLMContextPrecision().invoke(
+        {"contexts": RETRIEVED[:2], "reference_contexts": REFERENCE}
+    )
+    assert top.score == 1.0
+    assert top.reason == (
+        "1 of 2 retrieved contexts match a reference context (counted as useful). The only "
+        "useful context is at rank 1, so precision@1 = 1/1: 1.00."
+    )
+    late = NonLLMContextPrecision().invoke({"contexts": RETRIEVED, "reference_contexts": REFERENCE})
+    assert late.reason == (
+        "2 of 3 retrieved contexts match a reference context (counted as useful). Useful "
+        "contexts at ranks 1 and 3, so precision@1 = 1/1 and precision@3 = 2/3, averaged over "
+        "2 useful contexts: 0.83."
+    )
+    none = NonLLMContextPrecision().invoke(
+        {"contexts": RETRIEVED[1:2], "reference_contexts": REFERENCE}
+    )
+    assert none.score == 0.0
+    assert none.reason == (
+        "None of the 1 retrieved contexts matches a reference context (similarity >= 0.5), "
+        "so average precision is 0."
+    )
+    empty = NonLLMContextPrecision().invoke({"contexts": [], "reference_contexts": REFERENCE})
+    assert empty.reason == "No context was retrieved, so average precision is 0."
