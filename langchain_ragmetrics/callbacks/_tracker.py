@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
+from langchain_ragmetrics.callbacks._links import TraceLinks, trace_links
 from langchain_ragmetrics.callbacks._otel import current_span_context
 from langchain_ragmetrics.callbacks._records import Capture
 
@@ -37,6 +38,7 @@ class _Retrieval:
     metadata: Mapping[str, Any]
     documents: Sequence[Any] | None = None
     otel_context: Any = None
+    links: TraceLinks = field(default_factory=dict)
 
 
 @dataclass
@@ -158,6 +160,7 @@ class TraceTracker:
             inputs: The final input when the start event deferred it (streaming).
             documents: The documents, for a retriever run.
         """
+        links = trace_links(run_id) if documents is not None else None
         with self._lock:
             trace = self._release(run_id)
             if trace is None:
@@ -166,6 +169,7 @@ class TraceTracker:
                 retrieval = trace.retrievals.get(run_id)
                 if retrieval is not None:
                     retrieval.documents = documents
+                    retrieval.links = links or {}
             if run_id != trace.root_id:
                 return None
             self._close(trace)
@@ -250,6 +254,7 @@ class TraceTracker:
                 root_inputs=trace.inputs,
                 root_outputs=None if r.run_id == trace.root_id else outputs,
                 otel_context=r.otel_context,
+                links=r.links,
                 streamed_answer=None if r.run_id == trace.root_id else streamed,
             )
             for r in trace.retrievals.values()

@@ -64,7 +64,9 @@ class BaseSink(ABC):
     def emit(self, item: OnlineResult) -> None:
         """Deliver one result (called on this sink's thread).
 
-        Raise :class:`SinkUnavailableError` to refuse it without trying (counted as dropped).
+        Raise :class:`SinkUnavailableError` to refuse it without trying (counted as dropped),
+        or :class:`~langchain_ragmetrics.errors.SinkSkipError` when it has no place in this
+        backend (counted as skipped).
         """
 
     def flush(self, timeout: float | None = None) -> None:  # noqa: B027 - optional hook

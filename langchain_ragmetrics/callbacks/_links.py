@@ -1,0 +1,77 @@
+"""The spans other tracers opened for a retriever run: MLflow autologging and OpenInference.
+
+Read on the caller's thread when the retriever ends. LangChain instrumentations add their
+tracer to a callback manager after the handlers the caller passed, so our ``on_retriever_end``
+runs before theirs and their retriever span is still open (MLflow's is the active span of
+the current context; OpenInference keeps its spans by run id). Only tracers whose modules
+are already imported are asked: when neither is in use the read is two dict lookups.
+
+The links are plain strings, so they cross to an isolated child as they are.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from uuid import UUID
+
+__all__ = ["MLFLOW", "OPENINFERENCE", "TraceLink", "TraceLinks", "trace_links"]
+
+MLFLOW = "mlflow"
+"""Key of the MLflow link: ``(trace id "tr-...", retriever span id or None)``."""
+OPENINFERENCE = "openinference"
+"""Key of the OpenInference link: ``(trace id, span id)`` as OpenTelemetry hex strings."""
+
+TraceLink = tuple[str, "str | None"]
+"""``(trace id, span id)``; the span id is None when only the trace is known."""
+TraceLinks = Mapping[str, TraceLink]
+"""Links by tracer key."""
+
+_EMPTY: TraceLinks = {}
+
+
+def trace_links(run_id: UUID) -> TraceLinks:
+    """The links of the retriever run ``run_id`` that is ending now (empty when none)."""
+    links: dict[str, TraceLink] = {}
+    if "mlflow.langchain.langchain_tracer" in sys.modules:
+        link = _mlflow_link()
+        if link is not None:
+            links[MLFLOW] = link
+    if "openinference.instrumentation.langchain" in sys.modules:
+        link = _openinference_link(run_id)
+        if link is not None:
+            links[OPENINFERENCE] = link
+    return links or _EMPTY
+
+
+def _mlflow_link() -> TraceLink | None:
+    """MLflow's active span: the retriever's own, else an enclosing span of the same request.
+
+    The enclosing span is what a caller sees when MLflow's tracer ran before ours (another
+    order of handlers): its trace is still the request's, its span id is not the retriever's.
+    """
+    try:
+        span = sys.modules["mlflow"].get_current_active_span()
+        if span is None or not span.trace_id:
+            return None
+        return str(span.trace_id), str(span.span_id) if span.span_type == "RETRIEVER" else None
+    except Exception:
+        return None
+
+
+def _openinference_link(run_id: UUID) -> TraceLink | None:
+    """The span OpenInference's LangChain instrumentation opened for ``run_id``."""
+    module = sys.modules["openinference.instrumentation.langchain"]
+    try:
+        instrumentor = module.LangChainInstrumentor()
+        if not instrumentor.is_instrumented_by_opentelemetry:
+            return None
+        span = instrumentor.get_span(run_id)
+        if span is None:
+            return None
+        context = span.get_span_context()
+        if not context.is_valid:
+            return None
+        return f"{context.trace_id:032x}", f"{context.span_id:016x}"
+    except Exception:
+        return None
