@@ -1,10 +1,13 @@
 """The spans other tracers opened for a retriever run: MLflow autologging and OpenInference.
 
-Read on the caller's thread when the retriever ends. LangChain instrumentations add their
-tracer to a callback manager after the handlers the caller passed, so our ``on_retriever_end``
-runs before theirs and their retriever span is still open (MLflow's is the active span of
-the current context; OpenInference keeps its spans by run id). Only tracers whose modules
-are already imported are asked: when neither is in use the read is two dict lookups.
+Read on the caller's thread when the retriever starts and again when it ends. Which of our
+handler and the tracer LangChain calls first varies (the tracers add themselves to callback
+managers as they are built, and a child manager may list them before or after ours), but
+the tracer's retriever span is open at one of the two moments: after its start when it goes
+first, before its end when we go first. MLflow's span is the active span of the current
+context; OpenInference keeps its spans by run id. :func:`merge_links` keeps, per tracer, the
+reading that found the retriever's own span. Only tracers whose modules are already
+imported are asked: when neither is in use a read is two dict lookups.
 
 The links are plain strings, so they cross to an isolated child as they are.
 """
@@ -15,7 +18,7 @@ import sys
 from collections.abc import Mapping
 from uuid import UUID
 
-__all__ = ["MLFLOW", "OPENINFERENCE", "TraceLink", "TraceLinks", "trace_links"]
+__all__ = ["MLFLOW", "OPENINFERENCE", "TraceLink", "TraceLinks", "merge_links", "trace_links"]
 
 MLFLOW = "mlflow"
 """Key of the MLflow link: ``(trace id "tr-...", retriever span id or None)``."""
@@ -31,7 +34,7 @@ _EMPTY: TraceLinks = {}
 
 
 def trace_links(run_id: UUID) -> TraceLinks:
-    """The links of the retriever run ``run_id`` that is ending now (empty when none)."""
+    """The links of the retriever run ``run_id``, starting or ending now (empty when none)."""
     links: dict[str, TraceLink] = {}
     if "mlflow.langchain.langchain_tracer" in sys.modules:
         link = _mlflow_link()
@@ -44,11 +47,24 @@ def trace_links(run_id: UUID) -> TraceLinks:
     return links or _EMPTY
 
 
+def merge_links(at_start: TraceLinks, at_end: TraceLinks) -> TraceLinks:
+    """Per tracer, the reading that has a span id (else whichever has the trace)."""
+    if not at_start:
+        return at_end
+    if not at_end:
+        return at_start
+    merged = dict(at_start)
+    for key, link in at_end.items():
+        if key not in merged or (link[1] is not None and merged[key][1] is None):
+            merged[key] = link
+    return merged
+
+
 def _mlflow_link() -> TraceLink | None:
     """MLflow's active span: the retriever's own, else an enclosing span of the same request.
 
-    The enclosing span is what a caller sees when MLflow's tracer ran before ours (another
-    order of handlers): its trace is still the request's, its span id is not the retriever's.
+    The enclosing span (whose trace is still the request's) is what we see at the moment
+    MLflow's retriever span is not open: before its start, or after its end.
     """
     try:
         span = sys.modules["mlflow"].get_current_active_span()

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
-from langchain_ragmetrics.callbacks._links import TraceLinks, trace_links
+from langchain_ragmetrics.callbacks._links import TraceLinks, merge_links, trace_links
 from langchain_ragmetrics.callbacks._otel import current_span_context
 from langchain_ragmetrics.callbacks._records import Capture
 
@@ -117,6 +117,7 @@ class TraceTracker:
             How many unfinished traces were evicted to stay under the bound (usually 0).
         """
         evicted = 0
+        links = trace_links(run_id) if retrieval is not None else None
         with self._lock:
             root = self._runs.get(parent_run_id) if parent_run_id is not None else None
             trace = self._traces.get(root) if root is not None else None
@@ -141,6 +142,7 @@ class TraceTracker:
                     tags,
                     metadata or _EMPTY,
                     otel_context=current_span_context(),
+                    links=links or {},
                 )
         return evicted
 
@@ -169,7 +171,7 @@ class TraceTracker:
                 retrieval = trace.retrievals.get(run_id)
                 if retrieval is not None:
                     retrieval.documents = documents
-                    retrieval.links = links or {}
+                    retrieval.links = merge_links(retrieval.links, links or {})
             if run_id != trace.root_id:
                 return None
             self._close(trace)
