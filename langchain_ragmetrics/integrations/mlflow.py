@@ -27,7 +27,7 @@ from typing_extensions import override
 
 from langchain_ragmetrics.callbacks._links import MLFLOW
 from langchain_ragmetrics.callbacks._records import OnlineResult
-from langchain_ragmetrics.callbacks._stats import logger
+from langchain_ragmetrics.callbacks._stats import FailureLog
 from langchain_ragmetrics.callbacks.sinks import BaseSink
 from langchain_ragmetrics.errors import SinkSkipError
 from langchain_ragmetrics.integrations._delivery import GuardedDelivery
@@ -112,7 +112,7 @@ class MlflowSink(BaseSink):
             cooldown=cooldown,
         )
         self._lock = threading.Lock()
-        self._warned_no_trace = False
+        self._failures = FailureLog()
         self._errors: OrderedDict[tuple[str, str | None, str], str] = OrderedDict()
 
     def feedback(self, item: OnlineResult, *, overrides: str | None = None) -> Feedback:
@@ -152,7 +152,12 @@ class MlflowSink(BaseSink):
             raise SinkSkipError(msg)
         link = item.links.get(MLFLOW)
         if link is None:
-            self._warn_no_trace()
+            self._failures.report(
+                "no-link",
+                "MlflowSink: a retrieval has no MLflow trace (call mlflow.langchain.autolog() "
+                "before the chain runs); such results are skipped for MLflow and counted in "
+                "stats.sinks['MlflowSink'].skipped",
+            )
             msg = "no MLflow trace recorded this retrieval"
             raise SinkSkipError(msg)
         trace_id, span_id = link
@@ -200,14 +205,3 @@ class MlflowSink(BaseSink):
             if len(details) <= self.max_details_chars:
                 metadata["ragmetrics.details"] = details
         return metadata
-
-    def _warn_no_trace(self) -> None:
-        with self._lock:
-            first = not self._warned_no_trace
-            self._warned_no_trace = True
-        if first:
-            logger.warning(
-                "MlflowSink: a retrieval has no MLflow trace (call mlflow.langchain.autolog() "
-                "before the chain runs); such results are skipped for MLflow and counted in "
-                "stats.sinks['MlflowSink'].skipped"
-            )

@@ -28,7 +28,7 @@ from typing_extensions import override
 
 from langchain_ragmetrics.callbacks._links import OPENINFERENCE
 from langchain_ragmetrics.callbacks._records import OnlineResult
-from langchain_ragmetrics.callbacks._stats import logger
+from langchain_ragmetrics.callbacks._stats import FailureLog
 from langchain_ragmetrics.callbacks.sinks import BaseSink
 from langchain_ragmetrics.errors import SinkSkipError
 from langchain_ragmetrics.integrations._delivery import GuardedDelivery
@@ -122,7 +122,7 @@ class PhoenixSink(BaseSink):
             cooldown=cooldown,
         )
         self._lock = threading.Lock()
-        self._warned_no_span = False
+        self._failures = FailureLog()
 
     @property
     def client(self) -> Client:
@@ -179,7 +179,13 @@ class PhoenixSink(BaseSink):
             raise SinkSkipError(msg)
         link = item.links.get(OPENINFERENCE)
         if link is None or link[1] is None:
-            self._warn_no_span()
+            self._failures.report(
+                "no-link",
+                "PhoenixSink: a retrieval has no OpenInference span (instrument LangChain "
+                "with openinference-instrumentation-langchain before the chain runs); such "
+                "results are skipped for Phoenix and counted in "
+                "stats.sinks['PhoenixSink'].skipped",
+            )
             msg = "no OpenInference span for this retrieval"
             raise SinkSkipError(msg)
         kwargs = self.annotation(item)
@@ -196,15 +202,3 @@ class PhoenixSink(BaseSink):
     @override
     def close(self, timeout: float | None = None) -> None:
         self.delivery.close()
-
-    def _warn_no_span(self) -> None:
-        with self._lock:
-            first = not self._warned_no_span
-            self._warned_no_span = True
-        if first:
-            logger.warning(
-                "PhoenixSink: a retrieval has no OpenInference span (instrument LangChain "
-                "with openinference-instrumentation-langchain before the chain runs); such "
-                "results are skipped for Phoenix and counted in "
-                "stats.sinks['PhoenixSink'].skipped"
-            )

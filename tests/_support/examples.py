@@ -9,6 +9,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from tests._support.lexical_judge import lexical_judge
 from tests._support.openai_server import JudgeServer
 
 __all__ = ["REPO", "python_blocks", "run_example"]
@@ -26,13 +27,23 @@ def python_blocks(page: Path) -> list[str]:
 
 def run_example(
     *,
-    judge: JudgeServer,
     cwd: Path,
     script: Path | None = None,
     code: str | None = None,
     env: Mapping[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``script`` (or ``code``) in a fresh interpreter; the judge is the loopback one."""
+    """Run ``script`` (or ``code``) in a fresh interpreter against a loopback lexical judge."""
+    with JudgeServer(lexical_judge()) as judge:
+        return _run(judge, cwd, script, code, env)
+
+
+def _run(
+    judge: JudgeServer,
+    cwd: Path,
+    script: Path | None,
+    code: str | None,
+    env: Mapping[str, str] | None,
+) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith(_LEAKY)}
     clean.update(
         OPENAI_API_KEY="test",

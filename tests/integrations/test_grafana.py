@@ -226,3 +226,13 @@ def test_the_parser_reads_names_matchers_and_grouping() -> None:
     assert (left.name, left.labels, right.name, right.labels) == ("x", {"a", "c"}, "y", {"c"})
     with pytest.raises(ValueError, match="cannot parse"):
         selectors("rate(x[5m]) @@ 2")
+
+
+def test_docs_page_example_runs(tmp_path: Path) -> None:
+    from tests._support.examples import python_blocks, run_example
+
+    (block,) = python_blocks(ROOT / "docs" / "integrations" / "grafana.md")
+    done = run_example(cwd=tmp_path, code=block)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert 'gen_ai_evaluation_name="context_relevance"' in done.stdout
+    assert "} 1.0" in done.stdout  # one scored result

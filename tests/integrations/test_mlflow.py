@@ -41,6 +41,7 @@ from tests._support.mlflow_setup import (  # noqa: E402
 from tests._support.openai_server import JudgeServer  # noqa: E402
 from tests._support.rag import online_handler, question, rag_app  # noqa: E402
 from tests._support.servers import ServerProcess  # noqa: E402
+from tests._support.sink_checks import one_scored_item, outage_mid_run  # noqa: E402
 
 __all__ = ["mlflow_server"]
 
@@ -119,13 +120,7 @@ def _result(item: OnlineResult, **changes: Any) -> OnlineResult:
 def test_a_failed_result_is_an_error_that_a_later_success_overrides(
     tracking: str, judge_server: JudgeServer, make_judge: JudgeFactory
 ) -> None:
-    app = rag_app(judge_server, make_judge, max_retries=2)
-    memory = InMemorySink()
-    handler = online_handler(app.llm, sinks=[memory])
-    with handler:
-        app.chain.invoke(question(1), config={"callbacks": [handler]})
-        assert handler.flush(timeout=60)
-    (item,) = memory.results
+    item = one_scored_item(rag_app(judge_server, make_judge, max_retries=2), 1)
     sink = MlflowSink()
     failed = _result(item, score=math.nan, error="TimeoutError: judge timed out", reason="")
     sink.emit(failed)
@@ -237,22 +232,7 @@ def test_server_killed_mid_run_nothing_raised_everything_counted(
         mlflow.langchain.autolog()
         app = rag_app(judge_server, make_judge, max_retries=2)
         sink = MlflowSink(request_timeout=3, max_retries=1, backoff=0.05, cooldown=60)
-        handler = online_handler(app.llm, sinks=[InMemorySink(), sink])
-        with handler:
-            for i in range(3):
-                app.chain.invoke(question(i), config={"callbacks": [handler]})
-            assert handler.flush(timeout=60)
-            assert handler.stats.sinks["MlflowSink"].delivered == 3
-            server.kill()
-            for i in range(3, 12):
-                app.chain.invoke(question(i), config={"callbacks": [handler]})  # never raises
-            started = time.monotonic()
-            handler.flush(timeout=60)
-        assert time.monotonic() - started < CEILING_S + 60
-        figures = handler.stats.sinks["MlflowSink"]
-        assert figures.delivered == 3
-        assert figures.errors + figures.dropped == 9
-        assert figures.dropped > 0  # the breaker opened and later results were refused
+        outage_mid_run(app, sink, "MlflowSink", server.kill)
         assert sink.delivery.breaker.is_open
     finally:
         mlflow.langchain.autolog(disable=True)
@@ -262,13 +242,7 @@ def test_server_killed_mid_run_nothing_raised_everything_counted(
 def test_a_server_that_never_answers_costs_one_bounded_wait(
     tracking: str, judge_server: JudgeServer, make_judge: JudgeFactory
 ) -> None:
-    app = rag_app(judge_server, make_judge, max_retries=2)
-    memory = InMemorySink()
-    handler = online_handler(app.llm, sinks=[memory])
-    with handler:
-        app.chain.invoke(question(2), config={"callbacks": [handler]})
-        assert handler.flush(timeout=60)
-    (item,) = memory.results
+    item = one_scored_item(rag_app(judge_server, make_judge, max_retries=2), 2)
     mlflow.flush_trace_async_logging(terminate=False)  # the app's trace, before the switch
     with socket.socket() as silent:  # accepts connections, never answers
         silent.bind(("127.0.0.1", 0))
@@ -292,15 +266,12 @@ def test_cookbook_script_puts_scores_on_mlflow_traces(
     mlflow_server: ServerProcess, tmp_path: Any
 ) -> None:
     from tests._support.examples import REPO, run_example
-    from tests._support.lexical_judge import lexical_judge
 
-    with JudgeServer(lexical_judge()) as judge:
-        done = run_example(
-            judge=judge,
-            cwd=tmp_path,
-            script=REPO / "cookbook" / "10_mlflow_sink.py",
-            env={"MLFLOW_TRACKING_URI": mlflow_server.url, **MLFLOW_CLIENT_ENV},
-        )
+    done = run_example(
+        cwd=tmp_path,
+        script=REPO / "cookbook" / "10_mlflow_sink.py",
+        env={"MLFLOW_TRACKING_URI": mlflow_server.url, **MLFLOW_CLIENT_ENV},
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     lines = [line for line in done.stdout.splitlines() if line.startswith("context_relevance=")]
     assert len(lines) == 3, done.stdout
@@ -310,15 +281,12 @@ def test_cookbook_script_puts_scores_on_mlflow_traces(
 
 def test_docs_page_example_runs(mlflow_server: ServerProcess, tmp_path: Any) -> None:
     from tests._support.examples import REPO, python_blocks, run_example
-    from tests._support.lexical_judge import lexical_judge
 
     (block,) = python_blocks(REPO / "docs" / "integrations" / "mlflow.md")
-    with JudgeServer(lexical_judge()) as judge:
-        done = run_example(
-            judge=judge,
-            cwd=tmp_path,
-            code=block,
-            env={"MLFLOW_TRACKING_URI": mlflow_server.url, **MLFLOW_CLIENT_ENV},
-        )
+    done = run_example(
+        cwd=tmp_path,
+        code=block,
+        env={"MLFLOW_TRACKING_URI": mlflow_server.url, **MLFLOW_CLIENT_ENV},
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "delivered=1 skipped=0 errors=0 dropped=0 pending=0" in done.stdout

@@ -43,6 +43,7 @@ from tests._support.phoenix_setup import (  # noqa: E402
 )
 from tests._support.rag import online_handler, question, rag_app  # noqa: E402
 from tests._support.servers import ServerProcess  # noqa: E402
+from tests._support.sink_checks import one_scored_item, outage_mid_run  # noqa: E402
 
 __all__ = ["instrumented", "phoenix_server"]
 
@@ -111,13 +112,7 @@ def test_a_failed_result_is_replaced_by_a_later_success(
     judge_server: JudgeServer,
     make_judge: JudgeFactory,
 ) -> None:
-    app = rag_app(judge_server, make_judge, max_retries=2)
-    memory = InMemorySink()
-    handler = online_handler(app.llm, sinks=[memory])
-    with handler:
-        app.chain.invoke(question(3), config={"callbacks": [handler]})
-        assert handler.flush(timeout=60)
-    (item,) = memory.results
+    item = one_scored_item(rag_app(judge_server, make_judge, max_retries=2), 3)
     span_id = item.links["openinference"][1]
     assert span_id is not None
     sink = PhoenixSink(endpoint=phoenix_server.url)
@@ -235,21 +230,12 @@ def test_server_killed_mid_run_nothing_raised_everything_counted(
         sink = PhoenixSink(
             endpoint=server.url, request_timeout=3, max_retries=1, backoff=0.05, cooldown=60
         )
-        handler = online_handler(app.llm, sinks=[InMemorySink(), sink])
-        with handler:
-            for i in range(3):
-                app.chain.invoke(question(i), config={"callbacks": [handler]})
-            assert handler.flush(timeout=60)
-            assert handler.stats.sinks["PhoenixSink"].delivered == 3
+
+        def stop() -> None:
             server.kill()
             exporter.route(phoenix_server.url)  # the app's own spans: not what is tested
-            for i in range(3, 12):
-                app.chain.invoke(question(i), config={"callbacks": [handler]})  # never raises
-            handler.flush(timeout=60)
-        figures = handler.stats.sinks["PhoenixSink"]
-        assert figures.delivered == 3
-        assert figures.errors + figures.dropped == 9
-        assert figures.dropped > 0  # the breaker opened and later results were refused
+
+        outage_mid_run(app, sink, "PhoenixSink", stop)
         assert sink.delivery.breaker.is_open
     finally:
         exporter.route(phoenix_server.url)
@@ -278,15 +264,12 @@ def test_cookbook_script_annotates_phoenix_spans(
     phoenix_server: ServerProcess, tmp_path: Any
 ) -> None:
     from tests._support.examples import REPO, run_example
-    from tests._support.lexical_judge import lexical_judge
 
-    with JudgeServer(lexical_judge()) as judge:
-        done = run_example(
-            judge=judge,
-            cwd=tmp_path,
-            script=REPO / "cookbook" / "11_phoenix_sink.py",
-            env={"PHOENIX_COLLECTOR_ENDPOINT": phoenix_server.url},
-        )
+    done = run_example(
+        cwd=tmp_path,
+        script=REPO / "cookbook" / "11_phoenix_sink.py",
+        env={"PHOENIX_COLLECTOR_ENDPOINT": phoenix_server.url},
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     lines = [line for line in done.stdout.splitlines() if line.startswith("context_relevance=")]
     assert len(lines) == 3, done.stdout
@@ -295,15 +278,12 @@ def test_cookbook_script_annotates_phoenix_spans(
 
 def test_docs_page_example_runs(phoenix_server: ServerProcess, tmp_path: Any) -> None:
     from tests._support.examples import REPO, python_blocks, run_example
-    from tests._support.lexical_judge import lexical_judge
 
     (block,) = python_blocks(REPO / "docs" / "integrations" / "phoenix.md")
-    with JudgeServer(lexical_judge()) as judge:
-        done = run_example(
-            judge=judge,
-            cwd=tmp_path,
-            code=block,
-            env={"PHOENIX_COLLECTOR_ENDPOINT": phoenix_server.url},
-        )
+    done = run_example(
+        cwd=tmp_path,
+        code=block,
+        env={"PHOENIX_COLLECTOR_ENDPOINT": phoenix_server.url},
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "delivered=1 skipped=0 errors=0 dropped=0 pending=0" in done.stdout
