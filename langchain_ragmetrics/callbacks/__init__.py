@@ -12,6 +12,7 @@ from langchain_ragmetrics.callbacks.sinks import (
     InMemorySink,
     JsonlSink,
     LoggingSink,
+    SinkSkipError,
     SinkUnavailableError,
 )
 
@@ -28,6 +29,7 @@ __all__ = [
     "ProcessIsolation",
     "RagMetricsCallbackHandler",
     "ScoringSetup",
+    "SinkSkipError",
     "SinkStats",
     "SinkUnavailableError",
 ]

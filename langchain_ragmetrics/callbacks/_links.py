@@ -14,6 +14,7 @@ The links are plain strings, so they cross to an isolated child as they are.
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Mapping
 from uuid import UUID
@@ -64,13 +65,26 @@ def _mlflow_link() -> TraceLink | None:
     """MLflow's active span: the retriever's own, else an enclosing span of the same request.
 
     The enclosing span (whose trace is still the request's) is what we see at the moment
-    MLflow's retriever span is not open: before its start, or after its end.
+    MLflow's retriever span is not open: before its start, or after its end. Read from the
+    OpenTelemetry span under MLflow's (its attributes carry the trace id and span type),
+    which is several times cheaper than building MLflow's span wrapper.
     """
     try:
-        span = sys.modules["mlflow"].get_current_active_span()
-        if span is None or not span.trace_id:
+        provider = sys.modules.get("mlflow.tracing.provider")
+        constant = sys.modules.get("mlflow.tracing.constant")
+        if provider is None or constant is None:
             return None
-        return str(span.trace_id), str(span.span_id) if span.span_type == "RETRIEVER" else None
+        span = provider.get_current_otel_span()
+        attributes = getattr(span, "attributes", None)
+        if not attributes:
+            return None
+        keys = constant.SpanAttributeKey
+        trace_id = attributes.get(keys.REQUEST_ID)
+        if not trace_id:
+            return None
+        retriever = attributes.get(keys.SPAN_TYPE) == '"RETRIEVER"'
+        span_id = f"{span.get_span_context().span_id:016x}" if retriever else None
+        return str(json.loads(trace_id)), span_id
     except Exception:
         return None
 

@@ -24,13 +24,13 @@ from langchain_ragmetrics.callbacks._breaker import CircuitBreaker
 from langchain_ragmetrics.callbacks._stats import logger
 from langchain_ragmetrics.errors import SinkUnavailableError
 
-__all__ = ["GuardedDelivery", "RequestTimeoutError"]
+__all__ = ["GuardedDelivery"]
 
 T = TypeVar("T")
 _MAX_BACKOFF_SECONDS = 8.0
 
 
-class RequestTimeoutError(TimeoutError):
+class _NoAnswerError(TimeoutError):
     """The server did not answer within the sink's request timeout."""
 
 
@@ -145,7 +145,7 @@ class GuardedDelivery:
             raise SinkUnavailableError(msg)
         if self._inflight is not None and not self._inflight.done():
             msg = f"{self.label}: an earlier request has not returned yet"
-            raise RequestTimeoutError(msg)
+            raise _NoAnswerError(msg)
         self._pool.start()
         future: Future[T] = self._pool.submit(call)
         self._inflight = future
@@ -153,7 +153,7 @@ class GuardedDelivery:
             return future.result(self.request_timeout)
         except futures.TimeoutError:
             msg = f"{self.label}: no answer within {self.request_timeout} s"
-            raise RequestTimeoutError(msg) from None
+            raise _NoAnswerError(msg) from None
 
     def _answered(self) -> None:
         if self.breaker.success():

@@ -61,9 +61,9 @@ class PhoenixSink(BaseSink):
     name and span).
 
     Configured as Phoenix's own clients are: without arguments the client reads Phoenix's
-    environment variables (``PHOENIX_COLLECTOR_ENDPOINT`` / ``PHOENIX_BASE_URL``,
-    ``PHOENIX_API_KEY``, ``PHOENIX_CLIENT_HEADERS``); ``endpoint``, ``api_key`` and
-    ``headers`` override them, or pass a ``client``.
+    environment variables (``PHOENIX_ENDPOINT``, ``PHOENIX_COLLECTOR_ENDPOINT``,
+    ``PHOENIX_BASE_URL``, ``PHOENIX_API_KEY``, ``PHOENIX_CLIENT_HEADERS``); ``endpoint``,
+    ``api_key`` and ``headers`` override them, or pass a ``client``.
 
     A retrieval that OpenInference did not trace is skipped for this sink (counted in
     ``stats.sinks["PhoenixSink"].skipped``, one warning). Delivery is bounded, retried

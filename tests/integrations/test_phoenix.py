@@ -180,10 +180,13 @@ def test_a_span_not_stored_yet_is_retried_then_counted(phoenix_server: ServerPro
     sink.close()
 
 
+@pytest.mark.parametrize(
+    "variable", ["PHOENIX_ENDPOINT", "PHOENIX_COLLECTOR_ENDPOINT", "PHOENIX_BASE_URL"]
+)
 def test_the_environment_configures_the_sink_and_the_option_overrides_it(
-    phoenix_server: ServerProcess, monkeypatch: pytest.MonkeyPatch
+    variable: str, phoenix_server: ServerProcess, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("PHOENIX_COLLECTOR_ENDPOINT", phoenix_server.url)
+    monkeypatch.setenv(variable, phoenix_server.url)
     assert str(PhoenixSink().client._client.base_url).rstrip("/") == phoenix_server.url
     other = "http://127.0.0.1:9"
     assert str(PhoenixSink(endpoint=other).client._client.base_url).rstrip("/") == other
