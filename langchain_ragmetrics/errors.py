@@ -33,6 +33,7 @@ __all__ = [
     "QualityGateError",
     "RagMetricsError",
     "ResultFileError",
+    "SinkSkipError",
     "SinkUnavailableError",
     "UnknownMetricError",
     "UnsupportedLanguageError",
@@ -65,6 +66,14 @@ class SinkUnavailableError(RagMetricsError, RuntimeError):
     For a sink that knows its backend is down (its circuit breaker is open) or that it is
     disabled (no API key): the result is counted in ``stats.sinks[key].dropped``, not as an
     error.
+    """
+
+
+class SinkSkipError(RagMetricsError, RuntimeError):
+    """Raised by a sink's ``emit`` for a result it has no place for (counted as skipped).
+
+    E.g. the MLflow sink, for a retrieval that no MLflow trace recorded: the result is not
+    lost to an outage, it does not belong in that backend; ``stats.sinks[key].skipped``.
     """
 
 

@@ -32,8 +32,10 @@ PUBLIC_MODULES = (
     f"{ROOT}.demo",
     f"{ROOT}.evaluation",
     f"{ROOT}.integrations.langsmith",
+    f"{ROOT}.integrations.mlflow",
     f"{ROOT}.integrations.monitor",
     f"{ROOT}.integrations.opentelemetry",
+    f"{ROOT}.integrations.phoenix",
     f"{ROOT}.metrics",
     f"{ROOT}.scoring",
 )

@@ -210,8 +210,19 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Started
         yield started
 
 
+EXTRA_SCRIPTS = {
+    "10_mlflow_sink.py": "tests/integrations/test_mlflow.py",
+    "11_phoenix_sink.py": "tests/integrations/test_phoenix.py",
+}
+"""Scripts that need an extra's own stack and a real server: run by these test modules, in
+the extra's own CI step (``.ci/run``)."""
+
+
 def test_every_script_has_a_case() -> None:
-    assert sorted(p.name for p in COOKBOOK.glob("*.py")) == sorted(CASES)
+    assert sorted(p.name for p in COOKBOOK.glob("*.py")) == sorted([*CASES, *EXTRA_SCRIPTS])
+    root = COOKBOOK.parent
+    for name, module in EXTRA_SCRIPTS.items():
+        assert f'"{name}"' in (root / module).read_text(encoding="utf-8"), (name, module)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

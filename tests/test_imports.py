@@ -93,6 +93,7 @@ NATURAL_BASE = {
     "PreflightError": RuntimeError,
     "QualityGateError": AssertionError,
     "ResultFileError": ValueError,
+    "SinkSkipError": RuntimeError,
     "SinkUnavailableError": RuntimeError,
     "UnknownMetricError": ValueError,
     "UnsupportedLanguageError": ValueError,

@@ -16,6 +16,7 @@ from langchain_ragmetrics.callbacks.sinks import (
 
 # Exceptions are documented once, at the root (``langchain_ragmetrics``); the aliases keep
 # existing ``from <this package> import ...Error`` working without making them public here.
+from langchain_ragmetrics.errors import SinkSkipError as SinkSkipError
 from langchain_ragmetrics.errors import SinkUnavailableError as SinkUnavailableError
 
 __all__ = [

@@ -124,6 +124,7 @@ def _capture(item: dict[str, Any]) -> Capture:
         root_inputs=item["question"],
         root_outputs=root_outputs,
         otel_context=span_context_from_plain(item.get("otel_context")),
+        links=item.get("links") or {},
     )
 
 

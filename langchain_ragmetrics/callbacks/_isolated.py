@@ -70,7 +70,7 @@ _CHILD_COUNTERS = (
 )
 """Counters the child keeps and the parent adds up (the rest are counted by the parent)."""
 _USAGE_FIELDS = tuple(Usage.model_fields)
-_SINK_COUNTS = ("delivered", "errors", "dropped")
+_SINK_COUNTS = ("delivered", "skipped", "errors", "dropped")
 """Per-sink counts the parent adds up over the child's restarts (``pending`` is a gauge)."""
 _TICK_SECONDS = 0.5
 _KILL_GRACE_SECONDS = 2.0
@@ -242,6 +242,7 @@ def plain_capture(
         "question": question,
         "answer": answer,
         "otel_context": plain_span_context(capture.otel_context),
+        "links": dict(capture.links),
     }
 
 

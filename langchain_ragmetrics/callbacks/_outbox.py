@@ -21,6 +21,7 @@ from langchain_ragmetrics.callbacks._records import OnlineResult
 from langchain_ragmetrics.callbacks._stats import FailureLog, SinkStats
 from langchain_ragmetrics.callbacks._worker import deadline_after, remaining
 from langchain_ragmetrics.callbacks.sinks import BaseSink, SinkUnavailableError
+from langchain_ragmetrics.errors import SinkSkipError
 
 __all__ = ["SinkOutbox", "flush_all", "outboxes_for"]
 
@@ -59,7 +60,7 @@ class SinkOutbox:
         self._accepting = True
         self._stopping = False
         self._thread: threading.Thread | None = None
-        self._delivered = self._errors = self._dropped = 0
+        self._delivered = self._errors = self._dropped = self._skipped = 0
 
     # ------------------------------------------------------------------ producer side
 
@@ -93,6 +94,7 @@ class SinkOutbox:
             pending = self._waiting + (1 if self._busy else 0)
             return SinkStats(
                 delivered=self._delivered,
+                skipped=self._skipped,
                 errors=self._errors,
                 dropped=self._dropped,
                 pending=pending,
@@ -101,7 +103,7 @@ class SinkOutbox:
     def reset(self) -> None:
         """Zero the counts (``pending`` is live and stays)."""
         with self._cond:
-            self._delivered = self._errors = self._dropped = 0
+            self._delivered = self._errors = self._dropped = self._skipped = 0
 
     def request(self, fn: Callable[[], object]) -> Future[object]:
         """Run ``fn`` on the delivery thread after the results queued so far."""
@@ -181,6 +183,8 @@ class SinkOutbox:
         outcome = "delivered"
         try:
             self.sink.emit(item)
+        except SinkSkipError:
+            outcome = "skipped"  # the sink warns once itself
         except SinkUnavailableError:
             outcome = "dropped"  # the sink logs its own state changes (breaker, disabled)
         except Exception as exc:
@@ -195,6 +199,8 @@ class SinkOutbox:
                 self._delivered += 1
             elif outcome == "dropped":
                 self._dropped += 1
+            elif outcome == "skipped":
+                self._skipped += 1
             else:
                 self._errors += 1
 

@@ -197,6 +197,7 @@ class ScoringPipeline:
                 result=result,
                 timestamp=now,
                 otel_context=capture.otel_context,
+                links=dict(capture.links),
             )
             for result in results
         ]

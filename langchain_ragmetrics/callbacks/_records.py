@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from langchain_ragmetrics.callbacks._links import TraceLinks
 from langchain_ragmetrics.schema import MetricResult, RagSample
 
 __all__ = ["Capture", "OnlineResult"]
@@ -53,6 +54,8 @@ class Capture:
     """The OpenTelemetry ``SpanContext`` active when the retriever started (None without one)."""
     streamed_answer: str | None = None
     """Text the trace's last model run streamed (tokens), kept for streams closed early."""
+    links: TraceLinks = field(default_factory=dict)
+    """Spans other tracers (MLflow, OpenInference) opened for the retriever run."""
 
 
 class OnlineResult(BaseModel):
@@ -85,6 +88,10 @@ class OnlineResult(BaseModel):
     otel_context: Any = Field(default=None, exclude=True, repr=False)
     """The OpenTelemetry ``SpanContext`` active when the retriever started (None without one):
     the OpenTelemetry sink parents its events to it."""
+    links: dict[str, tuple[str, str | None]] = Field(default_factory=dict, exclude=True, repr=False)
+    """Spans other tracers opened for the retriever run, by tracer (``"mlflow"``,
+    ``"openinference"``): ``(trace id, span id or None)``; the MLflow and Phoenix sinks
+    attach their results there."""
 
     @property
     def metric(self) -> str:

@@ -20,13 +20,15 @@ class SinkStats(BaseModel):
     """What one sink did with the results it was given.
 
     Every result handed to a sink ends up in exactly one bucket:
-    ``delivered + errors + dropped + pending`` = results produced since the start.
+    ``delivered + skipped + errors + dropped + pending`` = results produced since the start.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     delivered: int = 0
     """Results the sink took (``emit`` returned)."""
+    skipped: int = 0
+    """Results the sink had no place for (``SinkSkipError``: e.g. no MLflow trace)."""
     errors: int = 0
     """Results whose ``emit`` raised (logged once per kind)."""
     dropped: int = 0

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
+from langchain_ragmetrics.callbacks._links import TraceLinks, merge_links, trace_links
 from langchain_ragmetrics.callbacks._otel import current_span_context
 from langchain_ragmetrics.callbacks._records import Capture
 
@@ -37,6 +38,7 @@ class _Retrieval:
     metadata: Mapping[str, Any]
     documents: Sequence[Any] | None = None
     otel_context: Any = None
+    links: TraceLinks = field(default_factory=dict)
 
 
 @dataclass
@@ -115,6 +117,7 @@ class TraceTracker:
             How many unfinished traces were evicted to stay under the bound (usually 0).
         """
         evicted = 0
+        links = trace_links(run_id) if retrieval is not None else None
         with self._lock:
             root = self._runs.get(parent_run_id) if parent_run_id is not None else None
             trace = self._traces.get(root) if root is not None else None
@@ -139,6 +142,7 @@ class TraceTracker:
                     tags,
                     metadata or _EMPTY,
                     otel_context=current_span_context(),
+                    links=links or {},
                 )
         return evicted
 
@@ -158,6 +162,7 @@ class TraceTracker:
             inputs: The final input when the start event deferred it (streaming).
             documents: The documents, for a retriever run.
         """
+        links = trace_links(run_id) if documents is not None else None
         with self._lock:
             trace = self._release(run_id)
             if trace is None:
@@ -166,6 +171,7 @@ class TraceTracker:
                 retrieval = trace.retrievals.get(run_id)
                 if retrieval is not None:
                     retrieval.documents = documents
+                    retrieval.links = merge_links(retrieval.links, links or {})
             if run_id != trace.root_id:
                 return None
             self._close(trace)
@@ -250,6 +256,7 @@ class TraceTracker:
                 root_inputs=trace.inputs,
                 root_outputs=None if r.run_id == trace.root_id else outputs,
                 otel_context=r.otel_context,
+                links=r.links,
                 streamed_answer=None if r.run_id == trace.root_id else streamed,
             )
             for r in trace.retrievals.values()

@@ -20,7 +20,7 @@ from typing import IO, Any
 from typing_extensions import override
 
 from langchain_ragmetrics.callbacks._records import OnlineResult
-from langchain_ragmetrics.errors import SinkUnavailableError
+from langchain_ragmetrics.errors import SinkSkipError, SinkUnavailableError
 
 __all__ = [
     "BaseSink",
@@ -28,6 +28,7 @@ __all__ = [
     "InMemorySink",
     "JsonlSink",
     "LoggingSink",
+    "SinkSkipError",
     "SinkUnavailableError",
     "escape_unencodable",
 ]
@@ -64,7 +65,9 @@ class BaseSink(ABC):
     def emit(self, item: OnlineResult) -> None:
         """Deliver one result (called on this sink's thread).
 
-        Raise :class:`SinkUnavailableError` to refuse it without trying (counted as dropped).
+        Raise :class:`SinkUnavailableError` to refuse it without trying (counted as dropped),
+        or :class:`SinkSkipError` when it has no place in this
+        backend (counted as skipped).
         """
 
     def flush(self, timeout: float | None = None) -> None:  # noqa: B027 - optional hook

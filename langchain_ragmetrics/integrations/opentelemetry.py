@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import weakref
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -91,7 +91,9 @@ class OpenTelemetrySink(BaseSink):
     attributes ``gen_ai.evaluation.name``, ``ragmetrics.retriever`` and
     ``ragmetrics.judge.model``; ``ragmetrics.judge.calls`` and ``ragmetrics.judge.tokens``
     (``gen_ai.token.type`` = input/output); and, for handlers passed to :meth:`observe`,
-    ``ragmetrics.retrievals.dropped``.
+    ``ragmetrics.retrievals.dropped`` plus, per sink (``ragmetrics.sink``),
+    ``ragmetrics.sink.dropped`` and ``ragmetrics.sink.errors``: an outage of one sink shows
+    up as a rising count there (see ``deploy/`` for a Grafana dashboard and alert rules).
 
     Args:
         logger_provider: Where events go; default the global one.
@@ -167,12 +169,24 @@ class OpenTelemetrySink(BaseSink):
             unit="{retrieval}",
             description="Sampled retrievals the handler dropped (queue full or closed).",
         )
+        meter.create_observable_counter(
+            "ragmetrics.sink.dropped",
+            callbacks=[self._observe_sinks("dropped")],
+            unit="{result}",
+            description="Results a sink never delivered (its outbox full, circuit open, closed).",
+        )
+        meter.create_observable_counter(
+            "ragmetrics.sink.errors",
+            callbacks=[self._observe_sinks("errors")],
+            unit="{result}",
+            description="Results whose delivery to a sink raised.",
+        )
         self._trace_api = trace
 
     # ------------------------------------------------------------------ public
 
     def observe(self, handler: RagMetricsCallbackHandler) -> RagMetricsCallbackHandler:
-        """Also export ``handler``'s dropped-retrieval count (held weakly); returns it."""
+        """Also export ``handler``'s dropped counts and sink figures (held weakly); returns it."""
         self._handlers.add(handler)
         return handler
 
@@ -227,6 +241,25 @@ class OpenTelemetrySink(BaseSink):
             Observation(handler.stats.dropped, {"ragmetrics.handler": handler.name})
             for handler in list(self._handlers)
         ]
+
+    def _observe_sinks(
+        self, field: Literal["dropped", "errors"]
+    ) -> Callable[[CallbackOptions], Iterable[Observation]]:
+        """A callback observing one per-sink figure of every observed handler."""
+
+        def observe(_options: CallbackOptions) -> Iterable[Observation]:
+            from opentelemetry.metrics import Observation
+
+            return [
+                Observation(
+                    getattr(figures, field),
+                    {"ragmetrics.handler": handler.name, "ragmetrics.sink": sink},
+                )
+                for handler in list(self._handlers)
+                for sink, figures in handler.stats.sinks.items()
+            ]
+
+        return observe
 
     def _logs_provider(self) -> LoggerProvider | None:
         """The logger provider to use now, or None for the span-event fallback."""

@@ -18,7 +18,7 @@ from tests._support.openai_server import JudgeServer
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
-__all__ = ["judge_server", "langsmith_client", "langsmith_stub", "make_judge"]
+__all__ = ["judge_factory", "judge_server", "langsmith_client", "langsmith_stub", "make_judge"]
 
 _CLIENT_CLOSE_TIMEOUT = 5.0
 
@@ -37,11 +37,16 @@ def make_judge(judge_server: JudgeServer) -> Callable[..., ChatOpenAI]:
     Defaults: model ``judge-model``, api key ``test``, no retries, 10 s timeout;
     any keyword overrides them.
     """
+    return judge_factory(judge_server)
+
+
+def judge_factory(server: JudgeServer) -> Callable[..., ChatOpenAI]:
+    """What :func:`make_judge` returns, for fixtures of a wider scope than a test."""
 
     def factory(**overrides: Any) -> ChatOpenAI:
         options: dict[str, Any] = {
             "model": "judge-model",
-            "base_url": judge_server.base_url,
+            "base_url": server.base_url,
             "api_key": "test",
             "max_retries": 0,
             "timeout": 10,

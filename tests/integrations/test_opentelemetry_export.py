@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -15,14 +14,12 @@ from langchain_openai import ChatOpenAI
 from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
 from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
-from prometheus_client import CollectorRegistry, start_http_server
 
 from langchain_ragmetrics import (
     ContextPrecision,
@@ -34,6 +31,7 @@ from langchain_ragmetrics import (
 )
 from tests._support.openai_server import JudgeServer
 from tests._support.otlp_receiver import OtlpReceiver
+from tests._support.prometheus import prometheus_endpoint
 from tests._support.rag import FAST, online_handler, question, rag_app
 
 JudgeFactory = Callable[..., ChatOpenAI]
@@ -174,27 +172,16 @@ def test_a_failing_collector_hangs_nothing(
 def test_prometheus_recipe_serves_the_metrics(
     judge_server: JudgeServer, make_judge: JudgeFactory
 ) -> None:
-    registry = CollectorRegistry()
-    reader = PrometheusMetricReader(registry=registry)
-    meter_provider = MeterProvider(metric_readers=[reader])
-    server, thread = start_http_server(0, addr="127.0.0.1", registry=registry)
-    try:
+    with prometheus_endpoint() as endpoint:
         app = rag_app(judge_server, make_judge, max_retries=2)
-        sink = OpenTelemetrySink(meter_provider=meter_provider, events="span")
+        sink = OpenTelemetrySink(meter_provider=endpoint.meter_provider, events="span")
         handler = online_handler(app.llm, sinks=[InMemorySink(), sink])
         with handler:
             for i in range(5):
                 app.chain.invoke(question(i), config={"callbacks": [handler]})
             assert handler.flush(timeout=60)
         results = delivered(handler)
-        url = f"http://127.0.0.1:{server.server_port}/metrics"
-        with urllib.request.urlopen(url, timeout=10) as response:
-            text = response.read().decode()
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
-        meter_provider.shutdown()
+        text = endpoint.scrape()
     labels = (
         'gen_ai_evaluation_name="context_relevance"',
         'ragmetrics_judge_model="judge-model"',

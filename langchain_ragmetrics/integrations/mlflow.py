@@ -1,0 +1,207 @@
+"""Online results as MLflow 3 assessments on the traces MLflow's LangChain autologging records.
+
+Extra ``[mlflow]``. Call ``mlflow.langchain.autolog()`` before the chain runs: each result
+becomes a ``Feedback`` on the trace of the request that retrieved, on the retriever's span,
+logged to the tracking server the application configured (``MLFLOW_TRACKING_URI`` or
+``mlflow.set_tracking_uri``).
+
+Example::
+
+    import mlflow
+    from langchain_ragmetrics import RagMetricsCallbackHandler
+    from langchain_ragmetrics.integrations.mlflow import MlflowSink
+
+    mlflow.langchain.autolog()
+    handler = RagMetricsCallbackHandler(sinks=[MlflowSink()])
+    chain.invoke("question", config={"callbacks": [handler]})
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any
+
+from typing_extensions import override
+
+from langchain_ragmetrics.callbacks._links import MLFLOW
+from langchain_ragmetrics.callbacks._records import OnlineResult
+from langchain_ragmetrics.callbacks._stats import FailureLog
+from langchain_ragmetrics.callbacks.sinks import BaseSink
+from langchain_ragmetrics.errors import SinkSkipError
+from langchain_ragmetrics.integrations._delivery import GuardedDelivery
+from langchain_ragmetrics.integrations._otel_attributes import error_type
+
+if TYPE_CHECKING:
+    from mlflow.entities import Feedback
+
+__all__ = ["MlflowSink"]
+
+_MISSING_EXTRA = "MlflowSink needs MLflow 3: pip install 'langchain-ragmetrics[mlflow]'"
+_NOT_FOUND = "RESOURCE_DOES_NOT_EXIST"
+_PERMANENT = frozenset(
+    {"INVALID_PARAMETER_VALUE", "BAD_REQUEST", "PERMISSION_DENIED", "UNAUTHENTICATED"}
+)
+_REMEMBERED_ERRORS = 10_000
+
+
+def _error_code(exc: Exception) -> str | None:
+    code = getattr(exc, "error_code", None)
+    return code if isinstance(code, str) else None
+
+
+class MlflowSink(BaseSink):
+    """Logs each online result as an MLflow ``Feedback`` on its request's trace.
+
+    The feedback has ``name`` = the metric key, ``value`` = the score, ``rationale`` = the
+    reason, ``source`` = ``LLM_JUDGE`` with the judge model's name, ``span_id`` = the
+    retriever's span, and ``metadata`` with the retriever, its LangChain run id, judge usage
+    and, when they fit in ``max_details_chars``, the verdict details as JSON. A failed
+    result is logged as an assessment error (``AssessmentError`` with a short error code);
+    a later success for the same trace, span and metric overrides it (MLflow then marks the
+    error invalid).
+
+    A retrieval that no MLflow trace recorded (autologging off, or turned on after the
+    chain started) is skipped for this sink, counted in ``stats.sinks["MlflowSink"].skipped``
+    with one warning: a result is never attached to another request's trace. Results with
+    nothing to assess (no score, no error) are skipped too.
+
+    Delivery keeps the online guarantees: every request is bounded by ``request_timeout``
+    (MLflow's own HTTP retries may run longer; the sink stops waiting), failures are
+    retried with backoff, ``failure_threshold`` failures in a row open a circuit breaker for
+    ``cooldown`` seconds (results dropped and counted meanwhile), and "trace not found"
+    (MLflow exports traces in the background) is retried for up to ``not_found_wait`` s.
+
+    Args:
+        request_timeout: Seconds the sink waits for one request.
+        max_retries: Retries of a failed request.
+        backoff: First retry delay in seconds (doubled each retry, at most 8 s).
+        not_found_wait: Seconds an assessment for a trace not stored yet is retried.
+        failure_threshold: Failed requests in a row that open the breaker.
+        cooldown: Seconds the breaker stays open.
+        max_details_chars: Largest JSON of the verdict details put in the metadata.
+    """
+
+    def __init__(
+        self,
+        *,
+        request_timeout: float = 10.0,
+        max_retries: int = 2,
+        backoff: float = 0.5,
+        not_found_wait: float = 30.0,
+        failure_threshold: int = 5,
+        cooldown: float = 30.0,
+        max_details_chars: int = 4_000,
+    ) -> None:
+        try:
+            import mlflow.entities  # noqa: F401
+        except ImportError as exc:  # pragma: no cover - exercised only without the extra
+            raise ImportError(_MISSING_EXTRA) from exc
+        if max_details_chars < 0:
+            msg = f"`max_details_chars` must be >= 0, got {max_details_chars!r}"
+            raise ValueError(msg)
+        self.max_details_chars = max_details_chars
+        self.delivery = GuardedDelivery(
+            label="MlflowSink",
+            request_timeout=request_timeout,
+            max_retries=max_retries,
+            backoff=backoff,
+            not_found_wait=not_found_wait,
+            failure_threshold=failure_threshold,
+            cooldown=cooldown,
+        )
+        self._lock = threading.Lock()
+        self._failures = FailureLog()
+        self._errors: OrderedDict[tuple[str, str | None, str], str] = OrderedDict()
+
+    def feedback(self, item: OnlineResult, *, overrides: str | None = None) -> Feedback:
+        """The ``Feedback`` for a result that has an MLflow trace (see the class docs)."""
+        from mlflow.entities import AssessmentError, AssessmentSource, Feedback
+
+        result = item.result
+        _, span_id = item.links[MLFLOW]
+        source = AssessmentSource(source_type="LLM_JUDGE", source_id=result.judge or "unknown")
+        metadata = self._metadata(item)
+        if result.failed:
+            return Feedback(
+                name=result.metric,
+                error=AssessmentError(
+                    error_code=error_type(result.error),
+                    error_message=result.error or "failed",
+                ),
+                source=source,
+                metadata=metadata,
+                span_id=span_id,
+            )
+        return Feedback(
+            name=result.metric,
+            value=result.score,
+            rationale=result.reason or None,
+            source=source,
+            metadata=metadata,
+            span_id=span_id,
+            overrides=overrides,
+        )
+
+    @override
+    def emit(self, item: OnlineResult) -> None:
+        result = item.result
+        if result.skipped:
+            msg = "nothing to assess"
+            raise SinkSkipError(msg)
+        link = item.links.get(MLFLOW)
+        if link is None:
+            self._failures.report(
+                "no-link",
+                "MlflowSink: a retrieval has no MLflow trace (call mlflow.langchain.autolog() "
+                "before the chain runs); such results are skipped for MLflow and counted in "
+                "stats.sinks['MlflowSink'].skipped",
+            )
+            msg = "no MLflow trace recorded this retrieval"
+            raise SinkSkipError(msg)
+        trace_id, span_id = link
+        key = (trace_id, span_id, result.metric)
+        with self._lock:
+            replaces = None if result.failed else self._errors.get(key)
+        feedback = self.feedback(item, overrides=replaces)
+        logged = self.delivery.send(
+            lambda: self._log(trace_id, feedback),
+            not_found=lambda exc: _error_code(exc) == _NOT_FOUND,
+            permanent=lambda exc: _error_code(exc) in _PERMANENT,
+        )
+        with self._lock:
+            if result.failed:
+                self._errors[key] = str(logged.assessment_id)
+                while len(self._errors) > _REMEMBERED_ERRORS:
+                    self._errors.popitem(last=False)
+            else:
+                self._errors.pop(key, None)
+
+    @override
+    def close(self, timeout: float | None = None) -> None:
+        self.delivery.close()
+
+    @staticmethod
+    def _log(trace_id: str, feedback: Feedback) -> Any:
+        import mlflow
+
+        return mlflow.log_assessment(trace_id=trace_id, assessment=feedback)
+
+    def _metadata(self, item: OnlineResult) -> dict[str, str]:
+        result = item.result
+        usage = result.usage
+        metadata = {
+            "ragmetrics.retriever": item.retriever or "unknown",
+            "ragmetrics.run_id": str(item.run_id),
+            "ragmetrics.judge_calls": str(usage.judge_calls),
+            "ragmetrics.input_tokens": str(usage.input_tokens),
+            "ragmetrics.output_tokens": str(usage.output_tokens),
+        }
+        if result.latency_s is not None:
+            metadata["ragmetrics.latency_s"] = f"{result.latency_s:.3f}"
+        if result.details:
+            details = json.dumps(result.details, ensure_ascii=False, default=str)
+            if len(details) <= self.max_details_chars:
+                metadata["ragmetrics.details"] = details
+        return metadata

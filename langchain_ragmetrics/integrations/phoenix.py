@@ -1,0 +1,204 @@
+"""Online results as Arize Phoenix span annotations on an OpenInference-traced LangChain app.
+
+Extra ``[phoenix]``. Instrument the app with OpenInference
+(``LangChainInstrumentor().instrument(tracer_provider=...)``, or ``phoenix.otel.register``):
+each result becomes an annotation (score, label, explanation, annotator kind ``LLM``) on the
+retriever span of the request that retrieved, where Phoenix shows it.
+
+Example::
+
+    from openinference.instrumentation.langchain import LangChainInstrumentor
+    from phoenix.otel import register
+
+    from langchain_ragmetrics import RagMetricsCallbackHandler
+    from langchain_ragmetrics.integrations.phoenix import PhoenixSink
+
+    LangChainInstrumentor().instrument(tracer_provider=register())
+    handler = RagMetricsCallbackHandler(sinks=[PhoenixSink()])
+    chain.invoke("question", config={"callbacks": [handler]})
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from typing_extensions import override
+
+from langchain_ragmetrics.callbacks._links import OPENINFERENCE
+from langchain_ragmetrics.callbacks._records import OnlineResult
+from langchain_ragmetrics.callbacks._stats import FailureLog
+from langchain_ragmetrics.callbacks.sinks import BaseSink
+from langchain_ragmetrics.errors import SinkSkipError
+from langchain_ragmetrics.integrations._delivery import GuardedDelivery
+from langchain_ragmetrics.integrations._otel_attributes import error_type, score_label
+
+if TYPE_CHECKING:
+    from phoenix.client import Client
+
+__all__ = ["PhoenixSink"]
+
+_MISSING_EXTRA = "PhoenixSink needs the Phoenix client: pip install 'langchain-ragmetrics[phoenix]'"
+_RETRIED_STATUSES = frozenset({404, 408, 409, 425, 429})
+
+
+def _status(exc: Exception) -> int | None:
+    response = getattr(exc, "response", None)
+    status = getattr(response, "status_code", None)
+    return status if isinstance(status, int) else None
+
+
+class PhoenixSink(BaseSink):
+    """Annotates the retriever span of each scored request in Phoenix.
+
+    Each result becomes one span annotation: ``name`` = the metric key, ``score``,
+    ``label`` (``pass``/``fail`` against ``pass_threshold`` when set), ``explanation`` =
+    the judge's reason, ``annotator_kind="LLM"``, and ``metadata`` with the judge model,
+    its usage, the retriever and its LangChain run id, and the verdict details. A failed
+    result is an annotation with label ``error`` and the error as explanation; a later
+    success for the same span and metric replaces it (Phoenix keeps one annotation per
+    name and span).
+
+    Configured as Phoenix's own clients are: without arguments the client reads Phoenix's
+    environment variables (``PHOENIX_ENDPOINT``, ``PHOENIX_COLLECTOR_ENDPOINT``,
+    ``PHOENIX_BASE_URL``, ``PHOENIX_API_KEY``, ``PHOENIX_CLIENT_HEADERS``); ``endpoint``,
+    ``api_key`` and ``headers`` override them, or pass a ``client``.
+
+    A retrieval that OpenInference did not trace is skipped for this sink (counted in
+    ``stats.sinks["PhoenixSink"].skipped``, one warning). Delivery is bounded, retried
+    and behind a circuit breaker as for the MLflow sink. Phoenix answers "not found" for a
+    span it has not stored yet (spans are exported in the background): that is retried for
+    up to ``not_found_wait`` seconds.
+
+    Args:
+        endpoint: Phoenix's base URL (e.g. ``http://127.0.0.1:6006``).
+        api_key: Phoenix API key.
+        headers: Extra HTTP headers.
+        client: A ``phoenix.client.Client`` to use instead of building one.
+        pass_threshold: When set, scored results get the label ``pass`` or ``fail``.
+        request_timeout: Seconds the sink waits for one request.
+        max_retries: Retries of a failed request.
+        backoff: First retry delay in seconds (doubled each retry, at most 8 s).
+        not_found_wait: Seconds an annotation for a span not stored yet is retried.
+        failure_threshold: Failed requests in a row that open the breaker.
+        cooldown: Seconds the breaker stays open.
+    """
+
+    def __init__(
+        self,
+        *,
+        endpoint: str | None = None,
+        api_key: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        client: Client | None = None,
+        pass_threshold: float | None = None,
+        request_timeout: float = 10.0,
+        max_retries: int = 2,
+        backoff: float = 0.5,
+        not_found_wait: float = 30.0,
+        failure_threshold: int = 5,
+        cooldown: float = 30.0,
+    ) -> None:
+        try:
+            import phoenix.client  # noqa: F401
+        except ImportError as exc:  # pragma: no cover - exercised only without the extra
+            raise ImportError(_MISSING_EXTRA) from exc
+        if pass_threshold is not None and not 0.0 <= pass_threshold <= 1.0:
+            msg = f"`pass_threshold` must be between 0 and 1, got {pass_threshold!r}"
+            raise ValueError(msg)
+        self.endpoint = endpoint
+        self.pass_threshold = pass_threshold
+        self._api_key = api_key
+        self._headers = dict(headers) if headers else None
+        self._client = client
+        self.delivery = GuardedDelivery(
+            label="PhoenixSink",
+            request_timeout=request_timeout,
+            max_retries=max_retries,
+            backoff=backoff,
+            not_found_wait=not_found_wait,
+            failure_threshold=failure_threshold,
+            cooldown=cooldown,
+        )
+        self._lock = threading.Lock()
+        self._failures = FailureLog()
+
+    @property
+    def client(self) -> Client:
+        """The Phoenix client (built on first use, from the options or the environment)."""
+        with self._lock:
+            if self._client is None:
+                from phoenix.client import Client
+
+                self._client = Client(
+                    base_url=self.endpoint, api_key=self._api_key, headers=self._headers
+                )
+            return self._client
+
+    def annotation(self, item: OnlineResult) -> dict[str, Any]:
+        """The ``add_span_annotation`` arguments for a result with an OpenInference span."""
+        result = item.result
+        _, span_id = item.links[OPENINFERENCE]
+        usage = result.usage
+        metadata: dict[str, Any] = {
+            "judge": result.judge,
+            "retriever": item.retriever,
+            "run_id": str(item.run_id),
+            "judge_calls": usage.judge_calls,
+            "input_tokens": usage.input_tokens,
+            "output_tokens": usage.output_tokens,
+            "latency_s": result.latency_s,
+            "details": result.details,
+            "library": "langchain-ragmetrics",
+        }
+        if result.failed:
+            metadata["error_type"] = error_type(result.error)
+            return {
+                "span_id": span_id,
+                "annotation_name": result.metric,
+                "annotator_kind": "LLM",
+                "label": "error",
+                "explanation": result.error or "failed",
+                "metadata": metadata,
+            }
+        return {
+            "span_id": span_id,
+            "annotation_name": result.metric,
+            "annotator_kind": "LLM",
+            "label": score_label(result, self.pass_threshold),
+            "score": result.score,
+            "explanation": result.reason or None,
+            "metadata": metadata,
+        }
+
+    @override
+    def emit(self, item: OnlineResult) -> None:
+        if item.result.skipped:
+            msg = "nothing to assess"
+            raise SinkSkipError(msg)
+        link = item.links.get(OPENINFERENCE)
+        if link is None or link[1] is None:
+            self._failures.report(
+                "no-link",
+                "PhoenixSink: a retrieval has no OpenInference span (instrument LangChain "
+                "with openinference-instrumentation-langchain before the chain runs); such "
+                "results are skipped for Phoenix and counted in "
+                "stats.sinks['PhoenixSink'].skipped",
+            )
+            msg = "no OpenInference span for this retrieval"
+            raise SinkSkipError(msg)
+        kwargs = self.annotation(item)
+        self.delivery.send(
+            lambda: self.client.spans.add_span_annotation(**kwargs, sync=True),
+            not_found=lambda exc: _status(exc) == 404,
+            permanent=lambda exc: (
+                _status(exc) is not None
+                and 400 <= (_status(exc) or 0) < 500
+                and _status(exc) not in _RETRIED_STATUSES
+            ),
+        )
+
+    @override
+    def close(self, timeout: float | None = None) -> None:
+        self.delivery.close()

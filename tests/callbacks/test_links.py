@@ -1,0 +1,59 @@
+"""Trace links: read at retriever start and end, merged, carried to sinks and to the child."""
+
+from __future__ import annotations
+
+import sys
+import types
+import uuid
+from typing import Any
+
+import pytest
+
+from langchain_ragmetrics.callbacks._links import merge_links, trace_links
+from langchain_ragmetrics.callbacks._tracker import TraceTracker
+
+
+def test_nothing_is_read_when_no_tracer_is_loaded() -> None:
+    assert "mlflow.langchain.langchain_tracer" not in sys.modules
+    assert "openinference.instrumentation.langchain" not in sys.modules
+    assert trace_links(uuid.uuid4()) == {}
+
+
+def test_merge_keeps_the_reading_that_found_the_span() -> None:
+    trace_only = {"mlflow": ("tr-1", None)}
+    with_span = {"mlflow": ("tr-1", "s1")}
+    assert merge_links(trace_only, with_span) == with_span
+    assert merge_links(with_span, trace_only) == with_span
+    assert merge_links({}, trace_only) == trace_only
+    both = merge_links({"openinference": ("t", "a")}, {"mlflow": ("tr-1", None)})
+    assert both == {"openinference": ("t", "a"), "mlflow": ("tr-1", None)}
+
+
+class _Span:
+    def __init__(self, span_id: int) -> None:
+        self.span_id = span_id
+
+    def get_span_context(self) -> Any:
+        return types.SimpleNamespace(trace_id=7, span_id=self.span_id, is_valid=True)
+
+
+def test_a_tracer_whose_span_exists_only_at_start_still_links(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """OpenInference's handler may run before ours (span open at our start, gone at our end)."""
+    spans: dict[uuid.UUID, _Span] = {}
+    instrumentor = types.SimpleNamespace(is_instrumented_by_opentelemetry=True, get_span=spans.get)
+    module = types.ModuleType("openinference.instrumentation.langchain")
+    module.LangChainInstrumentor = lambda: instrumentor  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "openinference.instrumentation.langchain", module)
+    tracker = TraceTracker(max_open_traces=10)
+    root, retriever = uuid.uuid4(), uuid.uuid4()
+    tracker.start(root, None, inputs="q")
+    spans[retriever] = _Span(0xAB)
+    tracker.start(retriever, root, retrieval=("q", "r", []))
+    del spans[retriever]  # the tracer ended its span before our end ran
+    tracker.end(retriever, documents=["doc"])
+    finished = tracker.end(root, outputs="a")
+    assert finished is not None
+    (capture,) = finished.captures
+    assert capture.links == {"openinference": (f"{7:032x}", f"{0xAB:016x}")}

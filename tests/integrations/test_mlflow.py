@@ -1,0 +1,292 @@
+"""MlflowSink against a real ``mlflow server``: assessments read back with MLflow's client."""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timezone
+from functools import partial
+from typing import Any
+
+import pytest
+from langchain_openai import ChatOpenAI
+
+from tests._support.extras import require_extra
+
+mlflow = require_extra("mlflow", "mlflow")
+
+from mlflow.entities import Feedback  # noqa: E402
+
+from langchain_ragmetrics import (  # noqa: E402
+    InMemorySink,
+    MetricResult,
+    OnlineResult,
+    RagMetricsCallbackHandler,
+    RagSample,
+)
+from langchain_ragmetrics.callbacks import ProcessIsolation  # noqa: E402
+from langchain_ragmetrics.integrations.mlflow import MlflowSink  # noqa: E402
+from tests._support.mlflow_setup import (  # noqa: E402
+    MLFLOW_CLIENT_ENV,
+    mlflow_child_setup,
+    mlflow_server,
+    start_mlflow_server,
+)
+from tests._support.openai_server import JudgeServer  # noqa: E402
+from tests._support.rag import online_handler, question, rag_app  # noqa: E402
+from tests._support.servers import ServerProcess  # noqa: E402
+from tests._support.sink_checks import one_scored_item, outage_mid_run  # noqa: E402
+
+__all__ = ["mlflow_server"]
+
+JudgeFactory = Callable[..., ChatOpenAI]
+CEILING_S = 20.0
+"""Generous bound for 'did not hang' (MLflow's client alone would wait 120 s per request)."""
+
+
+@pytest.fixture
+def tracking(mlflow_server: ServerProcess, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Autologging on, tracking to the session's server, in a fresh experiment."""
+    for name, value in MLFLOW_CLIENT_ENV.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server.url)
+    mlflow.set_tracking_uri(mlflow_server.url)
+    mlflow.set_experiment(f"ragmetrics-{time.monotonic_ns()}")
+    mlflow.langchain.autolog()
+    try:
+        yield mlflow_server.url
+    finally:
+        mlflow.langchain.autolog(disable=True)
+        mlflow.flush_trace_async_logging(terminate=False)
+
+
+def read_trace(trace_id: str) -> Any:
+    """The stored trace, once MLflow has exported it (its export is asynchronous)."""
+    mlflow.flush_trace_async_logging(terminate=False)
+    return mlflow.MlflowClient().get_trace(trace_id)
+
+
+def assessments(trace_id: str) -> list[Any]:
+    return [a for a in read_trace(trace_id).info.assessments if isinstance(a, Feedback)]
+
+
+def test_scores_land_on_the_retriever_span_of_their_own_trace(
+    tracking: str, judge_server: JudgeServer, make_judge: JudgeFactory
+) -> None:
+    app = rag_app(judge_server, make_judge, max_retries=2)
+    memory = InMemorySink()
+    handler = online_handler(app.llm, sinks=[memory, MlflowSink()])
+    with handler, ThreadPoolExecutor(4) as pool:
+        list(
+            pool.map(
+                lambda i: app.chain.invoke(question(i), config={"callbacks": [handler]}),
+                range(8),
+            )
+        )
+        assert handler.flush(timeout=60)
+    results = memory.results
+    assert len(results) == 8
+    assert handler.stats.sinks["MlflowSink"].delivered == 8
+    for item in results:
+        trace_id, span_id = item.links["mlflow"]
+        trace = read_trace(trace_id)
+        (span,) = [s for s in trace.data.spans if s.span_id == span_id]
+        assert span.span_type == "RETRIEVER"
+        assert span.inputs == item.query  # the request that retrieved, not a neighbour
+        (feedback,) = assessments(trace_id)
+        assert feedback.name == "context_relevance"
+        assert feedback.value == item.result.score
+        assert feedback.rationale == item.result.reason
+        assert feedback.span_id == span_id
+        assert feedback.source.source_type == "LLM_JUDGE"
+        assert feedback.source.source_id == "judge-model"
+        assert feedback.metadata["ragmetrics.run_id"] == str(item.run_id)
+        assert feedback.metadata["ragmetrics.retriever"] == "VectorStoreRetriever"
+        assert feedback.metadata["ragmetrics.input_tokens"] == str(item.result.usage.input_tokens)
+        assert '"relevant_indices"' in feedback.metadata["ragmetrics.details"]
+    assert len({r.links["mlflow"][0] for r in results}) == 8
+
+
+def _result(item: OnlineResult, **changes: Any) -> OnlineResult:
+    return item.model_copy(update={"result": item.result.model_copy(update=changes)})
+
+
+def test_a_failed_result_is_an_error_that_a_later_success_overrides(
+    tracking: str, judge_server: JudgeServer, make_judge: JudgeFactory
+) -> None:
+    item = one_scored_item(rag_app(judge_server, make_judge, max_retries=2), 1)
+    sink = MlflowSink()
+    failed = _result(item, score=math.nan, error="TimeoutError: judge timed out", reason="")
+    sink.emit(failed)
+    trace_id, span_id = item.links["mlflow"]
+    (error,) = assessments(trace_id)
+    assert error.value is None
+    assert error.error.error_code == "TimeoutError"
+    assert error.error.error_message == "TimeoutError: judge timed out"
+    assert error.span_id == span_id
+    sink.emit(item)
+    sink.close()
+    stored = {a.assessment_id: a for a in assessments(trace_id)}
+    assert len(stored) == 2
+    (success,) = [a for a in stored.values() if a.value is not None]
+    assert success.value == item.result.score
+    assert success.overrides == error.assessment_id
+    assert stored[error.assessment_id].valid is False
+
+
+def test_without_an_mlflow_trace_results_are_skipped_with_one_warning(
+    tracking: str,
+    judge_server: JudgeServer,
+    make_judge: JudgeFactory,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    mlflow.langchain.autolog(disable=True)
+    app = rag_app(judge_server, make_judge, max_retries=2)
+    handler = online_handler(app.llm, sinks=[InMemorySink(), MlflowSink()])
+    with caplog.at_level(logging.WARNING, logger="langchain_ragmetrics"), handler:
+        for i in range(3):
+            app.chain.invoke(question(i), config={"callbacks": [handler]})
+        assert handler.flush(timeout=60)
+    figures = handler.stats.sinks["MlflowSink"]
+    assert (figures.skipped, figures.delivered, figures.errors) == (3, 0, 0)
+    warnings = [r for r in caplog.records if "no MLflow trace" in r.getMessage()]
+    assert len(warnings) == 1
+
+
+def test_a_trace_not_stored_yet_is_retried_then_counted(tracking: str) -> None:
+    """MLflow answers RESOURCE_DOES_NOT_EXIST: retried with backoff, without opening the breaker."""
+    sink = MlflowSink(not_found_wait=1.0, backoff=0.1, failure_threshold=1)
+    item = OnlineResult(
+        trace_id=None,
+        root_run_id=_uuid(),
+        run_id=_uuid(),
+        query="q",
+        sample=RagSample(question="q", contexts=["c"]),
+        result=MetricResult(metric="context_relevance", score=0.5, judge="judge-model"),
+        timestamp=datetime.now(timezone.utc),
+        links={"mlflow": ("tr-" + "0" * 32, None)},
+    )
+    calls: list[float] = []
+    original = MlflowSink._log
+
+    def counted(trace_id: str, feedback: Any) -> Any:
+        calls.append(time.monotonic())
+        return original(trace_id, feedback)
+
+    sink._log = counted  # type: ignore[method-assign]
+    with pytest.raises(mlflow.exceptions.MlflowException, match="not found"):
+        sink.emit(item)
+    assert len(calls) >= 3  # retried while waiting for the trace
+    assert not sink.delivery.breaker.is_open
+    sink.close()
+
+
+def _uuid() -> Any:
+    import uuid
+
+    return uuid.uuid4()
+
+
+def test_isolated_mode_scores_land_on_the_parent_process_traces(
+    tracking: str, judge_server: JudgeServer, make_judge: JudgeFactory
+) -> None:
+    app = rag_app(judge_server, make_judge, max_retries=2)
+    setup = partial(mlflow_child_setup, judge_server.base_url, tracking)
+    handler = RagMetricsCallbackHandler(isolation=ProcessIsolation(setup=setup, niceness=0))
+    traces: dict[str, str] = {}
+    for i in range(3):
+        with mlflow.start_span("request") as span:
+            app.chain.invoke(question(i), config={"callbacks": [handler]})
+            traces[span.trace_id] = question(i)
+    assert handler.flush(timeout=120)
+    assert handler.close(timeout=60)
+    assert handler.stats.sinks["MlflowSink"].delivered == 3
+    for trace_id, asked in traces.items():
+        (feedback,) = assessments(trace_id)
+        assert feedback.name == "context_relevance"
+        assert feedback.value == 0.5
+        spans = read_trace(trace_id).data.spans
+        (span,) = [s for s in spans if s.span_id == feedback.span_id]
+        assert span.span_type == "RETRIEVER"
+        assert span.inputs == asked
+
+
+def test_server_killed_mid_run_nothing_raised_everything_counted(
+    tmp_path: Any,
+    judge_server: JudgeServer,
+    make_judge: JudgeFactory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    server = start_mlflow_server(tmp_path)
+    try:
+        for name, value in MLFLOW_CLIENT_ENV.items():
+            monkeypatch.setenv(name, value)
+        mlflow.set_tracking_uri(server.url)
+        mlflow.set_experiment("killed")
+        mlflow.langchain.autolog()
+        app = rag_app(judge_server, make_judge, max_retries=2)
+        sink = MlflowSink(request_timeout=3, max_retries=1, backoff=0.05, cooldown=60)
+        outage_mid_run(app, sink, "MlflowSink", server.kill)
+        assert sink.delivery.breaker.is_open
+    finally:
+        mlflow.langchain.autolog(disable=True)
+        server.kill()
+
+
+def test_a_server_that_never_answers_costs_one_bounded_wait(
+    tracking: str, judge_server: JudgeServer, make_judge: JudgeFactory
+) -> None:
+    item = one_scored_item(rag_app(judge_server, make_judge, max_retries=2), 2)
+    mlflow.flush_trace_async_logging(terminate=False)  # the app's trace, before the switch
+    with socket.socket() as silent:  # accepts connections, never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        mlflow.set_tracking_uri(f"http://127.0.0.1:{silent.getsockname()[1]}")
+        sink = MlflowSink(request_timeout=1, max_retries=0, failure_threshold=1, cooldown=60)
+        started = time.monotonic()
+        with pytest.raises(TimeoutError):
+            sink.emit(item)
+        with pytest.raises(Exception, match="circuit open"):
+            sink.emit(item)
+        closed = threading.Thread(target=sink.close)
+        closed.start()
+        closed.join(5)
+        assert not closed.is_alive()
+        assert time.monotonic() - started < CEILING_S
+    assert float(os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"]) > 1  # the bound was the sink's
+
+
+def test_cookbook_script_puts_scores_on_mlflow_traces(
+    mlflow_server: ServerProcess, tmp_path: Any
+) -> None:
+    from tests._support.examples import REPO, run_example
+
+    done = run_example(
+        cwd=tmp_path,
+        script=REPO / "cookbook" / "10_mlflow_sink.py",
+        env={"MLFLOW_TRACKING_URI": mlflow_server.url, **MLFLOW_CLIENT_ENV},
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = [line for line in done.stdout.splitlines() if line.startswith("context_relevance=")]
+    assert len(lines) == 3, done.stdout
+    assert all(" on trace tr-" in line and " span " in line for line in lines)
+    assert "assessments logged: 3" in done.stdout
+
+
+def test_docs_page_example_runs(mlflow_server: ServerProcess, tmp_path: Any) -> None:
+    from tests._support.examples import REPO, python_blocks, run_example
+
+    (block,) = python_blocks(REPO / "docs" / "integrations" / "mlflow.md")
+    done = run_example(
+        cwd=tmp_path,
+        code=block,
+        env={"MLFLOW_TRACKING_URI": mlflow_server.url, **MLFLOW_CLIENT_ENV},
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "delivered=1 skipped=0 errors=0 dropped=0 pending=0" in done.stdout

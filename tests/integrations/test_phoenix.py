@@ -1,0 +1,292 @@
+"""PhoenixSink against a real Phoenix server: annotations read back with Phoenix's client."""
+
+from __future__ import annotations
+
+import logging
+import math
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timezone
+from functools import partial
+from typing import Any
+
+import pytest
+from langchain_openai import ChatOpenAI
+
+from tests._support.extras import require_extra
+
+require_extra("phoenix.client", "phoenix")
+require_extra("openinference.instrumentation.langchain", "phoenix")
+
+import httpx  # noqa: E402
+from phoenix.client import Client  # noqa: E402
+
+from langchain_ragmetrics import (  # noqa: E402
+    InMemorySink,
+    MetricResult,
+    OnlineResult,
+    RagMetricsCallbackHandler,
+    RagSample,
+)
+from langchain_ragmetrics.callbacks import ProcessIsolation  # noqa: E402
+from langchain_ragmetrics.integrations.phoenix import PhoenixSink  # noqa: E402
+from tests._support.openai_server import JudgeServer  # noqa: E402
+from tests._support.phoenix_setup import (  # noqa: E402
+    instrumented,
+    phoenix_child_setup,
+    phoenix_server,
+    start_phoenix_server,
+)
+from tests._support.rag import online_handler, question, rag_app  # noqa: E402
+from tests._support.servers import ServerProcess  # noqa: E402
+from tests._support.sink_checks import one_scored_item, outage_mid_run  # noqa: E402
+
+__all__ = ["instrumented", "phoenix_server"]
+
+JudgeFactory = Callable[..., ChatOpenAI]
+CEILING_S = 20.0
+"""Generous bound for 'did not hang'."""
+
+
+def annotations(url: str, span_id: str) -> list[dict[str, Any]]:
+    return list(
+        Client(base_url=url).spans.get_span_annotations(
+            span_ids=[span_id], project_identifier="default"
+        )
+    )
+
+
+def spans_by_id(url: str) -> dict[str, Any]:
+    spans = Client(base_url=url).spans.get_spans(project_identifier="default", limit=1000)
+    return {span["context"]["span_id"]: span for span in spans}
+
+
+def test_scores_land_on_the_retriever_span_of_their_own_request(
+    phoenix_server: ServerProcess,
+    instrumented: Any,
+    judge_server: JudgeServer,
+    make_judge: JudgeFactory,
+) -> None:
+    app = rag_app(judge_server, make_judge, max_retries=2)
+    memory = InMemorySink()
+    handler = online_handler(
+        app.llm, sinks=[memory, PhoenixSink(endpoint=phoenix_server.url, pass_threshold=0.4)]
+    )
+    with handler, ThreadPoolExecutor(4) as pool:
+        list(
+            pool.map(
+                lambda i: app.chain.invoke(question(i), config={"callbacks": [handler]}),
+                range(8),
+            )
+        )
+        assert handler.flush(timeout=90)
+    results = memory.results
+    assert len(results) == 8
+    assert handler.stats.sinks["PhoenixSink"].delivered == 8
+    stored = spans_by_id(phoenix_server.url)
+    for item in results:
+        trace_id, span_id = item.links["openinference"]
+        span = stored[span_id]
+        assert span["context"]["trace_id"] == trace_id
+        assert span["span_kind"] == "RETRIEVER"
+        assert span["attributes"]["input.value"] == item.query  # its own request
+        (annotation,) = annotations(phoenix_server.url, span_id)
+        assert annotation["name"] == "context_relevance"
+        assert annotation["annotator_kind"] == "LLM"
+        assert annotation["result"]["score"] == item.result.score
+        assert annotation["result"]["label"] == "pass"
+        assert annotation["result"]["explanation"] == item.result.reason
+        assert annotation["metadata"]["judge"] == "judge-model"
+        assert annotation["metadata"]["run_id"] == str(item.run_id)
+        assert annotation["metadata"]["details"] == item.result.details
+    assert len({r.links["openinference"][0] for r in results}) == 8
+
+
+def test_a_failed_result_is_replaced_by_a_later_success(
+    phoenix_server: ServerProcess,
+    instrumented: Any,
+    judge_server: JudgeServer,
+    make_judge: JudgeFactory,
+) -> None:
+    item = one_scored_item(rag_app(judge_server, make_judge, max_retries=2), 3)
+    span_id = item.links["openinference"][1]
+    assert span_id is not None
+    sink = PhoenixSink(endpoint=phoenix_server.url)
+    failed = item.model_copy(
+        update={
+            "result": item.result.model_copy(
+                update={"score": math.nan, "error": "TimeoutError: judge timed out"}
+            )
+        }
+    )
+    sink.emit(failed)
+    (error,) = annotations(phoenix_server.url, span_id)
+    assert error["result"]["label"] == "error"
+    assert error["result"]["explanation"] == "TimeoutError: judge timed out"
+    assert error["metadata"]["error_type"] == "TimeoutError"
+    sink.emit(item)
+    sink.close()
+    (success,) = annotations(phoenix_server.url, span_id)
+    assert success["result"]["score"] == item.result.score
+    assert success["result"]["label"] is None
+
+
+def test_without_an_openinference_span_results_are_skipped_with_one_warning(
+    phoenix_server: ServerProcess,
+    judge_server: JudgeServer,
+    make_judge: JudgeFactory,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from openinference.instrumentation.langchain import LangChainInstrumentor
+
+    assert not LangChainInstrumentor().is_instrumented_by_opentelemetry
+    app = rag_app(judge_server, make_judge, max_retries=2)
+    handler = online_handler(
+        app.llm, sinks=[InMemorySink(), PhoenixSink(endpoint=phoenix_server.url)]
+    )
+    with caplog.at_level(logging.WARNING, logger="langchain_ragmetrics"), handler:
+        for i in range(3):
+            app.chain.invoke(question(i), config={"callbacks": [handler]})
+        assert handler.flush(timeout=60)
+    figures = handler.stats.sinks["PhoenixSink"]
+    assert (figures.skipped, figures.delivered, figures.errors) == (3, 0, 0)
+    assert len([r for r in caplog.records if "no OpenInference span" in r.getMessage()]) == 1
+
+
+def _item(span_id: str) -> OnlineResult:
+    return OnlineResult(
+        trace_id=None,
+        root_run_id=uuid.uuid4(),
+        run_id=uuid.uuid4(),
+        query="q",
+        sample=RagSample(question="q", contexts=["c"]),
+        result=MetricResult(metric="context_relevance", score=0.5, judge="judge-model"),
+        timestamp=datetime.now(timezone.utc),
+        links={"openinference": ("0" * 32, span_id)},
+    )
+
+
+def test_a_span_not_stored_yet_is_retried_then_counted(phoenix_server: ServerProcess) -> None:
+    sink = PhoenixSink(
+        endpoint=phoenix_server.url, not_found_wait=1.0, backoff=0.1, failure_threshold=1
+    )
+    with pytest.raises(httpx.HTTPStatusError, match="404"):
+        sink.emit(_item(f"{uuid.uuid4().int & (2**64 - 1):016x}"))
+    assert not sink.delivery.breaker.is_open  # Phoenix answered: it is up
+    sink.close()
+
+
+@pytest.mark.parametrize(
+    "variable", ["PHOENIX_ENDPOINT", "PHOENIX_COLLECTOR_ENDPOINT", "PHOENIX_BASE_URL"]
+)
+def test_the_environment_configures_the_sink_and_the_option_overrides_it(
+    variable: str, phoenix_server: ServerProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(variable, phoenix_server.url)
+    assert str(PhoenixSink().client._client.base_url).rstrip("/") == phoenix_server.url
+    other = "http://127.0.0.1:9"
+    assert str(PhoenixSink(endpoint=other).client._client.base_url).rstrip("/") == other
+
+
+def test_isolated_mode_scores_land_on_the_parent_process_spans(
+    phoenix_server: ServerProcess,
+    instrumented: Any,
+    judge_server: JudgeServer,
+    make_judge: JudgeFactory,
+) -> None:
+    app = rag_app(judge_server, make_judge, max_retries=2)
+    setup = partial(phoenix_child_setup, judge_server.base_url, phoenix_server.url)
+    handler = RagMetricsCallbackHandler(isolation=ProcessIsolation(setup=setup, niceness=0))
+    for i in range(10, 13):
+        app.chain.invoke(question(i), config={"callbacks": [handler]})
+    assert handler.flush(timeout=120)
+    assert handler.close(timeout=60)
+    assert handler.stats.sinks["PhoenixSink"].delivered == 3
+    stored = spans_by_id(phoenix_server.url)
+    asked = {question(i) for i in range(10, 13)}
+    found = {
+        span["attributes"]["input.value"]
+        for span_id, span in stored.items()
+        if span["span_kind"] == "RETRIEVER"
+        and span["attributes"]["input.value"] in asked
+        and annotations(phoenix_server.url, span_id)
+    }
+    assert found == asked
+
+
+def test_server_killed_mid_run_nothing_raised_everything_counted(
+    tmp_path: Any,
+    instrumented: Any,
+    phoenix_server: ServerProcess,
+    judge_server: JudgeServer,
+    make_judge: JudgeFactory,
+) -> None:
+    _, exporter = instrumented
+    server = start_phoenix_server(tmp_path)
+    exporter.route(server.url)
+    try:
+        app = rag_app(judge_server, make_judge, max_retries=2)
+        sink = PhoenixSink(
+            endpoint=server.url, request_timeout=3, max_retries=1, backoff=0.05, cooldown=60
+        )
+
+        def stop() -> None:
+            server.kill()
+            exporter.route(phoenix_server.url)  # the app's own spans: not what is tested
+
+        outage_mid_run(app, sink, "PhoenixSink", stop)
+        assert sink.delivery.breaker.is_open
+    finally:
+        exporter.route(phoenix_server.url)
+        server.kill()
+
+
+def test_a_server_that_never_answers_costs_one_bounded_wait() -> None:
+    with socket.socket() as silent:  # accepts connections, never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        sink = PhoenixSink(endpoint=url, request_timeout=1, max_retries=0, failure_threshold=1)
+        started = time.monotonic()
+        with pytest.raises(TimeoutError):
+            sink.emit(_item("00000000000000ab"))
+        with pytest.raises(Exception, match="circuit open"):
+            sink.emit(_item("00000000000000ab"))
+        closed = threading.Thread(target=sink.close)
+        closed.start()
+        closed.join(5)
+        assert not closed.is_alive()
+        assert time.monotonic() - started < CEILING_S
+
+
+def test_cookbook_script_annotates_phoenix_spans(
+    phoenix_server: ServerProcess, tmp_path: Any
+) -> None:
+    from tests._support.examples import REPO, run_example
+
+    done = run_example(
+        cwd=tmp_path,
+        script=REPO / "cookbook" / "11_phoenix_sink.py",
+        env={"PHOENIX_COLLECTOR_ENDPOINT": phoenix_server.url},
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = [line for line in done.stdout.splitlines() if line.startswith("context_relevance=")]
+    assert len(lines) == 3, done.stdout
+    assert "annotations sent: 3" in done.stdout
+
+
+def test_docs_page_example_runs(phoenix_server: ServerProcess, tmp_path: Any) -> None:
+    from tests._support.examples import REPO, python_blocks, run_example
+
+    (block,) = python_blocks(REPO / "docs" / "integrations" / "phoenix.md")
+    done = run_example(
+        cwd=tmp_path,
+        code=block,
+        env={"PHOENIX_COLLECTOR_ENDPOINT": phoenix_server.url},
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "delivered=1 skipped=0 errors=0 dropped=0 pending=0" in done.stdout
