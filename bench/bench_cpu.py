@@ -49,10 +49,10 @@ def build_cases(records: list[dict[str, Any]]) -> dict[str, tuple[Callable[[], o
         NonLLMContextPrecision,
         NonLLMContextRecall,
     )
+    from langchain_ragmetrics._schema import coerce_sample
     from langchain_ragmetrics._text import clear_segmenter_cache, segment
     from langchain_ragmetrics.evaluation import metric_from_name, metric_names
-    from langchain_ragmetrics.metrics.id_based import id_precision, id_recall
-    from langchain_ragmetrics.schema import coerce_sample
+    from langchain_ragmetrics.metrics._id_based import id_precision, id_recall
 
     def cold(fn: Callable[[], object]) -> Callable[[], object]:
         """``fn`` with the segmentation memo emptied first (every text is new again)."""

@@ -25,7 +25,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from langchain_ragmetrics.errors import CacheError
+from langchain_ragmetrics._errors import CacheError
 
 if TYPE_CHECKING:
     import sqlite3

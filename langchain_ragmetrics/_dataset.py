@@ -21,8 +21,8 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from langchain_ragmetrics.errors import DatasetError, MissingFieldError
-from langchain_ragmetrics.schema import _ALIASES, RagSample
+from langchain_ragmetrics._errors import DatasetError, MissingFieldError
+from langchain_ragmetrics._schema import _ALIASES, RagSample
 
 __all__ = [
     "RUN_HEADER_KEY",

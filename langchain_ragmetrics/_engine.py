@@ -32,9 +32,9 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import merge_configs
 
 from langchain_ragmetrics._gate import Admission, Gate, admitted
+from langchain_ragmetrics._schema import MetricResult, RagSample, Usage
 from langchain_ragmetrics.metrics._base import BaseRagMetric
 from langchain_ragmetrics.metrics._judge import PERMANENT_CAUSES, cause_of
-from langchain_ragmetrics.schema import MetricResult, RagSample, Usage
 
 __all__ = ["EngineStats", "Job", "ScoringEngine", "failure_report", "make_rate_limiter"]
 

@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from contextvars import ContextVar
 from typing import TYPE_CHECKING
 
-from langchain_ragmetrics.errors import DeadlineExceededError
+from langchain_ragmetrics._errors import DeadlineExceededError
 
 if TYPE_CHECKING:
     from langchain_core.rate_limiters import BaseRateLimiter

@@ -15,7 +15,7 @@ so the rules live here once:
   backoff and is not a breaker failure: LangSmith answered.
 * **Breaker.** Requests that get no answer or a 5xx/429 count as failures; after
   ``failure_threshold`` in a row the breaker opens and sends are refused
-  (:class:`~langchain_ragmetrics.errors.SinkUnavailableError`) for ``cooldown`` seconds.
+  (:class:`~langchain_ragmetrics._errors.SinkUnavailableError`) for ``cooldown`` seconds.
   401/403/422 fail at once (retrying cannot help) and count as failures too.
 
 It lives at package level, below ``callbacks`` (the sink) and ``integrations`` (the
@@ -36,13 +36,13 @@ from typing import TYPE_CHECKING, Any, Literal
 from typing_extensions import override
 
 from langchain_ragmetrics._breaker import CircuitBreaker
+from langchain_ragmetrics._errors import SinkUnavailableError
 from langchain_ragmetrics._ids import FEEDBACK_NAMESPACE, feedback_id
-from langchain_ragmetrics.errors import SinkUnavailableError
 
 if TYPE_CHECKING:
     from langsmith import Client
 
-    from langchain_ragmetrics.schema import MetricResult
+    from langchain_ragmetrics._schema import MetricResult
 
 __all__ = [
     "DEFAULT_FAILURE_THRESHOLD",

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
-    from langchain_ragmetrics.schema import MetricResult
+    from langchain_ragmetrics._schema import MetricResult
 
 __all__ = ["Progress", "is_interactive"]
 

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from langchain_ragmetrics.errors import UnsupportedLanguageError
+from langchain_ragmetrics._errors import UnsupportedLanguageError
 
 __all__ = [
     "MAX_SEGMENT_WINDOW",

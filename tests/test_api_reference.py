@@ -48,20 +48,6 @@ PENDING_PRIVATE = (
     f"{ROOT}.callbacks.handler",
     f"{ROOT}.callbacks.langsmith_feedback",
     f"{ROOT}.callbacks.sinks",
-    f"{ROOT}.cli",
-    f"{ROOT}.errors",
-    f"{ROOT}.metrics.context_entity_recall",
-    f"{ROOT}.metrics.context_precision",
-    f"{ROOT}.metrics.context_recall",
-    f"{ROOT}.metrics.context_relevance",
-    f"{ROOT}.metrics.id_based",
-    f"{ROOT}.metrics.string_similarity",
-    f"{ROOT}.prompts",
-    f"{ROOT}.prompts.context_entity_recall",
-    f"{ROOT}.prompts.context_precision",
-    f"{ROOT}.prompts.context_recall",
-    f"{ROOT}.prompts.context_relevance",
-    f"{ROOT}.schema",
 )
 """Modules without a leading ``_`` that are not public: to be renamed ``_name``.
 

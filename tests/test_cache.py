@@ -18,7 +18,7 @@ from langchain_ragmetrics._cache import (
     judge_identity,
     resolve_cache,
 )
-from langchain_ragmetrics.errors import CacheError
+from langchain_ragmetrics._errors import CacheError
 from langchain_ragmetrics.evaluation import evaluate
 from tests._support.judges import (
     EINSTEIN_CONTEXT,
@@ -166,7 +166,7 @@ def test_the_cache_imports_nothing_above_it() -> None:
         for alias in node.names
     }
     ours = {name for name in imported if name.startswith("langchain_ragmetrics")}
-    assert ours == {"langchain_ragmetrics.errors"}
+    assert ours == {"langchain_ragmetrics._errors"}
 
 
 def test_resolve_cache_options(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from langchain_ragmetrics.cli import ExitCode, main
+from langchain_ragmetrics._cli import ExitCode, main
 from langchain_ragmetrics.evaluation import EvaluationResult
 from tests._support.judges import EINSTEIN_VERDICTS, keyword_precision, payload
 from tests._support.openai_server import (
@@ -454,8 +454,8 @@ def test_default_metrics_leave_out_what_the_columns_lack(
 
 
 def test_default_metrics_with_a_judge() -> None:
+    from langchain_ragmetrics._cli._evaluate import _default_metrics
     from langchain_ragmetrics._dataset import read_dataset
-    from langchain_ragmetrics.cli._evaluate import _default_metrics
 
     metrics, note = _default_metrics(read_dataset(EINSTEIN), judge_available=True)
     assert [m.metric_name for m in metrics] == [

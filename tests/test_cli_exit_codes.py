@@ -7,16 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from langchain_ragmetrics import cli
-from langchain_ragmetrics.cli import ExitCode, main
-from langchain_ragmetrics.cli._common import _MEANING, ALWAYS
+from langchain_ragmetrics import _cli as cli
+from langchain_ragmetrics._cli import ExitCode, main
+from langchain_ragmetrics._cli._common import _MEANING, ALWAYS
 
 COMMANDS = ("evaluate", "compare", "report", "demo", "monitor", "check-judge")
 CLI_DIR = Path(cli.__file__).parent
 
 
 def _module(command: str) -> object:
-    return importlib.import_module(f"langchain_ragmetrics.cli._{command.replace('-', '_')}")
+    return importlib.import_module(f"langchain_ragmetrics._cli._{command.replace('-', '_')}")
 
 
 def _codes_named_in(path: Path) -> set[ExitCode]:
@@ -37,7 +37,7 @@ def _helpers_used_by(path: Path) -> set[Path]:
     out = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
-            "langchain_ragmetrics.cli._"
+            "langchain_ragmetrics._cli._"
         ):
             name = node.module.rsplit(".", 1)[-1]
             if name != "_common":

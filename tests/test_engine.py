@@ -21,10 +21,10 @@ from langchain_ragmetrics import (
     RagSample,
 )
 from langchain_ragmetrics._engine import Job, ScoringEngine, failure_report, make_rate_limiter
+from langchain_ragmetrics._schema import MetricResult
 from langchain_ragmetrics._threads import DaemonThreadPool
 from langchain_ragmetrics.metrics import RetryPolicy
 from langchain_ragmetrics.metrics._judge import cause_of
-from langchain_ragmetrics.schema import MetricResult
 from tests._support.concurrency import Peak
 from tests._support.judges import EINSTEIN_CONTEXT, EINSTEIN_REFERENCE, EINSTEIN_VERDICTS, payload
 from tests._support.openai_server import (

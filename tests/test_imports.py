@@ -4,7 +4,8 @@ import sys
 import pytest
 
 import langchain_ragmetrics
-from langchain_ragmetrics import errors, evaluation, metrics
+from langchain_ragmetrics import _errors as errors
+from langchain_ragmetrics import evaluation, metrics
 from langchain_ragmetrics.evaluation import metric_classes, metric_from_name, metric_names
 
 EXPECTED = {
@@ -105,13 +106,13 @@ def test_exceptions_form_one_public_hierarchy(name: str) -> None:
     cls = getattr(errors, name)
     assert issubclass(cls, errors.RagMetricsError)
     assert issubclass(cls, NATURAL_BASE[name])
-    assert cls.__module__ == "langchain_ragmetrics.errors"  # never a private module
+    assert cls.__module__ == "langchain_ragmetrics._errors"  # never a private module
     assert getattr(langchain_ragmetrics, name) is cls
 
 
 def test_every_public_exception_the_package_defines_is_in_errors() -> None:
+    import langchain_ragmetrics._cli
     import langchain_ragmetrics.callbacks._isolated
-    import langchain_ragmetrics.cli
     import langchain_ragmetrics.integrations.langsmith
     import langchain_ragmetrics.integrations.monitor  # noqa: F401
 
@@ -122,10 +123,10 @@ def test_every_public_exception_the_package_defines_is_in_errors() -> None:
     elsewhere = [
         f"{c.__module__}.{c.__qualname__}"
         for c in ours
-        if c.__module__ != "langchain_ragmetrics.errors" and not c.__name__.startswith("_")
+        if c.__module__ != "langchain_ragmetrics._errors" and not c.__name__.startswith("_")
     ]
-    assert elsewhere == [], "move public exceptions to langchain_ragmetrics/errors.py"
-    public = {c.__name__ for c in ours if c.__module__ == "langchain_ragmetrics.errors"}
+    assert elsewhere == [], "move public exceptions to langchain_ragmetrics/_errors.py"
+    public = {c.__name__ for c in ours if c.__module__ == "langchain_ragmetrics._errors"}
     assert public == set(errors.__all__) - {"suggest"}, "list each exception in errors.__all__"
     assert public == set(NATURAL_BASE) | {"RagMetricsError"}  # each checked above
     assert all(issubclass(getattr(errors, name), errors.RagMetricsError) for name in public)

@@ -5,7 +5,7 @@ from langchain_core.documents import Document
 from pydantic import ValidationError
 
 from langchain_ragmetrics import MetricResult, RagSample, Usage
-from langchain_ragmetrics.schema import coerce_sample
+from langchain_ragmetrics._schema import coerce_sample
 
 
 def test_accepts_strings_and_documents() -> None:

@@ -31,8 +31,8 @@ if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
 
     from langchain_ragmetrics._engine import Job
+    from langchain_ragmetrics._schema import MetricResult
     from langchain_ragmetrics.metrics import JudgedMetric, RetryPolicy
-    from langchain_ragmetrics.schema import MetricResult
 
 __all__ = [
     "DEFAULT_MIN_ANSWERED",
@@ -397,9 +397,9 @@ async def acheck_judge(
     gate = JudgeGate(min_kappa=min_kappa, min_answered=min_answered, min_accuracy=min_accuracy)
     from langchain_ragmetrics._engine import Job, ScoringEngine
     from langchain_ragmetrics._progress import Progress
+    from langchain_ragmetrics._schema import RagSample
     from langchain_ragmetrics._text import check_language
     from langchain_ragmetrics.metrics._judge import judge_name
-    from langchain_ragmetrics.schema import RagSample
 
     variants: list[Variant] = []
     for entry in DEFAULT_VARIANTS if metrics is None else metrics:

@@ -14,7 +14,7 @@ from importlib import resources
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from langchain_ragmetrics.errors import CalibrationSetError
+from langchain_ragmetrics._errors import CalibrationSetError
 
 __all__ = [
     "CalibrationItem",

@@ -7,15 +7,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from langchain_ragmetrics._errors import UnknownMetricError
 from langchain_ragmetrics._text import normalize_for_match
-from langchain_ragmetrics.errors import UnknownMetricError
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
 
+    from langchain_ragmetrics._schema import MetricResult
     from langchain_ragmetrics.calibration._data import CalibrationItem
     from langchain_ragmetrics.metrics import JudgedMetric
-    from langchain_ragmetrics.schema import MetricResult
 
 __all__ = [
     "DEFAULT_VARIANTS",

@@ -1,5 +1,9 @@
 """Online evaluation: a callback handler that scores live retrievals, and result sinks."""
 
+# Exceptions are documented once, at the root (``langchain_ragmetrics``); the aliases keep
+# existing ``from <this package> import ...Error`` working without making them public here.
+from langchain_ragmetrics._errors import SinkSkipError as SinkSkipError
+from langchain_ragmetrics._errors import SinkUnavailableError as SinkUnavailableError
 from langchain_ragmetrics.callbacks._isolated import ProcessIsolation, ScoringSetup
 from langchain_ragmetrics.callbacks._records import OnlineResult
 from langchain_ragmetrics.callbacks._settings import HandlerSettings
@@ -13,11 +17,6 @@ from langchain_ragmetrics.callbacks.sinks import (
     JsonlSink,
     LoggingSink,
 )
-
-# Exceptions are documented once, at the root (``langchain_ragmetrics``); the aliases keep
-# existing ``from <this package> import ...Error`` working without making them public here.
-from langchain_ragmetrics.errors import SinkSkipError as SinkSkipError
-from langchain_ragmetrics.errors import SinkUnavailableError as SinkUnavailableError
 
 __all__ = [
     "BaseSink",

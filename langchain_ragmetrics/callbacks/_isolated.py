@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from langchain_ragmetrics._errors import HookError
+from langchain_ragmetrics._schema import Usage, _document_id
 from langchain_ragmetrics.callbacks import _exit
 from langchain_ragmetrics.callbacks._mapping import REFERENCE_FIELDS, default_answer
 from langchain_ragmetrics.callbacks._otel import plain_span_context
@@ -38,9 +40,7 @@ from langchain_ragmetrics.callbacks._records import Capture
 from langchain_ragmetrics.callbacks._stats import Counters, FailureLog, SinkStats
 from langchain_ragmetrics.callbacks._worker import deadline_after, remaining
 from langchain_ragmetrics.callbacks.sinks import BaseSink
-from langchain_ragmetrics.errors import HookError
 from langchain_ragmetrics.metrics._base import BaseRagMetric
-from langchain_ragmetrics.schema import Usage, _document_id
 
 if TYPE_CHECKING:
     from multiprocessing.process import BaseProcess

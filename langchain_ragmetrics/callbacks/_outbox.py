@@ -17,11 +17,11 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Literal
 
+from langchain_ragmetrics._errors import SinkSkipError
 from langchain_ragmetrics.callbacks._records import OnlineResult
 from langchain_ragmetrics.callbacks._stats import FailureLog, SinkStats
 from langchain_ragmetrics.callbacks._worker import deadline_after, remaining
 from langchain_ragmetrics.callbacks.sinks import BaseSink, SinkUnavailableError
-from langchain_ragmetrics.errors import SinkSkipError
 
 __all__ = ["SinkOutbox", "flush_all", "outboxes_for"]
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from langchain_core.runnables import RunnableConfig
 
 from langchain_ragmetrics._engine import Job, ScoringEngine, failure_report
+from langchain_ragmetrics._schema import MetricResult, RagSample
 from langchain_ragmetrics.callbacks._mapping import (
     REFERENCE_FIELDS,
     default_answer,
@@ -29,7 +30,6 @@ from langchain_ragmetrics.callbacks._mapping import (
 from langchain_ragmetrics.callbacks._records import Capture, OnlineResult
 from langchain_ragmetrics.callbacks._stats import Counters, FailureLog
 from langchain_ragmetrics.metrics._base import BaseRagMetric
-from langchain_ragmetrics.schema import MetricResult, RagSample
 
 if TYPE_CHECKING:
     from langchain_ragmetrics.callbacks._outbox import SinkOutbox

@@ -10,8 +10,8 @@ from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from langchain_ragmetrics._schema import MetricResult, RagSample
 from langchain_ragmetrics.callbacks._links import TraceLinks
-from langchain_ragmetrics.schema import MetricResult, RagSample
 
 __all__ = ["Capture", "OnlineResult"]
 

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from langchain_ragmetrics.schema import Usage
+from langchain_ragmetrics._schema import Usage
 
 __all__ = ["Counters", "FailureLog", "HandlerStats", "SinkStats", "logger"]
 

@@ -20,11 +20,11 @@ from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.runnables import Runnable, RunnableConfig, RunnablePassthrough
 from langchain_core.vectorstores import InMemoryVectorStore
 
+from langchain_ragmetrics._errors import JudgeConfigError
 from langchain_ragmetrics.callbacks import InMemorySink, OnlineResult, RagMetricsCallbackHandler
 from langchain_ragmetrics.demo._answerer import CONTEXT_MARK, QUESTION_MARK, extractive_answerer
 from langchain_ragmetrics.demo._corpus import Corpus, load_corpus
 from langchain_ragmetrics.demo._embeddings import LexicalEmbeddings
-from langchain_ragmetrics.errors import JudgeConfigError
 from langchain_ragmetrics.evaluation import metric_from_name, metric_names
 from langchain_ragmetrics.metrics._judge import make_judge
 

@@ -5,16 +5,16 @@ from langchain_ragmetrics._dataset import RowProblem, load_dataset
 
 # Exceptions are documented once, at the root (``langchain_ragmetrics``); the aliases keep
 # existing ``from <this package> import ...Error`` working without making them public here.
-from langchain_ragmetrics.errors import BatchError as BatchError
-from langchain_ragmetrics.errors import CacheError as CacheError
-from langchain_ragmetrics.errors import ComparisonError as ComparisonError
-from langchain_ragmetrics.errors import DatasetError as DatasetError
-from langchain_ragmetrics.errors import JudgeSetupError as JudgeSetupError
-from langchain_ragmetrics.errors import MissingFieldError as MissingFieldError
-from langchain_ragmetrics.errors import PreflightError as PreflightError
-from langchain_ragmetrics.errors import QualityGateError as QualityGateError
-from langchain_ragmetrics.errors import ResultFileError as ResultFileError
-from langchain_ragmetrics.errors import UnknownMetricError as UnknownMetricError
+from langchain_ragmetrics._errors import BatchError as BatchError
+from langchain_ragmetrics._errors import CacheError as CacheError
+from langchain_ragmetrics._errors import ComparisonError as ComparisonError
+from langchain_ragmetrics._errors import DatasetError as DatasetError
+from langchain_ragmetrics._errors import JudgeSetupError as JudgeSetupError
+from langchain_ragmetrics._errors import MissingFieldError as MissingFieldError
+from langchain_ragmetrics._errors import PreflightError as PreflightError
+from langchain_ragmetrics._errors import QualityGateError as QualityGateError
+from langchain_ragmetrics._errors import ResultFileError as ResultFileError
+from langchain_ragmetrics._errors import UnknownMetricError as UnknownMetricError
 from langchain_ragmetrics.evaluation._batch_options import BatchOptions, BatchReport
 from langchain_ragmetrics.evaluation._compare import Comparison, MetricComparison, RowChange
 from langchain_ragmetrics.evaluation._preflight import preflight

@@ -14,9 +14,9 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from langchain_ragmetrics.errors import BatchError
+from langchain_ragmetrics._errors import BatchError
+from langchain_ragmetrics._schema import Usage
 from langchain_ragmetrics.metrics._judge import JudgeOutcome, RetryPolicy, judge_name
-from langchain_ragmetrics.schema import Usage
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence

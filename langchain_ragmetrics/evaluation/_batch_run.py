@@ -18,7 +18,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from langchain_ragmetrics.errors import BatchError, JudgeError
+from langchain_ragmetrics._errors import BatchError, JudgeError
+from langchain_ragmetrics._schema import MetricResult, Usage
 from langchain_ragmetrics.evaluation._batch_options import BatchReport, BatchSummary
 from langchain_ragmetrics.evaluation._batch_requests import (
     BatchJudge,
@@ -37,15 +38,14 @@ from langchain_ragmetrics.evaluation._batch_state import (
 from langchain_ragmetrics.metrics import JudgedMetric
 from langchain_ragmetrics.metrics._base import Plan, Verdict, note_truncation
 from langchain_ragmetrics.metrics._judge import CachedCall, JudgeOutcome, call_judge
-from langchain_ragmetrics.schema import MetricResult, Usage
 
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from langchain_ragmetrics._schema import RagSample
     from langchain_ragmetrics._text import Truncation
     from langchain_ragmetrics.evaluation._batch_options import BatchOptions
     from langchain_ragmetrics.metrics import BaseRagMetric
-    from langchain_ragmetrics.schema import RagSample
 
 __all__ = ["BatchRun"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from langchain_ragmetrics.errors import BatchError
+from langchain_ragmetrics._errors import BatchError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from langchain_ragmetrics.errors import BatchError
+from langchain_ragmetrics._errors import BatchError
 
 if TYPE_CHECKING:
     from collections.abc import Iterable

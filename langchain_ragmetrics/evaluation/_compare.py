@@ -9,7 +9,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 from typing_extensions import override
 
-from langchain_ragmetrics.errors import ComparisonError
+from langchain_ragmetrics._errors import ComparisonError
 from langchain_ragmetrics.evaluation._saved import sample_ids
 
 if TYPE_CHECKING:

@@ -6,7 +6,7 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from langchain_ragmetrics.errors import QualityGateError
+from langchain_ragmetrics._errors import QualityGateError
 
 if TYPE_CHECKING:
     from langchain_ragmetrics.evaluation._result import EvaluationResult

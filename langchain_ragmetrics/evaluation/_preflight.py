@@ -15,14 +15,14 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from langchain_ragmetrics.errors import PreflightError
+from langchain_ragmetrics._errors import PreflightError
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
 
+    from langchain_ragmetrics._schema import RagSample
     from langchain_ragmetrics.metrics import BaseRagMetric, JudgedMetric
     from langchain_ragmetrics.metrics._judge import JudgeOutcome
-    from langchain_ragmetrics.schema import RagSample
 
 __all__ = [
     "DEFAULT_PREFLIGHT_TIMEOUT",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from langchain_ragmetrics.errors import UnknownMetricError
+from langchain_ragmetrics._errors import UnknownMetricError
 from langchain_ragmetrics.metrics import (
     BaseRagMetric,
     ContextEntityRecall,

@@ -13,8 +13,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 from typing_extensions import override
 
+from langchain_ragmetrics._schema import MetricResult, RagSample, Usage
 from langchain_ragmetrics.evaluation._saved import SAMPLE_FIELDS, RunInfo
-from langchain_ragmetrics.schema import MetricResult, RagSample, Usage
 
 if TYPE_CHECKING:
     import os
@@ -345,7 +345,7 @@ class EvaluationResult(BaseModel):
             QualityGateError: A gate was missed (also an AssertionError, for pytest).
             KeyError: ``fail_under`` names a metric this run does not have.
         """
-        from langchain_ragmetrics.errors import QualityGateError
+        from langchain_ragmetrics._errors import QualityGateError
         from langchain_ragmetrics.evaluation._gates import gate_problems
 
         problems = gate_problems(self, fail_under=fail_under, max_failed_rate=max_failed_rate)

@@ -17,16 +17,16 @@ from langchain_ragmetrics._dataset import (
     read_dataset,
 )
 from langchain_ragmetrics._engine import Job, ScoringEngine
+from langchain_ragmetrics._errors import JudgeSetupError
 from langchain_ragmetrics._progress import Progress
+from langchain_ragmetrics._schema import _ALIASES, MetricResult
 from langchain_ragmetrics._text import check_language
-from langchain_ragmetrics.errors import JudgeSetupError
 from langchain_ragmetrics.evaluation._batch_options import BatchOptions
 from langchain_ragmetrics.evaluation._preflight import DEFAULT_PREFLIGHT_TIMEOUT, preflight_metrics
 from langchain_ragmetrics.evaluation._registry import metric_from_name
 from langchain_ragmetrics.evaluation._result import EvaluationResult, EvaluationRow, column_names
 from langchain_ragmetrics.evaluation._saved import run_info
 from langchain_ragmetrics.metrics import BaseRagMetric, JudgedMetric
-from langchain_ragmetrics.schema import _ALIASES, MetricResult
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from langchain_ragmetrics._dataset import RUN_HEADER_KEY
-from langchain_ragmetrics.errors import ResultFileError
-from langchain_ragmetrics.schema import MetricResult, RagSample
+from langchain_ragmetrics._errors import ResultFileError
+from langchain_ragmetrics._schema import MetricResult, RagSample
 
 if TYPE_CHECKING:
     import os

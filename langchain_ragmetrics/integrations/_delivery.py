@@ -20,9 +20,9 @@ from concurrent.futures import Future
 from typing import Any, TypeVar
 
 from langchain_ragmetrics._breaker import CircuitBreaker
+from langchain_ragmetrics._errors import SinkUnavailableError
 from langchain_ragmetrics._threads import DaemonThreadPool
 from langchain_ragmetrics.callbacks._stats import logger
-from langchain_ragmetrics.errors import SinkUnavailableError
 
 __all__ = ["GuardedDelivery"]
 

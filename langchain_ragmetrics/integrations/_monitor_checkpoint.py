@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from langchain_ragmetrics.errors import CheckpointError
+from langchain_ragmetrics._errors import CheckpointError
 
 __all__ = ["Checkpoint", "CheckpointError"]
 

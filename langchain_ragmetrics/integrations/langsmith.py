@@ -45,8 +45,8 @@ from langsmith.schemas import Example, Run
 from typing_extensions import override
 
 from langchain_ragmetrics._extract import ANSWER_KEYS, QUESTION_KEYS, answer_in, question_in
+from langchain_ragmetrics._schema import MetricInput, MetricResult, RagSample
 from langchain_ragmetrics.metrics import BaseRagMetric
-from langchain_ragmetrics.schema import MetricInput, MetricResult, RagSample
 
 __all__ = [
     "ANSWER_KEYS",

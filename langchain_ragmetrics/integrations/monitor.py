@@ -47,7 +47,9 @@ from uuid import UUID
 from pydantic import BaseModel, ConfigDict, Field
 
 from langchain_ragmetrics._engine import Job, ScoringEngine
+from langchain_ragmetrics._errors import CheckpointError, MonitorError
 from langchain_ragmetrics._langsmith_feedback import FeedbackClient, FeedbackItem
+from langchain_ragmetrics._schema import MetricResult, RagSample, Usage
 from langchain_ragmetrics._threads import DaemonThreadPool
 from langchain_ragmetrics.callbacks._mapping import (
     default_answer,
@@ -58,11 +60,9 @@ from langchain_ragmetrics.callbacks._records import OnlineResult
 from langchain_ragmetrics.callbacks._sampling import check_rate, is_sampled
 from langchain_ragmetrics.callbacks._setup import check_metrics, check_sinks, untraced
 from langchain_ragmetrics.callbacks.sinks import BaseSink
-from langchain_ragmetrics.errors import CheckpointError, MonitorError
 from langchain_ragmetrics.integrations._monitor_checkpoint import Checkpoint
 from langchain_ragmetrics.integrations.langsmith import _documents, _run_metadata
 from langchain_ragmetrics.metrics._base import BaseRagMetric
-from langchain_ragmetrics.schema import MetricResult, RagSample, Usage
 
 if TYPE_CHECKING:
     from langsmith import Client

@@ -23,8 +23,10 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 from typing_extensions import override
 
 from langchain_ragmetrics._cache import VerdictCache
+from langchain_ragmetrics._errors import JudgeError
+from langchain_ragmetrics._prompts._common import to_payload
+from langchain_ragmetrics._schema import MetricInput, MetricResult, RagSample, Usage, coerce_sample
 from langchain_ragmetrics._text import Truncation, cap_texts, check_language, language_name
-from langchain_ragmetrics.errors import JudgeError
 from langchain_ragmetrics.metrics._judge import (
     JudgeCall,
     JudgeOutcome,
@@ -35,8 +37,6 @@ from langchain_ragmetrics.metrics._judge import (
     judge_name,
     make_judge,
 )
-from langchain_ragmetrics.prompts._common import to_payload
-from langchain_ragmetrics.schema import MetricInput, MetricResult, RagSample, Usage, coerce_sample
 
 __all__ = [
     "DEFAULT_MAX_CONTEXT_CHARS",

@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from langchain_ragmetrics._errors import JudgeConfigError
 from langchain_ragmetrics._gate import Admission, DeadlineExceededError, current_admission
-from langchain_ragmetrics.errors import JudgeConfigError
-from langchain_ragmetrics.schema import Usage
+from langchain_ragmetrics._schema import Usage
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from langchain_ragmetrics import check_judge
+from langchain_ragmetrics._cli import ExitCode, main
 from langchain_ragmetrics.calibration import (
     DEFAULT_MIN_KAPPA,
     DEFAULT_VARIANTS,
@@ -21,7 +22,6 @@ from langchain_ragmetrics.calibration import (
     acheck_judge,
     load_calibration_set,
 )
-from langchain_ragmetrics.cli import ExitCode, main
 from langchain_ragmetrics.metrics import RetryPolicy
 from langchain_ragmetrics.scoring import average_precision
 from tests._support.calibration_judge import fixed_judge, label_judge

@@ -10,13 +10,13 @@ import pytest
 
 from langchain_ragmetrics._text import segment
 from langchain_ragmetrics.calibration import CalibrationItem, load_calibration_set
-from langchain_ragmetrics.metrics.context_entity_recall import score_entity_recall
-from langchain_ragmetrics.metrics.context_precision import (
+from langchain_ragmetrics.metrics._context_entity_recall import score_entity_recall
+from langchain_ragmetrics.metrics._context_precision import (
     SingleContextVerdict,
     score_context_precision,
 )
-from langchain_ragmetrics.metrics.context_recall import RecallStatements, score_context_recall
-from langchain_ragmetrics.metrics.context_relevance import score_context_relevance, split_contexts
+from langchain_ragmetrics.metrics._context_recall import RecallStatements, score_context_recall
+from langchain_ragmetrics.metrics._context_relevance import score_context_relevance, split_contexts
 
 ITEMS = load_calibration_set()
 IDS = [item.id for item in ITEMS]

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from langchain_core.prompts import ChatPromptTemplate
 
-from langchain_ragmetrics.cli import ExitCode, main
+from langchain_ragmetrics._cli import ExitCode, main
 from langchain_ragmetrics.demo import load_corpus
 from langchain_ragmetrics.demo._answerer import CONTEXT_MARK, QUESTION_MARK, extractive_answerer
 from langchain_ragmetrics.evaluation import metric_names
@@ -145,7 +145,7 @@ def test_the_built_wheel_ships_the_demo_and_runs_it(tmp_path: Path) -> None:
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
         entry_points = next(n for n in names if n.endswith("entry_points.txt"))
-        assert "ragmetrics = langchain_ragmetrics.cli:main" in archive.read(entry_points).decode()
+        assert "ragmetrics = langchain_ragmetrics._cli:main" in archive.read(entry_points).decode()
     for data in ("corpus.jsonl", "questions.jsonl", "_embeddings.py"):
         assert f"langchain_ragmetrics/demo/{data}" in names
     target = tmp_path / "site"
@@ -158,7 +158,7 @@ def test_the_built_wheel_ships_the_demo_and_runs_it(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "LANGSMITH_"))}
     env["PYTHONPATH"] = str(target)
     code = (
-        "import sys, langchain_ragmetrics as m; from langchain_ragmetrics.cli import main;"
+        "import sys, langchain_ragmetrics as m; from langchain_ragmetrics._cli import main;"
         "print(m.__file__); sys.exit(main(['demo']))"
     )
     proc = subprocess.run(

@@ -18,7 +18,7 @@ import pytest
 from langchain_openai import ChatOpenAI
 
 from langchain_ragmetrics import EvaluationResult, VerdictCache, evaluate
-from langchain_ragmetrics.errors import BatchError
+from langchain_ragmetrics._errors import BatchError
 from langchain_ragmetrics.evaluation import BatchOptions, BatchReport, aevaluate
 from langchain_ragmetrics.evaluation._batch_state import JobState
 from tests._support.batch_server import BatchServer
@@ -552,7 +552,7 @@ def test_a_judge_the_batch_api_cannot_serve_is_refused_before_anything_is_sent(
 def test_a_bad_judge_fails_the_preflight_before_any_upload(
     server: BatchServer, tmp_path: Path
 ) -> None:
-    from langchain_ragmetrics.errors import PreflightError
+    from langchain_ragmetrics._errors import PreflightError
 
     server.script = lambda req: reply_error(401, "bad key")
     with pytest.raises(PreflightError):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from langchain_ragmetrics.cli import ExitCode, main
+from langchain_ragmetrics._cli import ExitCode, main
 from langchain_ragmetrics.evaluation import EvaluationResult
 from tests._support.batch_server import BatchServer
 from tests._support.lexical_judge import lexical_judge

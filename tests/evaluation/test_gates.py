@@ -1,6 +1,6 @@
 import pytest
 
-from langchain_ragmetrics.errors import RagMetricsError
+from langchain_ragmetrics._errors import RagMetricsError
 from langchain_ragmetrics.evaluation import QualityGateError
 from langchain_ragmetrics.evaluation._gates import gate_problems, parse_thresholds
 from tests._support.results import FAILED, build_result

@@ -11,8 +11,8 @@ from langchain_core.messages import AIMessage
 from langchain_openai import ChatOpenAI
 
 from langchain_ragmetrics import ContextRecall, PreflightError, preflight
-from langchain_ragmetrics.cli import ExitCode, main
-from langchain_ragmetrics.errors import RagMetricsError
+from langchain_ragmetrics._cli import ExitCode, main
+from langchain_ragmetrics._errors import RagMetricsError
 from langchain_ragmetrics.evaluation import aevaluate, evaluate
 from tests._support.judges import EINSTEIN_CONTEXT, EINSTEIN_REFERENCE, EINSTEIN_VERDICTS
 from tests._support.openai_server import (

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from langchain_openai import ChatOpenAI
 
+from langchain_ragmetrics._cli import ExitCode, main
 from langchain_ragmetrics._ids import feedback_id
-from langchain_ragmetrics.cli import ExitCode, main
 from tests._support.langsmith_stub import LangSmithStub
 from tests._support.openai_server import JudgeServer
 from tests._support.rag import rag_app
@@ -21,7 +21,7 @@ from tests._support.traces import trace_questions
 
 JudgeFactory = Callable[..., ChatOpenAI]
 PROJECT = "rag-prod"
-_MAIN = "import sys; from langchain_ragmetrics.cli import main; sys.exit(main())"
+_MAIN = "import sys; from langchain_ragmetrics._cli import main; sys.exit(main())"
 _ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from langchain_ragmetrics import ContextEntityRecall
 from langchain_ragmetrics.metrics import RetryPolicy
-from langchain_ragmetrics.metrics.context_entity_recall import score_entity_recall
+from langchain_ragmetrics.metrics._context_entity_recall import score_entity_recall
 from tests._support.judges import payload
 from tests._support.openai_server import JudgeServer, reply_garbage
 

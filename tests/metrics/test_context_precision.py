@@ -6,7 +6,7 @@ import pytest
 
 from langchain_ragmetrics import ContextPrecision
 from langchain_ragmetrics.metrics import RetryPolicy
-from langchain_ragmetrics.metrics.context_precision import (
+from langchain_ragmetrics.metrics._context_precision import (
     ContextVerdicts,
     SingleContextVerdict,
     check_verdict_indices,

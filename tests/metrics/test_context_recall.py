@@ -9,7 +9,7 @@ from langchain_core.documents import Document
 from langchain_ragmetrics import ContextRecall, RagSample
 from langchain_ragmetrics._text import segment
 from langchain_ragmetrics.metrics import JudgeError, RetryPolicy
-from langchain_ragmetrics.metrics.context_recall import (
+from langchain_ragmetrics.metrics._context_recall import (
     DecomposedStatements,
     RecallStatements,
     check_sentence_verdicts,

@@ -6,7 +6,7 @@ import pytest
 
 from langchain_ragmetrics import ContextRelevance
 from langchain_ragmetrics.metrics import RetryPolicy
-from langchain_ragmetrics.metrics.context_relevance import score_context_relevance, split_contexts
+from langchain_ragmetrics.metrics._context_relevance import score_context_relevance, split_contexts
 from tests._support.judges import keyword_relevance, payload
 from tests._support.openai_server import JudgeServer
 

@@ -11,7 +11,7 @@ import pytest
 from langchain_ragmetrics import ContextPrecision, ContextRelevance, RagSample
 from langchain_ragmetrics._engine import Job, ScoringEngine
 from langchain_ragmetrics.metrics._base import Plan
-from langchain_ragmetrics.metrics.context_relevance import (
+from langchain_ragmetrics.metrics._context_relevance import (
     DEFAULT_MAX_CONTEXT_CHARS,
     DEFAULT_MAX_SAMPLE_CHARS,
 )

@@ -23,7 +23,7 @@ from langchain_openai.chat_models.base import (
 )
 
 from langchain_ragmetrics import ContextEntityRecall, ContextRecall
-from langchain_ragmetrics.cli._common import build_judge
+from langchain_ragmetrics._cli._common import build_judge
 from langchain_ragmetrics.evaluation import metric_classes
 from langchain_ragmetrics.metrics import JudgedMetric, RetryPolicy
 from langchain_ragmetrics.metrics._judge import (

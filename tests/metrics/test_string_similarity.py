@@ -1,7 +1,7 @@
 import pytest
 
 from langchain_ragmetrics import NonLLMContextPrecision, NonLLMContextRecall
-from langchain_ragmetrics.metrics.string_similarity import similarity_matrix
+from langchain_ragmetrics.metrics._string_similarity import similarity_matrix
 
 RETRIEVED = [
     "Paris is the capital of France.",

@@ -7,8 +7,8 @@ from typing import ClassVar
 from langchain_core.runnables import RunnableConfig
 from typing_extensions import override
 
+from langchain_ragmetrics._schema import MetricInput, MetricResult, RagSample
 from langchain_ragmetrics.metrics._base import BaseRagMetric, Verdict
-from langchain_ragmetrics.schema import MetricInput, MetricResult, RagSample
 
 __all__ = ["IDBasedContextPrecision", "IDBasedContextRecall", "id_precision", "id_recall"]
 

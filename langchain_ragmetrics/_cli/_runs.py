@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from langchain_ragmetrics.cli._common import ExitCode, error
+from langchain_ragmetrics._cli._common import ExitCode, error
 
 if TYPE_CHECKING:
     from langchain_ragmetrics.evaluation import EvaluationResult

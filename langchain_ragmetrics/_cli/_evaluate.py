@@ -7,7 +7,7 @@ import random
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from langchain_ragmetrics.cli._common import (
+from langchain_ragmetrics._cli._common import (
     ExitCode,
     add_judge_options,
     build_judge,
@@ -299,8 +299,8 @@ def _default_metrics(data: LoadedDataset, *, judge_available: bool) -> tuple[lis
 def _evaluate_command(args: argparse.Namespace) -> int:  # noqa: PLR0915 - one linear flow
     from langchain_ragmetrics._cache import VerdictCache
     from langchain_ragmetrics._dataset import read_dataset
+    from langchain_ragmetrics._errors import BatchError, CacheError
     from langchain_ragmetrics._text import check_language
-    from langchain_ragmetrics.errors import BatchError, CacheError
     from langchain_ragmetrics.evaluation import (
         DatasetError,
         JudgeSetupError,

@@ -9,11 +9,11 @@ from langchain_core.prompts import ChatPromptTemplate
 from pydantic import BaseModel, ConfigDict, Field
 from typing_extensions import override
 
+from langchain_ragmetrics._prompts import context_recall as prompts
+from langchain_ragmetrics._schema import RagSample
 from langchain_ragmetrics._text import segment
 from langchain_ragmetrics.metrics._base import JudgedMetric, Plan, Verdict
 from langchain_ragmetrics.metrics._indices import check_index_cover
-from langchain_ragmetrics.prompts import context_recall as prompts
-from langchain_ragmetrics.schema import RagSample
 from langchain_ragmetrics.scoring import recall_fraction
 
 __all__ = [

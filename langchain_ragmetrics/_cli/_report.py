@@ -6,8 +6,8 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from langchain_ragmetrics.cli._common import ExitCode, echo, error, exit_codes_help
-from langchain_ragmetrics.cli._runs import load_run
+from langchain_ragmetrics._cli._common import ExitCode, echo, error, exit_codes_help
+from langchain_ragmetrics._cli._runs import load_run
 
 if TYPE_CHECKING:
     from langchain_ragmetrics.evaluation import EvaluationResult

@@ -9,9 +9,9 @@ from langchain_core.prompts import ChatPromptTemplate
 from pydantic import BaseModel, ConfigDict, Field
 from typing_extensions import override
 
+from langchain_ragmetrics._prompts import context_entity_recall as prompts
+from langchain_ragmetrics._schema import RagSample
 from langchain_ragmetrics.metrics._base import JudgedMetric, Plan, Verdict
-from langchain_ragmetrics.prompts import context_entity_recall as prompts
-from langchain_ragmetrics.schema import RagSample
 from langchain_ragmetrics.scoring import EntityForms, entity_overlap
 
 __all__ = [

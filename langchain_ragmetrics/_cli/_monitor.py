@@ -8,7 +8,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from langchain_ragmetrics.cli._common import (
+from langchain_ragmetrics._cli._common import (
     ExitCode,
     add_judge_options,
     build_judge,

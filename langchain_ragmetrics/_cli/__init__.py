@@ -12,7 +12,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from langchain_ragmetrics.cli._common import ExitCode, build_judge, error, no_key_message
+from langchain_ragmetrics._cli._common import ExitCode, build_judge, error, no_key_message
 
 __all__ = ["ExitCode", "build_judge", "build_parser", "main", "no_key_message"]
 
@@ -33,7 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="{" + ",".join(_COMMANDS) + "}")
     commands.required = True
     for name in _COMMANDS:
-        module = importlib.import_module(f"langchain_ragmetrics.cli._{name.replace('-', '_')}")
+        module = importlib.import_module(f"langchain_ragmetrics._cli._{name.replace('-', '_')}")
         module.register(commands)
     return parser
 
@@ -66,5 +66,5 @@ def _run(argv: Sequence[str] | None) -> int:
         return ExitCode.INTERRUPTED
 
 
-if __name__ == "__main__":  # pragma: no cover - ``python -m langchain_ragmetrics.cli``
+if __name__ == "__main__":  # pragma: no cover - ``python -m langchain_ragmetrics._cli``
     sys.exit(main())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from langchain_core.prompts import ChatPromptTemplate
 
-from langchain_ragmetrics.prompts._common import build_prompt
+from langchain_ragmetrics._prompts._common import build_prompt
 
 __all__ = ["SINGLE_TASK", "TASK", "build", "build_single"]
 

@@ -10,6 +10,8 @@ from langchain_core.prompts import ChatPromptTemplate
 from pydantic import BaseModel, ConfigDict, Field
 from typing_extensions import override
 
+from langchain_ragmetrics._prompts import context_relevance as prompts
+from langchain_ragmetrics._schema import RagSample
 from langchain_ragmetrics._text import segment
 from langchain_ragmetrics.metrics._base import (
     DEFAULT_MAX_CONTEXT_CHARS,
@@ -18,8 +20,6 @@ from langchain_ragmetrics.metrics._base import (
     Plan,
     Verdict,
 )
-from langchain_ragmetrics.prompts import context_relevance as prompts
-from langchain_ragmetrics.schema import RagSample
 from langchain_ragmetrics.scoring import relevance_ratio
 
 __all__ = [

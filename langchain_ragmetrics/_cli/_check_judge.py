@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from langchain_ragmetrics.cli._common import (
+from langchain_ragmetrics._cli._common import (
     ExitCode,
     add_judge_options,
     build_judge,
@@ -92,10 +92,10 @@ def register(commands: Any) -> None:
 
 
 def _check_judge_command(args: argparse.Namespace) -> int:
+    from langchain_ragmetrics._errors import UnknownMetricError
     from langchain_ragmetrics._text import check_language
     from langchain_ragmetrics.calibration import check_judge, load_calibration_set
     from langchain_ragmetrics.calibration._protocols import resolve_variant
-    from langchain_ragmetrics.errors import UnknownMetricError
 
     names = split_names(args.metrics)
     if not names:

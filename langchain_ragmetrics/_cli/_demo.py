@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from langchain_ragmetrics.cli._common import ExitCode, add_judge_options, exit_codes_help
+from langchain_ragmetrics._cli._common import ExitCode, add_judge_options, exit_codes_help
 
 __all__ = ["EXIT_CODES", "register"]
 

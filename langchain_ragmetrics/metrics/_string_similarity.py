@@ -10,8 +10,8 @@ from langchain_core.runnables import RunnableConfig
 from pydantic import Field
 from typing_extensions import override
 
+from langchain_ragmetrics._schema import MetricResult, RagSample
 from langchain_ragmetrics.metrics._base import BaseRagMetric, Verdict
-from langchain_ragmetrics.schema import MetricResult, RagSample
 from langchain_ragmetrics.scoring import average_precision, explain_average_precision
 
 __all__ = ["NonLLMContextPrecision", "NonLLMContextRecall", "Similarity", "similarity_matrix"]
