@@ -1,7 +1,7 @@
 """Online evaluation: a callback handler that scores live retrievals, and result sinks."""
 
-from langchain_ragmetrics.callbacks._isolated import ProcessIsolation, ScoringSetup
-from langchain_ragmetrics.callbacks._records import OnlineResult
+from langchain_ragmetrics._retrieval import OnlineResult
+from langchain_ragmetrics.callbacks._isolation import ProcessIsolation, ScoringSetup
 from langchain_ragmetrics.callbacks._settings import HandlerSettings
 from langchain_ragmetrics.callbacks._stats import HandlerStats, SinkStats
 from langchain_ragmetrics.callbacks.handler import RagMetricsCallbackHandler

@@ -13,23 +13,23 @@ import threading
 from langchain_core.runnables import RunnableConfig
 
 from langchain_ragmetrics._engine import ScoringEngine
+from langchain_ragmetrics._retrieval import Capture, Retrieval
 from langchain_ragmetrics._threads import DaemonThreadPool
 from langchain_ragmetrics.callbacks import _exit
 from langchain_ragmetrics.callbacks._outbox import SinkOutbox, flush_all, outboxes_for
 from langchain_ragmetrics.callbacks._pipeline import ScoringPipeline
-from langchain_ragmetrics.callbacks._records import Capture
 from langchain_ragmetrics.callbacks._settings import HandlerSettings
 from langchain_ragmetrics.callbacks._setup import judge_callbacks, untraced
 from langchain_ragmetrics.callbacks._stats import Counters, FailureLog, SinkStats, logger
 from langchain_ragmetrics.callbacks._worker import BackgroundWorker, deadline_after, remaining
 
-__all__ = ["Background"]
+__all__ = ["ThreadRuntime"]
 
 _STOP_GRACE_SECONDS = 2.0
 _IDLE_EXIT_CLOSE_SECONDS = 5.0
 
 
-class Background:
+class ThreadRuntime:
     """Everything the handler runs off the request path, started on the first ``submit``.
 
     Judge calls run through the metrics' sync ``invoke`` on dedicated threads (async model
@@ -67,7 +67,7 @@ class Background:
             counters=counters,
             failures=failures,
         )
-        self.worker: BackgroundWorker[Capture] = BackgroundWorker(
+        self.worker: BackgroundWorker[Capture | Retrieval] = BackgroundWorker(
             self.pipeline.process,
             max_queue_size=settings.max_queue_size,
             max_active=settings.max_concurrency,
@@ -106,8 +106,8 @@ class Background:
 
     # ------------------------------------------------------------------ work
 
-    def submit(self, capture: Capture) -> bool:
-        """Enqueue one retrieval (False when dropped)."""
+    def submit(self, capture: Capture | Retrieval) -> bool:
+        """Enqueue one retrieval (False when dropped): a live trace's, or one already plain."""
         return self.worker.submit(capture)
 
     def owns_current_thread(self, action: str) -> bool:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
-from langchain_ragmetrics.callbacks._otel import current_span_context
+from langchain_ragmetrics._otel import current_span_context
 from langchain_ragmetrics.callbacks._records import Capture
 
 __all__ = ["FinishedTrace", "TraceTracker"]
