@@ -9,6 +9,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from langchain_ragmetrics._version import __version__
+
 if TYPE_CHECKING:
     from langchain_ragmetrics.calibration import check_judge
     from langchain_ragmetrics.callbacks import (
@@ -68,7 +70,6 @@ if TYPE_CHECKING:
     )
     from langchain_ragmetrics.schema import MetricResult, RagSample, Usage
 
-__version__ = "0.1.0"
 
 _EXPORTS: dict[str, str] = {
     "BaseRagMetric": "langchain_ragmetrics.metrics",
