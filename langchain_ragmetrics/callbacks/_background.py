@@ -13,6 +13,7 @@ import threading
 from langchain_core.runnables import RunnableConfig
 
 from langchain_ragmetrics._engine import ScoringEngine
+from langchain_ragmetrics._queue import deadline_after, remaining
 from langchain_ragmetrics._retrieval import Capture, Retrieval
 from langchain_ragmetrics._threads import DaemonThreadPool
 from langchain_ragmetrics.callbacks import _exit
@@ -21,7 +22,7 @@ from langchain_ragmetrics.callbacks._pipeline import ScoringPipeline
 from langchain_ragmetrics.callbacks._settings import HandlerSettings
 from langchain_ragmetrics.callbacks._setup import judge_callbacks, untraced
 from langchain_ragmetrics.callbacks._stats import Counters, FailureLog, SinkStats, logger
-from langchain_ragmetrics.callbacks._worker import BackgroundWorker, deadline_after, remaining
+from langchain_ragmetrics.callbacks._worker import BackgroundWorker
 
 __all__ = ["ThreadRuntime"]
 

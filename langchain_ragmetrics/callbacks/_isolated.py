@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import TYPE_CHECKING, Any
 
+from langchain_ragmetrics._queue import deadline_after, remaining
 from langchain_ragmetrics._retrieval import Capture, Retrieval
 from langchain_ragmetrics.callbacks import _exit
 from langchain_ragmetrics.callbacks._isolation import (
@@ -49,7 +50,6 @@ from langchain_ragmetrics.callbacks._messages import (
 )
 from langchain_ragmetrics.callbacks._settings import HandlerSettings
 from langchain_ragmetrics.callbacks._stats import Counters, FailureLog, HandlerStats, SinkStats
-from langchain_ragmetrics.callbacks._worker import deadline_after, remaining
 from langchain_ragmetrics.errors import HookError
 from langchain_ragmetrics.schema import Usage
 
