@@ -98,6 +98,12 @@ class BoundedQueue(Generic[T]):
             return self._waiting + self._busy
 
     @property
+    def unfinished(self) -> int:
+        """Every entry waiting or being worked on, counted or not (controls included)."""
+        with self._cond:
+            return len(self._entries) + len(self._active)
+
+    @property
     def closed(self) -> bool:
         """Whether :meth:`close` (or :meth:`abandon`) was called."""
         return self._closed
@@ -220,10 +226,13 @@ class BoundedQueue(Generic[T]):
         if self.on_wake is not None:
             self.on_wake()
 
-    def abandon(self) -> list[Entry[T]]:
-        """Close and drop every waiting entry (counted or not); returns them, oldest first."""
+    def abandon(self, *, close: bool = True) -> list[Entry[T]]:
+        """Drop every waiting entry (counted or not) and close; returns them, oldest first.
+
+        ``close=False`` only drops them: the queue keeps taking new entries.
+        """
         with self._cond:
-            self._closed = True
+            self._closed = self._closed or close
             dropped = list(self._entries)
             self._entries.clear()
             self._waiting = 0

@@ -1,14 +1,15 @@
 """Isolated online scoring: judges, segmentation and sinks run in a child process.
 
-With ``isolation="process"`` the handler's runtime is a :class:`ProcessRuntime`.
-On the caller's thread a finished retrieval becomes plain data (strings, ids, numbers) and
-is appended to a bounded queue; a feeder thread pickles batches down a pipe to a child
-process started with the ``spawn`` method, which builds its metrics and sinks from
-:attr:`ProcessIsolation.setup` and scores with the same
-:class:`~langchain_ragmetrics.callbacks._background.ThreadRuntime` as the in-process mode. The
-child's counters and log records come back up another pipe. The application's process thus
-runs no judge client, no segmentation and no sink: its threads never wait behind them for
-the GIL.
+With ``isolation="process"`` the handler's runtime is a :class:`ProcessRuntime`. On the
+caller's thread a finished retrieval becomes a plain
+:class:`~langchain_ragmetrics._retrieval.Retrieval` and is put in the package's
+:class:`~langchain_ragmetrics._queue.BoundedQueue`; a feeder thread pickles batches down a
+pipe (typed messages, see ``_messages``) to a child process started with the ``spawn``
+method, which builds its metrics and sinks from :attr:`ProcessIsolation.setup` and scores
+with the same :class:`~langchain_ragmetrics.callbacks._background.ThreadRuntime` as the
+in-process mode. The child's counters and log records come back up another pipe. The
+application's process thus runs no judge client, no segmentation and no sink: its threads
+never wait behind them for the GIL.
 """
 
 from __future__ import annotations
@@ -20,12 +21,11 @@ import multiprocessing
 import pickle
 import threading
 import time
-from collections import deque
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import TYPE_CHECKING, Any
 
-from langchain_ragmetrics._queue import deadline_after, remaining
+from langchain_ragmetrics._queue import BoundedQueue, deadline_after, remaining
 from langchain_ragmetrics._retrieval import Capture, Retrieval
 from langchain_ragmetrics.callbacks import _exit
 from langchain_ragmetrics.callbacks._isolation import (
@@ -142,8 +142,9 @@ class ProcessRuntime:
         self._sinks: dict[str, dict[str, int]] = {}
         self._sink_pending: dict[str, int] = {}
         self._cond = threading.Condition()
-        self._pending: deque[_Entry] = deque()
-        self._pending_items = 0
+        self._queue: BoundedQueue[_Entry] = BoundedQueue()
+        """What waits for the feeder; the bound (``max_queue_size``) is on retrievals
+        outstanding, those in the child included, so it is checked in :meth:`submit`."""
         self._child: _Child | None = None
         self._children = 0
         self._crashes = 0
@@ -177,7 +178,7 @@ class ProcessRuntime:
     def _outstanding(self) -> int:
         child = self._child
         in_child = 0 if child is None or child.dead else child.sent - child.done
-        return self._pending_items + in_child
+        return self._queue.size + in_child
 
     def submit(self, capture: Capture) -> bool:
         """Turn a retrieval into plain data and enqueue it (False when dropped).
@@ -197,9 +198,7 @@ class ProcessRuntime:
                 and (self._feeder is not None or self._start_feeder())
             )
             if accepted:
-                self._pending.append(item)
-                self._pending_items += 1
-                self._cond.notify_all()
+                self._queue.put(item)
         if not accepted:
             self._counters.add(dropped=1)
         return accepted
@@ -234,8 +233,7 @@ class ProcessRuntime:
             if self._stopping:
                 return False
             token = next(self._tokens)
-            self._pending.append(FlushRequest(token, timeout))
-            self._cond.notify_all()
+            self._queue.put(FlushRequest(token, timeout), counted=False)
             answered = self._cond.wait_for(lambda: token in self._flushed, timeout)
             done = self._flushed.pop(token, False) if answered else False
             left = 0 if done else self._outstanding()
@@ -258,8 +256,7 @@ class ProcessRuntime:
                 return True
             if not self._stopping:
                 self._stopping = True
-                self._pending.append(CloseRequest(timeout))
-                self._cond.notify_all()
+                self._queue.put(CloseRequest(timeout), counted=False)
             settled = self._cond.wait_for(self._settled, remaining(deadline))
             child = self._child
             left = self._outstanding()
@@ -275,7 +272,7 @@ class ProcessRuntime:
     def _settled(self) -> bool:
         """Whether the child exited (or never started) and nothing is left to send (lock held)."""
         child = self._child
-        return not self._pending and (child is None or child.dead)
+        return not self._queue.unfinished and (child is None or child.dead)
 
     def stop_when_idle(self) -> None:
         """Ask the child to finish its queue and exit (the handler was collected).
@@ -288,8 +285,7 @@ class ProcessRuntime:
             if self._feeder is None or self._stopping:
                 return
             self._stopping = True
-            self._pending.append(CloseRequest(_IDLE_EXIT_CLOSE_SECONDS))
-            self._cond.notify_all()
+            self._queue.put(CloseRequest(_IDLE_EXIT_CLOSE_SECONDS), counted=False)
         _exit.register(self)
 
     @property
@@ -333,47 +329,47 @@ class ProcessRuntime:
         return True
 
     def _feed(self) -> None:
-        """Send pending entries to the child, starting (or restarting) it when needed."""
-        while True:
+        """Send queued entries to the child, starting (or restarting) it when needed."""
+        while (first := self._queue.take()) is not None:
+            batch = [first, *self._queue.take_ready(self.max_queue_size + 2)]
+            entries = [entry.item for entry in batch]
             with self._cond:
-                self._cond.wait_for(lambda: bool(self._pending))
-                child = self._child
-                if child is None or child.dead:
-                    child = self._replace_child()
-                    if child is None:  # stopping, or scoring turned off (work abandoned)
-                        if self._stopping:
-                            return
-                        continue
-                batch = list(self._pending)
-                self._pending.clear()
-                items = [entry for entry in batch if isinstance(entry, Retrieval)]
-                self._pending_items -= len(items)
-                child.sent += len(items)
-                for entry in batch:
-                    if isinstance(entry, FlushRequest):
-                        child.tokens.add(entry.token)
-                closing = any(isinstance(entry, CloseRequest) for entry in batch)
-            self._send(child, batch)
-            if closing:
+                try:
+                    child = self._child
+                    if child is None or child.dead:
+                        child = self._replace_child(entries)
+                    if child is not None:
+                        child.sent += sum(isinstance(e, Retrieval) for e in entries)
+                        child.tokens.update(e.token for e in entries if isinstance(e, FlushRequest))
+                finally:
+                    for entry in batch:  # in the child's count now: outstanding stays exact
+                        self._queue.done(entry)
+                    self._cond.notify_all()
+            if child is None:  # stopping, or scoring turned off (work abandoned)
+                if self._stopping:
+                    return
+                continue
+            self._send(child, entries)
+            if any(isinstance(e, CloseRequest) for e in entries):
                 return
 
-    def _replace_child(self) -> _Child | None:
-        """A new child, or None (pending work abandoned) when stopping or disabled (lock held)."""
-        if self._stopping or self._disabled:
-            dropped = self._pending_items
-            for entry in self._pending:
-                if isinstance(entry, FlushRequest):
-                    self._flushed[entry.token] = False
-            self._pending.clear()
-            self._pending_items = 0
-            if dropped:
-                self._counters.add(abandoned=dropped)
-            self._cond.notify_all()
-            return None
-        return self._spawn()
+    def _replace_child(self, taken: list[_Entry]) -> _Child | None:
+        """A new child, or None (queued work abandoned) when stopping or disabled (lock held)."""
+        if not (self._stopping or self._disabled):
+            child = self._spawn()
+            if child is not None:
+                return child
+        dropped = taken + [entry.item for entry in self._queue.abandon(close=False)]
+        for entry in dropped:
+            if isinstance(entry, FlushRequest):
+                self._flushed[entry.token] = False
+        lost = sum(isinstance(entry, Retrieval) for entry in dropped)
+        if lost:
+            self._counters.add(abandoned=lost)
+        return None
 
     def _spawn(self) -> _Child | None:
-        """Start a child process and its listener thread (lock held)."""
+        """Start a child process and its listener thread (lock held); None if impossible."""
         from langchain_ragmetrics.callbacks import _child
 
         context = multiprocessing.get_context("spawn")
@@ -394,7 +390,7 @@ class ProcessRuntime:
                 conn.close()
             self._failures.report("child-start", f"cannot start the scoring process: {exc}", exc)
             self._disabled = True
-            return self._replace_child()
+            return None
         child_send.close()
         child_recv.close()
         child = _Child(process=process, send=parent_send, recv=parent_recv)
