@@ -7,9 +7,10 @@ Every way in produces a :class:`Retrieval` (a frozen, picklable value) through o
 * a LangSmith run and its dataset example (the evaluator): :meth:`Retrieval.from_run_and_example`.
 
 :meth:`Retrieval.to_sample` is the only way a retrieval becomes a ``RagSample``, and
-:func:`score_retrieval` (the handler's thread runtime, the isolated child and the monitor)
-owns the rules that follow: a reference provider fills missing references, a metric with
-nothing to assess is *skipped*, a retrieval that cannot become a sample fails every metric.
+:func:`score_retrieval` (called by the handler's thread runtime, in this process or in the
+isolated child; the monitor is to call it too) owns the rules that follow: a reference
+provider fills missing references, a metric with nothing to assess is *skipped*, a
+retrieval that cannot become a sample fails every metric.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from uuid import UUID
 from langchain_core.documents import Document
 from pydantic import BaseModel, ConfigDict, Field
 
+from langchain_ragmetrics._engine import Job, ScoringEngine
 from langchain_ragmetrics._extract import ANSWER_KEYS, QUESTION_KEYS, answer_in, question_in
 from langchain_ragmetrics._otel import plain_span_context, span_context_from_plain
 from langchain_ragmetrics.errors import HookError
@@ -36,7 +38,6 @@ from langchain_ragmetrics.schema import MetricResult, RagSample, _document_id
 if TYPE_CHECKING:
     from langchain_core.runnables import RunnableConfig
 
-    from langchain_ragmetrics._engine import ScoringEngine
     from langchain_ragmetrics.metrics._base import BaseRagMetric
 
 __all__ = [
@@ -50,6 +51,7 @@ __all__ = [
     "ReferenceProvider",
     "Retrieval",
     "RetrievedDocument",
+    "judge_config",
     "provided_references",
     "references_in",
     "run_metadata",
@@ -570,8 +572,6 @@ async def _score(
     metric: BaseRagMetric, sample: RagSample, retrieval: Retrieval, engine: ScoringEngine
 ) -> MetricResult:
     """One metric on the sample; a missing field makes a skipped result, not a failure."""
-    from langchain_ragmetrics._engine import Job
-
     try:
         metric.validate_sample(sample)
     except ValueError as exc:

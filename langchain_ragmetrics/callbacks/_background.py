@@ -83,6 +83,7 @@ class ThreadRuntime:
         self._failures = failures
         self._close_lock = threading.Lock()
         self._closed = False
+        self._shut = threading.Event()  # set once a close (or the idle exit) has finished
 
     # ------------------------------------------------------------------ figures
 
@@ -138,14 +139,16 @@ class ThreadRuntime:
         Returns:
             True when everything finished in time. Otherwise the unscored retrievals are
             counted in ``abandoned``, the undelivered results in each sink's ``dropped``,
-            and a warning says what was left.
+            and a warning says what was left. A close already under way (another caller's,
+            or the idle exit of a collected handler) is waited for, within ``timeout``.
         """
         if self.owns_current_thread("close"):
             return False
         with self._close_lock:
-            if self._closed:
-                return True
+            already = self._closed
             self._closed = True
+        if already:
+            return self._shut.wait(timeout)
         deadline = deadline_after(timeout)
         self.worker.close_intake()
         flushed = self.flush(timeout)
@@ -153,6 +156,7 @@ class ThreadRuntime:
         stopped = self.worker.stop(None if left is None else max(left, _STOP_GRACE_SECONDS))
         shut = self._shutdown(remaining(deadline))
         _exit.unregister(self)
+        self._shut.set()
         return shut and stopped and flushed
 
     def stop_when_idle(self) -> None:
@@ -171,8 +175,11 @@ class ThreadRuntime:
         """The worker finished after ``stop_when_idle``: stop the rest, leave the registry."""
         with self._close_lock:
             self._closed = True
-        self._shutdown(_IDLE_EXIT_CLOSE_SECONDS)
-        _exit.unregister(self)
+        try:
+            self._shutdown(_IDLE_EXIT_CLOSE_SECONDS)
+        finally:
+            _exit.unregister(self)
+            self._shut.set()  # an exit-hook close waits for this
 
     def _shutdown(self, timeout: float | None) -> bool:
         """Stop the judge threads (queued calls cancelled), then close every sink in time."""

@@ -37,9 +37,10 @@ never = threading.Event()
 overrides = {{"RelevantSentences": lambda req: reply_hold(never, {{}})}} if hold else {{}}
 server = JudgeServer(rag_router(**overrides)).start()
 llm = ChatOpenAI(model="judge-model", base_url=server.base_url, api_key="test", max_retries=0)
-# A judge request in flight at exit is bounded by the judge's own timeout.
+# The held judge requests outlast the exit flush (0.5 s) on any machine, so all three
+# retrievals are pending then; the exit does not wait for a request in flight.
 judge = ChatOpenAI(
-    model="judge-model", base_url=server.base_url, api_key="test", timeout=1, max_retries=0
+    model="judge-model", base_url=server.base_url, api_key="test", timeout=20, max_retries=0
 )
 metrics = [ContextRelevance(llm=judge, retry=RetryPolicy(max_retries=0))]
 chain = build_chain(llm, make_retriever(corpus(10)))
