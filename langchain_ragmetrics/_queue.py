@@ -15,7 +15,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 __all__ = ["BoundedQueue", "Entry", "deadline_after", "remaining"]
@@ -35,13 +34,24 @@ def remaining(deadline: float | None) -> float | None:
     return max(0.0, deadline - time.monotonic())
 
 
-@dataclass(frozen=True)
 class Entry(Generic[T]):
-    """One queued item, with its position (for flush) and whether it counts toward the bound."""
+    """One queued item, with its position (for flush) and whether it counts toward the bound.
 
-    seq: int
-    item: T
-    counted: bool = True
+    Built by the consumer when it takes the entry: the producer (often the application's
+    thread) only appends a plain tuple.
+
+    Attributes:
+        seq: Its position: a flush waits for every entry up to the last one put before it.
+        item: The work.
+        counted: Whether it counts toward the bound (False: a control entry).
+    """
+
+    __slots__ = ("counted", "item", "seq")
+
+    def __init__(self, seq: int, item: T, counted: bool = True) -> None:
+        self.seq = seq
+        self.item = item
+        self.counted = counted
 
 
 class BoundedQueue(Generic[T]):
@@ -69,13 +79,14 @@ class BoundedQueue(Generic[T]):
         self.count_active = count_active
         self.on_wake = on_wake
         self._cond = threading.Condition()
-        self._entries: deque[Entry[T]] = deque()
+        self._entries: deque[tuple[int, T, bool]] = deque()  # (seq, item, counted)
         self._active: dict[int, bool] = {}  # seq -> counted
         self._seq = 0
         self._waiting = 0  # counted entries waiting
         self._busy = 0  # counted entries taken, not done
         self._closed = False
         self._idle = False
+        self._takers = 0  # consumers blocked in take(): a put notifies only when there are
 
     # ------------------------------------------------------------------ figures
 
@@ -130,7 +141,25 @@ class BoundedQueue(Generic[T]):
         ``counted=False`` queues a control entry (a flush or close request that must run in
         order with the items): it ignores the bound, but not :meth:`close`.
         """
-        return self.put_many((item,), counted=counted) == 1
+        with self._cond:
+            if self._closed:
+                return False
+            if counted:
+                size = self.max_size
+                if size is not None and (
+                    self._waiting + (self._busy if self.count_active else 0) >= size
+                ):
+                    return False
+                self._waiting += 1
+            self._seq += 1
+            self._entries.append((self._seq, item, counted))
+            wake = self._idle
+            self._idle = False
+            if self._takers:
+                self._cond.notify_all()
+        if wake and self.on_wake is not None:
+            self.on_wake()
+        return True
 
     def put_many(self, items: Iterable[T], *, counted: bool = True) -> int:
         """Queue as many of ``items`` as fit, in order; returns how many were taken."""
@@ -141,14 +170,15 @@ class BoundedQueue(Generic[T]):
                 if taken >= room:
                     break
                 self._seq += 1
-                self._entries.append(Entry(self._seq, item, counted))
+                self._entries.append((self._seq, item, counted))
                 taken += 1
             if counted:
                 self._waiting += taken
             wake = self._idle and taken > 0
             if taken:
                 self._idle = False
-                self._cond.notify_all()
+                if self._takers:
+                    self._cond.notify_all()
         if wake and self.on_wake is not None:
             self.on_wake()
         return taken
@@ -156,17 +186,22 @@ class BoundedQueue(Generic[T]):
     # ------------------------------------------------------------------ consumers
 
     def _pop(self) -> Entry[T]:
-        entry = self._entries.popleft()
-        self._active[entry.seq] = entry.counted
-        if entry.counted:
+        seq, item, counted = self._entries.popleft()
+        self._active[seq] = counted
+        if counted:
             self._waiting -= 1
             self._busy += 1
-        return entry
+        return Entry(seq, item, counted)
 
     def take(self, timeout: float | None = None) -> Entry[T] | None:
         """The next entry, waiting for one; None once closed and empty, or at ``timeout``."""
         with self._cond:
-            self._cond.wait_for(lambda: self._entries or self._closed, timeout)
+            if not self._entries and not self._closed:
+                self._takers += 1
+                try:
+                    self._cond.wait_for(lambda: self._entries or self._closed, timeout)
+                finally:
+                    self._takers -= 1
             return self._pop() if self._entries else None
 
     def take_ready(self, limit: int) -> list[Entry[T]]:
@@ -201,13 +236,13 @@ class BoundedQueue(Generic[T]):
             target = self._seq
 
             def done() -> bool:
-                head_done = not self._entries or self._entries[0].seq > target
+                head_done = not self._entries or self._entries[0][0] > target
                 return head_done and (not self._active or min(self._active) > target)
 
             finished = self._cond.wait_for(done, timeout)
             if finished:
                 return True, 0
-            left = sum(1 for e in self._entries if e.seq <= target and e.counted)
+            left = sum(1 for seq, _, counted in self._entries if seq <= target and counted)
             left += sum(1 for seq, counted in self._active.items() if seq <= target and counted)
             return False, left
 
@@ -233,7 +268,7 @@ class BoundedQueue(Generic[T]):
         """
         with self._cond:
             self._closed = self._closed or close
-            dropped = list(self._entries)
+            dropped = [Entry(*entry) for entry in self._entries]
             self._entries.clear()
             self._waiting = 0
             self._cond.notify_all()

@@ -20,10 +20,10 @@ import contextvars
 import inspect
 import math
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import partial
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 from uuid import UUID
 
 from langchain_core.documents import Document
@@ -93,6 +93,12 @@ REFERENCE_KEYS = (
 """Example output keys read as the reference answer by the evaluator, in order."""
 
 _SCALARS = (str, int, float, bool, type(None))
+_SCALAR_TYPES = frozenset(_SCALARS)
+_new_tuple = tuple.__new__
+"""Builds a named tuple from its values without the keyword-handling ``__new__``."""
+_METADATA_FIELDS = frozenset((*REFERENCE_FIELDS, LANGUAGE_KEY))
+_NO_METADATA: Mapping[str, Any] = {}
+"""The shared, never mutated, metadata of a retrieval without any."""
 _PLAIN_DEPTH = 4
 
 
@@ -142,14 +148,17 @@ class Capture:
 # --------------------------------------------------------------------------- the value
 
 
-@dataclass(frozen=True)
-class RetrievedDocument:
-    """A retrieved document reduced to what the metrics read: its text and its id."""
+class RetrievedDocument(NamedTuple):
+    """A retrieved document reduced to what the metrics read: its text and its id.
+
+    Attributes:
+        text: The document's text (``page_content``).
+        id: ``Document.id`` or a conventional metadata id (``id``, ``doc_id``,
+            ``document_id``).
+    """
 
     text: str
-    """The document's text (``page_content``)."""
     id: str | None = None
-    """``Document.id`` or a conventional metadata id (``id``, ``doc_id``, ``document_id``)."""
 
     @classmethod
     def of(cls, item: Any) -> RetrievedDocument:
@@ -170,51 +179,55 @@ class RetrievedDocument:
         return cls(str(item))
 
 
-@dataclass(frozen=True)
-class Retrieval:
+class Retrieval(NamedTuple):
     """One retrieval with everything scoring needs, whichever way it came in.
 
-    Frozen and made of plain data (strings, ids, numbers, JSON-like metadata), so it can be
-    pickled to the isolated mode's child process and compared in tests.
+    Immutable and made of plain data (strings, ids, numbers, JSON-like metadata), so it can
+    be pickled to the isolated mode's child process and compared in tests. A named tuple:
+    cheap to build on the caller's thread (isolated mode builds it there).
+
+    Attributes:
+        query: The query the retriever received.
+        documents: What it returned, in rank order.
+        question: The question the metrics judge against (usually the query; see
+            ``question_from``).
+        answer: The trace's answer (None for a retriever on its own).
+        language: The sample's language (``language`` in the run metadata, the example's
+            metadata or inputs); None: each metric's own language.
+        reference: The reference answer.
+        reference_contexts: Contexts that should have been retrieved.
+        reference_context_ids: Ids of the contexts that should have been retrieved.
+        tags: The retriever run's tags.
+        metadata: Run metadata (the root's, overridden by the retriever's), JSON-like values
+            only: what a ``reference_provider`` receives. Never mutated.
+        run_id: The retriever run (for a run+example pair: the evaluated run).
+        root_run_id: The topmost run known (the retriever's own id when it is the root).
+        trace_id: The trace id, when known.
+        parent_run_id: The retriever's parent run.
+        retriever: The retriever run's name.
+        span_context: ``(trace_id, span_id, trace_flags)`` of the OpenTelemetry span active
+            when the retriever started (None without one).
+        error: Why this retrieval cannot become a sample (a user hook raised): every metric
+            fails with it.
     """
 
     query: str
-    """The query the retriever received."""
     documents: tuple[RetrievedDocument, ...] = ()
-    """What it returned, in rank order."""
     question: str | None = None
-    """The question the metrics judge against (usually the query; see ``question_from``)."""
     answer: str | None = None
-    """The trace's answer (None for a retriever on its own)."""
     language: str | None = None
-    """The sample's language (``language`` in the run metadata, the example's metadata or
-    inputs); None: each metric's own language."""
     reference: str | None = None
-    """The reference answer."""
     reference_contexts: tuple[str, ...] | None = None
-    """Contexts that should have been retrieved."""
     reference_context_ids: tuple[str, ...] | None = None
-    """Ids of the contexts that should have been retrieved."""
     tags: tuple[str, ...] = ()
-    """The retriever run's tags."""
-    metadata: Mapping[str, Any] = field(default_factory=dict)
-    """Run metadata (the root's, overridden by the retriever's), JSON-like values only: what a
-    ``reference_provider`` receives."""
+    metadata: Mapping[str, Any] = _NO_METADATA
     run_id: UUID | None = None
-    """The retriever run (None for a run+example pair without one)."""
     root_run_id: UUID | None = None
-    """The topmost run known (the retriever's own id when it is the root)."""
     trace_id: UUID | None = None
-    """The trace id, when known."""
     parent_run_id: UUID | None = None
-    """The retriever's parent run."""
     retriever: str | None = None
-    """The retriever run's name."""
     span_context: tuple[int, int, int] | None = None
-    """``(trace_id, span_id, trace_flags)`` of the OpenTelemetry span active when the retriever
-    started (None without one)."""
     error: str | None = None
-    """Why this retrieval cannot become a sample (a user hook raised): every metric fails."""
 
     # ------------------------------------------------------------------ adapters
 
@@ -240,21 +253,30 @@ class Retrieval:
                 answer = _hook(answer_from or answer_in, capture.root_outputs, "answer_from")
         except HookError as exc:
             question, answer, error = capture.query, None, str(exc)
-        return cls(
-            query=capture.query,
-            documents=_documents(capture.documents),
-            question=question,
-            answer=answer or capture.streamed_answer or answer,
-            tags=tuple(capture.tags),
-            metadata=metadata,
-            run_id=capture.run_id,
-            root_run_id=capture.root_run_id,
-            trace_id=capture.trace_id,
-            parent_run_id=capture.parent_run_id,
-            retriever=capture.retriever,
-            span_context=plain_span_context(capture.otel_context),
-            error=error,
-            **_from_metadata(metadata),
+        found = _from_metadata(metadata)
+        get = found.get
+        # Positional, in field order (``_make``): isolated mode builds this on the caller's
+        # thread, and keyword construction of a 17-field named tuple costs twice as much.
+        return cls._make(
+            (
+                capture.query,
+                _documents(capture.documents),
+                question,
+                answer or capture.streamed_answer or answer,
+                get("language"),
+                get("reference"),
+                get("reference_contexts"),
+                get("reference_context_ids"),
+                tuple(capture.tags),
+                metadata,
+                capture.run_id,
+                capture.root_run_id,
+                capture.trace_id,
+                capture.parent_run_id,
+                capture.retriever,
+                plain_span_context(capture.otel_context),
+                error,
+            )
         )
 
     @classmethod
@@ -381,7 +403,7 @@ class Retrieval:
             for k, v in provided.items()
             if getattr(self, k) is None and v is not None
         }
-        return replace(self, **update) if update else self
+        return self._replace(**update) if update else self
 
     def to_sample(self) -> RagSample:
         """The sample the metrics judge (the only way a retrieval becomes a ``RagSample``).
@@ -630,6 +652,8 @@ def provided_references(value: Any) -> dict[str, Any]:
 
 def _from_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
     """The reference fields and the language found in run metadata, as Retrieval fields."""
+    if _METADATA_FIELDS.isdisjoint(metadata):
+        return {}
     found: dict[str, Any] = {
         k: (v if k == "reference" else _strings(v)) for k, v in references_in(metadata).items()
     }
@@ -669,7 +693,14 @@ def _documents(value: Any) -> tuple[RetrievedDocument, ...]:
         return ()
     if isinstance(value, (str, Document, Mapping)):
         value = [value]
-    return tuple(RetrievedDocument.of(item) for item in value)
+    return tuple(
+        [
+            _new_tuple(RetrievedDocument, (item.page_content, _document_id(item)))
+            if type(item) is Document  # the live case, on the caller's thread: kept short
+            else RetrievedDocument.of(item)
+            for item in value
+        ]
+    )
 
 
 def _strings(value: Any) -> Any:
@@ -702,6 +733,9 @@ def _plain_mapping(metadata: Mapping[str, Any]) -> dict[str, Any]:
     """The JSON-like entries of run metadata (live objects such as clients are left out)."""
     out: dict[str, Any] = {}
     for key, value in metadata.items():
+        if type(value) in _SCALAR_TYPES and type(key) is str:  # the common case, fast
+            out[key] = value
+            continue
         ok, plain = _plain(value)
         if ok and isinstance(key, str):
             out[key] = plain
