@@ -13,7 +13,7 @@ import tempfile
 import time
 import uuid
 
-from langchain_ragmetrics.callbacks._links import trace_links
+from langchain_ragmetrics._links import trace_links
 
 N = 20_000
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from langchain_ragmetrics._version import __version__
+
 if TYPE_CHECKING:
     from langchain_ragmetrics._errors import (
         BatchError,
@@ -70,7 +72,6 @@ if TYPE_CHECKING:
         RetryPolicy,
     )
 
-__version__ = "0.1.0"
 
 _EXPORTS: dict[str, str] = {
     "BaseRagMetric": "langchain_ragmetrics.metrics",

@@ -21,7 +21,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from langchain_ragmetrics._errors import DatasetError, MissingFieldError
+from langchain_ragmetrics._errors import DatasetError, MissingFieldError, RowProblem, RowRef
 from langchain_ragmetrics._schema import _ALIASES, RagSample
 
 __all__ = [
@@ -47,44 +47,6 @@ _LIST_COLUMNS = frozenset(
 RUN_HEADER_KEY = "ragmetrics_run"
 """Key of the header line of a results file (``EvaluationResult.to_jsonl``); the loader skips
 that line, so a results file is a valid dataset again."""
-
-
-@dataclass(frozen=True)
-class RowRef:
-    """Where a sample came from, for error messages."""
-
-    row: int
-    """1-based position of the record in its source."""
-    line: int | None = None
-    """Line of the file where the record starts (JSONL, CSV), when there is one."""
-    index: Any = None
-    """Position or index label in an in-memory source (list, DataFrame)."""
-
-    def describe(self, source: str) -> str:
-        """Render as ``"data.csv, row 2 (line 3)"`` or ``"dataset, row 1 (index 0)"``."""
-        if self.line is not None:
-            return f"{source}, row {self.row} (line {self.line})"
-        if self.index is not None:
-            return f"{source}, row {self.row} (index {self.index!r})"
-        return f"{source}, row {self.row}"
-
-
-@dataclass(frozen=True)
-class RowProblem:
-    """One bad row: where it is, which field, and what is wrong."""
-
-    source: str
-    """File name, or ``"dataset"`` / ``"DataFrame"`` for in-memory data."""
-    ref: RowRef
-    """The row."""
-    field: str | None
-    """The column as the user named it (``retrieved_contexts`` ...), when one is to blame."""
-    message: str
-    """What is wrong."""
-
-    def __str__(self) -> str:
-        field = f", field `{self.field}`" if self.field else ""
-        return f"{self.ref.describe(self.source)}{field}: {self.message}"
 
 
 @dataclass(frozen=True)

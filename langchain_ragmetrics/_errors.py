@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from langchain_ragmetrics._dataset import RowProblem
+from dataclasses import dataclass
+from typing import Any
 
 __all__ = [
     "BatchError",
@@ -33,6 +31,8 @@ __all__ = [
     "QualityGateError",
     "RagMetricsError",
     "ResultFileError",
+    "RowProblem",
+    "RowRef",
     "SinkSkipError",
     "SinkUnavailableError",
     "UnknownMetricError",
@@ -42,6 +42,44 @@ __all__ = [
 
 _MAX_LISTED = 20
 """Bad rows spelled out in a DatasetError message (the rest are counted)."""
+
+
+@dataclass(frozen=True)
+class RowRef:
+    """Where a sample came from, for error messages."""
+
+    row: int
+    """1-based position of the record in its source."""
+    line: int | None = None
+    """Line of the file where the record starts (JSONL, CSV), when there is one."""
+    index: Any = None
+    """Position or index label in an in-memory source (list, DataFrame)."""
+
+    def describe(self, source: str) -> str:
+        """Render as ``"data.csv, row 2 (line 3)"`` or ``"dataset, row 1 (index 0)"``."""
+        if self.line is not None:
+            return f"{source}, row {self.row} (line {self.line})"
+        if self.index is not None:
+            return f"{source}, row {self.row} (index {self.index!r})"
+        return f"{source}, row {self.row}"
+
+
+@dataclass(frozen=True)
+class RowProblem:
+    """One bad row: where it is, which field, and what is wrong."""
+
+    source: str
+    """File name, or ``"dataset"`` / ``"DataFrame"`` for in-memory data."""
+    ref: RowRef
+    """The row."""
+    field: str | None
+    """The column as the user named it (``retrieved_contexts`` ...), when one is to blame."""
+    message: str
+    """What is wrong."""
+
+    def __str__(self) -> str:
+        field = f", field `{self.field}`" if self.field else ""
+        return f"{self.ref.describe(self.source)}{field}: {self.message}"
 
 
 class RagMetricsError(Exception):

@@ -8,7 +8,6 @@ flush can still score and deliver. Threads start in an empty ``contextvars.Conte
 from __future__ import annotations
 
 import contextvars
-import queue
 import threading
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
@@ -16,11 +15,14 @@ from typing import Any, TypeVar
 
 from typing_extensions import ParamSpec, override
 
+from langchain_ragmetrics._queue import BoundedQueue
+
 __all__ = ["DaemonThreadPool"]
 
 T = TypeVar("T")
 P = ParamSpec("P")
-_STOP = object()
+_Call = tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any], Future[Any]]
+"""A queued call: the function, its arguments and the future of its result."""
 
 
 class DaemonThreadPool(Executor):
@@ -37,7 +39,7 @@ class DaemonThreadPool(Executor):
             raise ValueError(msg)
         self.name = name
         self.size = size
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._queue: BoundedQueue[_Call] = BoundedQueue()
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self._stopped = False
@@ -84,9 +86,9 @@ class DaemonThreadPool(Executor):
                 return True
             self._stopped = True
             if cancel_pending:
-                self._cancel_queued()
-            for _ in self._threads:
-                self._queue.put(_STOP)
+                for entry in self._queue.abandon():
+                    entry.item[3].cancel()
+            self._queue.close()
             threads = [t for t in self._threads if t is not threading.current_thread()]
         for thread in threads:
             thread.join(timeout)
@@ -97,24 +99,14 @@ class DaemonThreadPool(Executor):
         """``Executor`` API: stop, waiting for the threads when ``wait``."""
         self.stop(None if wait else 0, cancel_pending=cancel_futures)
 
-    def _cancel_queued(self) -> None:
-        while True:
-            try:
-                entry = self._queue.get_nowait()
-            except queue.Empty:
-                return
-            if entry is not _STOP:
-                entry[3].cancel()
-
     def _run(self) -> None:
-        while True:
-            entry = self._queue.get()
-            if entry is _STOP:
-                return
-            fn, args, kwargs, future = entry
-            if not future.set_running_or_notify_cancel():
-                continue
+        while (entry := self._queue.take()) is not None:
+            fn, args, kwargs, future = entry.item
             try:
-                future.set_result(fn(*args, **kwargs))
-            except BaseException as exc:  # delivered to the waiter, never lost
-                future.set_exception(exc)
+                if future.set_running_or_notify_cancel():
+                    try:
+                        future.set_result(fn(*args, **kwargs))
+                    except BaseException as exc:  # delivered to the waiter, never lost
+                        future.set_exception(exc)
+            finally:
+                self._queue.done(entry)

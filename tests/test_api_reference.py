@@ -56,7 +56,6 @@ entry when its module is renamed (the test below says which entries are stale).
 """
 
 PENDING_DROPS: dict[str, frozenset[str]] = {
-    f"{ROOT}.callbacks": frozenset({"HandlerSettings"}),
     f"{ROOT}.integrations.monitor": frozenset(
         {"CheckpointError", "MonitorError", "parse_shard", "parse_since", "shard_of"}
     ),

@@ -22,7 +22,7 @@ _COMMANDS: tuple[str, ...] = ("evaluate", "compare", "report", "demo", "monitor"
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``ragmetrics``."""
-    from langchain_ragmetrics import __version__
+    from langchain_ragmetrics._version import __version__
 
     parser = argparse.ArgumentParser(
         prog="ragmetrics",

@@ -4,9 +4,8 @@
 # existing ``from <this package> import ...Error`` working without making them public here.
 from langchain_ragmetrics._errors import SinkSkipError as SinkSkipError
 from langchain_ragmetrics._errors import SinkUnavailableError as SinkUnavailableError
-from langchain_ragmetrics.callbacks._isolated import ProcessIsolation, ScoringSetup
-from langchain_ragmetrics.callbacks._records import OnlineResult
-from langchain_ragmetrics.callbacks._settings import HandlerSettings
+from langchain_ragmetrics._retrieval import OnlineResult
+from langchain_ragmetrics.callbacks._isolation import ProcessIsolation, ScoringSetup
 from langchain_ragmetrics.callbacks._stats import HandlerStats, SinkStats
 from langchain_ragmetrics.callbacks.handler import RagMetricsCallbackHandler
 from langchain_ragmetrics.callbacks.langsmith_feedback import LangSmithFeedbackSink
@@ -21,7 +20,6 @@ from langchain_ragmetrics.callbacks.sinks import (
 __all__ = [
     "BaseSink",
     "CallableSink",
-    "HandlerSettings",
     "HandlerStats",
     "InMemorySink",
     "JsonlSink",

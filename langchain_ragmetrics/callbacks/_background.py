@@ -13,23 +13,24 @@ import threading
 from langchain_core.runnables import RunnableConfig
 
 from langchain_ragmetrics._engine import ScoringEngine
+from langchain_ragmetrics._queue import deadline_after, remaining
+from langchain_ragmetrics._retrieval import Capture, Retrieval
 from langchain_ragmetrics._threads import DaemonThreadPool
 from langchain_ragmetrics.callbacks import _exit
 from langchain_ragmetrics.callbacks._outbox import SinkOutbox, flush_all, outboxes_for
 from langchain_ragmetrics.callbacks._pipeline import ScoringPipeline
-from langchain_ragmetrics.callbacks._records import Capture
 from langchain_ragmetrics.callbacks._settings import HandlerSettings
 from langchain_ragmetrics.callbacks._setup import judge_callbacks, untraced
 from langchain_ragmetrics.callbacks._stats import Counters, FailureLog, SinkStats, logger
-from langchain_ragmetrics.callbacks._worker import BackgroundWorker, deadline_after, remaining
+from langchain_ragmetrics.callbacks._worker import BackgroundWorker
 
-__all__ = ["Background"]
+__all__ = ["ThreadRuntime"]
 
 _STOP_GRACE_SECONDS = 2.0
 _IDLE_EXIT_CLOSE_SECONDS = 5.0
 
 
-class Background:
+class ThreadRuntime:
     """Everything the handler runs off the request path, started on the first ``submit``.
 
     Judge calls run through the metrics' sync ``invoke`` on dedicated threads (async model
@@ -67,7 +68,7 @@ class Background:
             counters=counters,
             failures=failures,
         )
-        self.worker: BackgroundWorker[Capture] = BackgroundWorker(
+        self.worker: BackgroundWorker[Capture | Retrieval] = BackgroundWorker(
             self.pipeline.process,
             max_queue_size=settings.max_queue_size,
             max_active=settings.max_concurrency,
@@ -82,6 +83,7 @@ class Background:
         self._failures = failures
         self._close_lock = threading.Lock()
         self._closed = False
+        self._shut = threading.Event()  # set once a close (or the idle exit) has finished
 
     # ------------------------------------------------------------------ figures
 
@@ -106,8 +108,8 @@ class Background:
 
     # ------------------------------------------------------------------ work
 
-    def submit(self, capture: Capture) -> bool:
-        """Enqueue one retrieval (False when dropped)."""
+    def submit(self, capture: Capture | Retrieval) -> bool:
+        """Enqueue one retrieval (False when dropped): a live trace's, or one already plain."""
         return self.worker.submit(capture)
 
     def owns_current_thread(self, action: str) -> bool:
@@ -137,14 +139,16 @@ class Background:
         Returns:
             True when everything finished in time. Otherwise the unscored retrievals are
             counted in ``abandoned``, the undelivered results in each sink's ``dropped``,
-            and a warning says what was left.
+            and a warning says what was left. A close already under way (another caller's,
+            or the idle exit of a collected handler) is waited for, within ``timeout``.
         """
         if self.owns_current_thread("close"):
             return False
         with self._close_lock:
-            if self._closed:
-                return True
+            already = self._closed
             self._closed = True
+        if already:
+            return self._shut.wait(timeout)
         deadline = deadline_after(timeout)
         self.worker.close_intake()
         flushed = self.flush(timeout)
@@ -152,6 +156,7 @@ class Background:
         stopped = self.worker.stop(None if left is None else max(left, _STOP_GRACE_SECONDS))
         shut = self._shutdown(remaining(deadline))
         _exit.unregister(self)
+        self._shut.set()
         return shut and stopped and flushed
 
     def stop_when_idle(self) -> None:
@@ -170,8 +175,11 @@ class Background:
         """The worker finished after ``stop_when_idle``: stop the rest, leave the registry."""
         with self._close_lock:
             self._closed = True
-        self._shutdown(_IDLE_EXIT_CLOSE_SECONDS)
-        _exit.unregister(self)
+        try:
+            self._shutdown(_IDLE_EXIT_CLOSE_SECONDS)
+        finally:
+            _exit.unregister(self)
+            self._shut.set()  # an exit-hook close waits for this
 
     def _shutdown(self, timeout: float | None) -> bool:
         """Stop the judge threads (queued calls cancelled), then close every sink in time."""

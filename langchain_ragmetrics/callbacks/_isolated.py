@@ -1,64 +1,70 @@
 """Isolated online scoring: judges, segmentation and sinks run in a child process.
 
-With ``isolation="process"`` the handler's background is an :class:`IsolatedBackground`.
-On the caller's thread a finished retrieval becomes plain data (strings, ids, numbers) and
-is appended to a bounded queue; a feeder thread pickles batches down a pipe to a child
-process started with the ``spawn`` method, which builds its metrics and sinks from
-:attr:`ProcessIsolation.setup` and scores with the same
-:class:`~langchain_ragmetrics.callbacks._background.Background` as the in-process mode. The
-child's counters and log records come back up another pipe. The application's process thus
-runs no judge client, no segmentation and no sink: its threads never wait behind them for
-the GIL.
+With ``isolation="process"`` the handler's runtime is a :class:`ProcessRuntime`. On the
+caller's thread a finished retrieval becomes a plain
+:class:`~langchain_ragmetrics._retrieval.Retrieval` and is put in the package's
+:class:`~langchain_ragmetrics._queue.BoundedQueue`; a feeder thread pickles batches down a
+pipe (typed messages, see ``_messages``) to a child process started with the ``spawn``
+method, which builds its metrics and sinks from :attr:`ProcessIsolation.setup` and scores
+with the same :class:`~langchain_ragmetrics.callbacks._background.ThreadRuntime` as the
+in-process mode. The child's counters and log records come back up another pipe. The
+application's process thus runs no judge client, no segmentation and no sink: its threads
+never wait behind them for the GIL.
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib
 import itertools
 import logging
 import multiprocessing
 import pickle
 import threading
 import time
-from collections import deque
-from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import reduce
 from multiprocessing.connection import Connection, wait
-from typing import TYPE_CHECKING, Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from typing import TYPE_CHECKING, Any
 
 from langchain_ragmetrics._errors import HookError
-from langchain_ragmetrics._schema import Usage, _document_id
+from langchain_ragmetrics._queue import BoundedQueue, deadline_after, remaining
+from langchain_ragmetrics._retrieval import Capture, Retrieval
+from langchain_ragmetrics._schema import Usage
 from langchain_ragmetrics.callbacks import _exit
-from langchain_ragmetrics.callbacks._mapping import REFERENCE_FIELDS, default_answer
-from langchain_ragmetrics.callbacks._otel import plain_span_context
-from langchain_ragmetrics.callbacks._pipeline import AnswerFrom, QuestionFrom
-from langchain_ragmetrics.callbacks._records import Capture
-from langchain_ragmetrics.callbacks._stats import Counters, FailureLog, SinkStats
-from langchain_ragmetrics.callbacks._worker import deadline_after, remaining
-from langchain_ragmetrics.callbacks.sinks import BaseSink
-from langchain_ragmetrics.metrics._base import BaseRagMetric
+from langchain_ragmetrics.callbacks._isolation import (
+    ProcessIsolation,
+    ScoringSetup,
+    SetupSource,
+    build_setup,
+)
+from langchain_ragmetrics.callbacks._messages import (
+    ChildMessage,
+    ChildStart,
+    Closed,
+    CloseRequest,
+    Fatal,
+    Flushed,
+    FlushRequest,
+    LogRecordData,
+    ParentMessage,
+    Ready,
+    Report,
+    ScoreItems,
+)
+from langchain_ragmetrics.callbacks._settings import HandlerSettings
+from langchain_ragmetrics.callbacks._stats import Counters, FailureLog, HandlerStats, SinkStats
 
 if TYPE_CHECKING:
     from multiprocessing.process import BaseProcess
 
-    from langchain_ragmetrics.callbacks._settings import HandlerSettings
-
 __all__ = [
-    "ChildOptions",
     "HookError",
-    "IsolatedBackground",
     "ProcessIsolation",
+    "ProcessRuntime",
     "ScoringSetup",
     "SetupSource",
     "build_setup",
-    "plain_capture",
 ]
 
-_SCALARS = (str, int, float, bool, type(None))
 _CHILD_COUNTERS = (
     "processed",
     "scored",
@@ -75,205 +81,6 @@ _SINK_COUNTS = ("delivered", "skipped", "errors", "dropped")
 _TICK_SECONDS = 0.5
 _KILL_GRACE_SECONDS = 2.0
 _IDLE_EXIT_CLOSE_SECONDS = 30.0
-
-
-class ScoringSetup(BaseModel):
-    """What the child process of an isolated handler scores with; built in the child.
-
-    Judges hold HTTP clients and sinks hold files or network clients: none of them can
-    cross a process boundary, so the child builds its own from the function named by
-    :attr:`ProcessIsolation.setup`.
-    """
-
-    model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
-
-    metrics: list[BaseRagMetric] | None = None
-    """The metrics; default ``[ContextRelevance(), ContextPrecision()]`` with the default
-    judge (configured by the ``OPENAI_*`` variables the child inherits)."""
-    sinks: list[BaseSink] | None = None
-    """The sinks; default a ``LoggingSink``, whose records are logged by the application's
-    process (the child forwards its log records)."""
-    reference_provider: Callable[..., Any] | None = None
-    """See the handler's ``reference_provider``; called in the child."""
-
-
-SetupSource = str | Callable[[], ScoringSetup]
-"""A ``"package.module:function"`` path or a picklable callable returning a ScoringSetup."""
-
-
-class ProcessIsolation(BaseModel):
-    """Options of the isolated mode: ``RagMetricsCallbackHandler(isolation=ProcessIsolation())``.
-
-    Trade-offs: the child is a second Python process (about 100 MiB with the judge stack,
-    a few seconds to start, paid once, in the background); metrics, judges, sinks and the
-    ``reference_provider`` are built in the child from ``setup`` (so they cannot share
-    objects with the application: an ``InMemorySink`` there is out of the application's
-    reach); ``question_from`` and ``answer_from`` run on the caller's thread, as the root
-    run's input and output are turned into plain data there.
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    setup: SetupSource | None = None
-    """Builds the metrics and sinks in the child: ``"package.module:function"`` or a
-    picklable callable (a module-level function or a ``functools.partial`` of one) returning
-    a :class:`ScoringSetup`. None: the default metrics and a ``LoggingSink``."""
-    hang_timeout: float | None = Field(default=60.0, gt=0)
-    """A running child silent this long (it reports every second while alive) is killed
-    and replaced; the retrievals it held count as ``abandoned``. None: never."""
-    start_timeout: float = Field(default=120.0, gt=0)
-    """Seconds a new child may take to import its libraries and build its setup before it
-    is treated as hung."""
-    niceness: int = Field(default=10, ge=0, le=19)
-    """Added to the child's scheduling niceness (POSIX ``nice``): when the CPUs are busy the
-    operating system runs the application first and scoring with what is left. 0 keeps the
-    application's priority."""
-    max_restarts: int = Field(default=3, ge=0)
-    """Crashes in a row (without any work done in between) after which the handler stops
-    starting children and drops new work, with one warning."""
-
-    @field_validator("setup")
-    @classmethod
-    def _check_setup(cls, value: SetupSource | None) -> SetupSource | None:
-        if value is None:
-            return None
-        if isinstance(value, str):
-            _resolve(value)
-            return value
-        if not callable(value):
-            msg = "`setup` must be a 'package.module:function' path or a callable"
-            raise TypeError(msg)
-        try:
-            pickle.dumps(value)
-        except Exception as exc:
-            msg = (
-                f"`setup` must be picklable to reach the child process ({exc}); use a "
-                "module-level function, a functools.partial of one, or a "
-                "'package.module:function' path"
-            )
-            raise ValueError(msg) from exc
-        return value
-
-
-def _resolve(path: str) -> Callable[[], ScoringSetup]:
-    """The callable a ``"package.module:function"`` path names (imported now)."""
-    module_name, _, attr = path.partition(":")
-    if not module_name or not attr:
-        msg = f"`setup` {path!r} must look like 'package.module:function'"
-        raise ValueError(msg)
-    try:
-        target = reduce(getattr, attr.split("."), importlib.import_module(module_name))
-    except (ImportError, AttributeError) as exc:
-        msg = f"`setup` {path!r} cannot be found: {exc}"
-        raise ValueError(msg) from exc
-    if not callable(target):
-        msg = f"`setup` {path!r} is not callable"
-        raise TypeError(msg)
-    return target
-
-
-def build_setup(source: SetupSource | None) -> ScoringSetup:
-    """Call the setup function (in the child) and check what it returned."""
-    if source is None:
-        return ScoringSetup()
-    target = _resolve(source) if isinstance(source, str) else source
-    setup = target()
-    if not isinstance(setup, ScoringSetup):
-        msg = f"`setup` must return a ScoringSetup, got {type(setup).__name__}"
-        raise TypeError(msg)
-    return setup
-
-
-# --------------------------------------------------------------------------- plain data
-
-
-def _hook(fn: Callable[[Any], Any], value: Any, name: str) -> tuple[Any, str | None]:
-    """``(fn(value), None)``, or ``(None, error)`` when the user's hook raised."""
-    try:
-        return fn(value), None
-    except Exception as exc:
-        return None, f"{name} raised {type(exc).__name__}: {exc}"
-
-
-def _plain_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
-    """The reference fields and scalar values of run metadata (what the child may use)."""
-    return {k: v for k, v in metadata.items() if k in REFERENCE_FIELDS or isinstance(v, _SCALARS)}
-
-
-def _plain_documents(documents: Sequence[Any]) -> list[Any]:
-    from langchain_core.documents import Document
-
-    return [
-        (doc.page_content, _document_id(doc)) if isinstance(doc, Document) else doc
-        for doc in documents
-    ]
-
-
-def plain_capture(
-    capture: Capture, question_from: QuestionFrom, answer_from: AnswerFrom | None
-) -> dict[str, Any]:
-    """A retrieval as plain, picklable data: run ids, texts, and the resolved Q and A.
-
-    The root input and output are reduced here, with the user's hooks, to the question and
-    answer they give (or the error they raised), so nothing of the application's objects
-    crosses to the child.
-    """
-    question: tuple[Any, str | None] = (None, None)
-    if question_from == "input":
-        from langchain_ragmetrics.callbacks._mapping import default_question
-
-        question = _hook(default_question, capture.root_inputs, "question_from")
-    elif callable(question_from):
-        question = _hook(question_from, capture.root_inputs, "question_from")
-    answer = None
-    if capture.root_outputs is not None:
-        answer = _hook(answer_from or default_answer, capture.root_outputs, "answer_from")
-    return {
-        "root_run_id": capture.root_run_id,
-        "trace_id": capture.trace_id,
-        "run_id": capture.run_id,
-        "parent_run_id": capture.parent_run_id,
-        "retriever": capture.retriever,
-        "query": capture.query,
-        "documents": _plain_documents(capture.documents),
-        "tags": list(capture.tags),
-        "metadata": _plain_metadata(capture.metadata),
-        "root_metadata": _plain_metadata(capture.root_metadata),
-        "question": question,
-        "answer": answer,
-        "otel_context": plain_span_context(capture.otel_context),
-        "links": dict(capture.links),
-    }
-
-
-class ChildOptions(BaseModel):
-    """What the child needs besides its setup (picklable)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    max_queue_size: int
-    """Bound of the child's own queue (the parent never sends more than this)."""
-    max_concurrency: int
-    """Judge jobs at once."""
-    rate_limit_per_minute: float | None
-    """Cap on judge calls per minute."""
-    timeout: float | None
-    """Seconds per metric job."""
-    trace_judge: str | None
-    """LangSmith project of the judge runs, or None."""
-    name: str
-    """Prefix of the child's thread names."""
-    sink_queue_size: int = 10_000
-    """Bound of each sink's outbox in the child."""
-    log_levels: dict[str, int]
-    """Effective levels of the application's loggers, mirrored in the child."""
-    heartbeat: float
-    """Seconds between the child's reports when nothing changed."""
-    niceness: int
-    """Added to the child's niceness."""
-
-
-# --------------------------------------------------------------------------- parent side
 
 
 @dataclass(eq=False)
@@ -297,15 +104,12 @@ class _Child:
     listener: threading.Thread | None = None
 
 
-_Entry = (
-    tuple[Literal["item"], dict[str, Any]]
-    | tuple[Literal["flush"], int, float | None]
-    | tuple[Literal["close"], float | None]
-)
+_Entry = Retrieval | FlushRequest | CloseRequest
+"""What waits to be sent: retrievals (sent in runs as one :class:`ScoreItems`) and controls."""
 
 
-class IsolatedBackground:
-    """The handler's background in a child process: same methods as ``Background``.
+class ProcessRuntime:
+    """The runtime of ``isolation="process"``: scoring in a child process.
 
     Args:
         settings: The handler's options (``question_from`` / ``answer_from`` run on the
@@ -326,36 +130,21 @@ class IsolatedBackground:
         counters: Counters,
         failures: FailureLog,
     ) -> None:
-        trace_judge = settings.trace_judge
-        if trace_judge is not None and not isinstance(trace_judge, str):
-            msg = "with isolation='process', `trace_judge` must be a project name or None"
-            raise TypeError(msg)
+        self._child_start = settings.for_child()  # checks trace_judge now, not in the child
         max_queue_size = settings.max_queue_size
         name = settings.name
-        self._options: dict[str, Any] = {
-            "max_queue_size": max_queue_size,
-            "max_concurrency": settings.max_concurrency,
-            "rate_limit_per_minute": settings.rate_limit_per_minute,
-            "timeout": settings.timeout,
-            "trace_judge": trace_judge,
-            "name": name,
-            "sink_queue_size": settings.sink_queue_size,
-            "heartbeat": min(1.0, (isolation.hang_timeout or 4.0) / 4),
-            "niceness": isolation.niceness,
-        }
         self.settings = settings
         self.isolation = isolation
         self.max_queue_size = max_queue_size
         self.name = name
-        self._question_from = settings.question_from
-        self._answer_from = settings.answer_from
         self._counters = counters
         self._failures = failures
         self._sinks: dict[str, dict[str, int]] = {}
         self._sink_pending: dict[str, int] = {}
         self._cond = threading.Condition()
-        self._pending: deque[_Entry] = deque()
-        self._pending_items = 0
+        self._queue: BoundedQueue[_Entry] = BoundedQueue()
+        """What waits for the feeder; the bound (``max_queue_size``) is on retrievals
+        outstanding, those in the child included, so it is checked in :meth:`submit`."""
         self._child: _Child | None = None
         self._children = 0
         self._crashes = 0
@@ -389,11 +178,18 @@ class IsolatedBackground:
     def _outstanding(self) -> int:
         child = self._child
         in_child = 0 if child is None or child.dead else child.sent - child.done
-        return self._pending_items + in_child
+        return self._queue.size + in_child
 
     def submit(self, capture: Capture) -> bool:
-        """Turn a retrieval into plain data and enqueue it (False when dropped)."""
-        item = plain_capture(capture, self._question_from, self._answer_from)
+        """Turn a retrieval into plain data and enqueue it (False when dropped).
+
+        The user's ``question_from`` / ``answer_from`` run here, on the caller's thread: the
+        root run's input and output stay in this process.
+        """
+        settings = self.settings
+        item = Retrieval.from_trace(
+            capture, question_from=settings.question_from, answer_from=settings.answer_from
+        )
         with self._cond:
             accepted = (
                 self._accepting
@@ -402,9 +198,7 @@ class IsolatedBackground:
                 and (self._feeder is not None or self._start_feeder())
             )
             if accepted:
-                self._pending.append(("item", item))
-                self._pending_items += 1
-                self._cond.notify_all()
+                self._queue.put(item)
         if not accepted:
             self._counters.add(dropped=1)
         return accepted
@@ -439,8 +233,7 @@ class IsolatedBackground:
             if self._stopping:
                 return False
             token = next(self._tokens)
-            self._pending.append(("flush", token, timeout))
-            self._cond.notify_all()
+            self._queue.put(FlushRequest(token, timeout), counted=False)
             answered = self._cond.wait_for(lambda: token in self._flushed, timeout)
             done = self._flushed.pop(token, False) if answered else False
             left = 0 if done else self._outstanding()
@@ -463,8 +256,7 @@ class IsolatedBackground:
                 return True
             if not self._stopping:
                 self._stopping = True
-                self._pending.append(("close", timeout))
-                self._cond.notify_all()
+                self._queue.put(CloseRequest(timeout), counted=False)
             settled = self._cond.wait_for(self._settled, remaining(deadline))
             child = self._child
             left = self._outstanding()
@@ -480,7 +272,7 @@ class IsolatedBackground:
     def _settled(self) -> bool:
         """Whether the child exited (or never started) and nothing is left to send (lock held)."""
         child = self._child
-        return not self._pending and (child is None or child.dead)
+        return not self._queue.unfinished and (child is None or child.dead)
 
     def stop_when_idle(self) -> None:
         """Ask the child to finish its queue and exit (the handler was collected).
@@ -493,8 +285,7 @@ class IsolatedBackground:
             if self._feeder is None or self._stopping:
                 return
             self._stopping = True
-            self._pending.append(("close", _IDLE_EXIT_CLOSE_SECONDS))
-            self._cond.notify_all()
+            self._queue.put(CloseRequest(_IDLE_EXIT_CLOSE_SECONDS), counted=False)
         _exit.register(self)
 
     @property
@@ -538,57 +329,57 @@ class IsolatedBackground:
         return True
 
     def _feed(self) -> None:
-        """Send pending entries to the child, starting (or restarting) it when needed."""
-        while True:
+        """Send queued entries to the child, starting (or restarting) it when needed."""
+        while (first := self._queue.take()) is not None:
+            batch = [first, *self._queue.take_ready(self.max_queue_size + 2)]
+            entries = [entry.item for entry in batch]
             with self._cond:
-                self._cond.wait_for(lambda: bool(self._pending))
-                child = self._child
-                if child is None or child.dead:
-                    child = self._replace_child()
-                    if child is None:  # stopping, or scoring turned off (work abandoned)
-                        if self._stopping:
-                            return
-                        continue
-                batch = list(self._pending)
-                self._pending.clear()
-                items = [entry[1] for entry in batch if entry[0] == "item"]
-                self._pending_items -= len(items)
-                child.sent += len(items)
-                for entry in batch:
-                    if entry[0] == "flush":
-                        child.tokens.add(entry[1])
-                closing = any(entry[0] == "close" for entry in batch)
-            self._send(child, batch)
-            if closing:
+                try:
+                    child = self._child
+                    if child is None or child.dead:
+                        child = self._replace_child(entries)
+                    if child is not None:
+                        child.sent += sum(isinstance(e, Retrieval) for e in entries)
+                        child.tokens.update(e.token for e in entries if isinstance(e, FlushRequest))
+                finally:
+                    for entry in batch:  # in the child's count now: outstanding stays exact
+                        self._queue.done(entry)
+                    self._cond.notify_all()
+            if child is None:  # stopping, or scoring turned off (work abandoned)
+                if self._stopping:
+                    return
+                continue
+            self._send(child, entries)
+            if any(isinstance(e, CloseRequest) for e in entries):
                 return
 
-    def _replace_child(self) -> _Child | None:
-        """A new child, or None (pending work abandoned) when stopping or disabled (lock held)."""
-        if self._stopping or self._disabled:
-            dropped = self._pending_items
-            for entry in self._pending:
-                if entry[0] == "flush":
-                    self._flushed[entry[1]] = False
-            self._pending.clear()
-            self._pending_items = 0
-            if dropped:
-                self._counters.add(abandoned=dropped)
-            self._cond.notify_all()
-            return None
-        return self._spawn()
+    def _replace_child(self, taken: list[_Entry]) -> _Child | None:
+        """A new child, or None (queued work abandoned) when stopping or disabled (lock held)."""
+        if not (self._stopping or self._disabled):
+            child = self._spawn()
+            if child is not None:
+                return child
+        dropped = taken + [entry.item for entry in self._queue.abandon(close=False)]
+        for entry in dropped:
+            if isinstance(entry, FlushRequest):
+                self._flushed[entry.token] = False
+        lost = sum(isinstance(entry, Retrieval) for entry in dropped)
+        if lost:
+            self._counters.add(abandoned=lost)
+        return None
 
     def _spawn(self) -> _Child | None:
-        """Start a child process and its listener thread (lock held)."""
+        """Start a child process and its listener thread (lock held); None if impossible."""
         from langchain_ragmetrics.callbacks import _child
 
         context = multiprocessing.get_context("spawn")
         parent_recv, child_send = context.Pipe(duplex=False)
         child_recv, parent_send = context.Pipe(duplex=False)
-        options = ChildOptions(log_levels=_log_levels(), **self._options)
+        start = ChildStart(self._child_start, log_levels=_log_levels())
         self._children += 1
         process = context.Process(
             target=_child.main,
-            args=(child_recv, child_send, self.isolation.setup, options),
+            args=(child_recv, child_send, start),
             name=f"{self.name}-child-{self._children}",
             daemon=True,
         )
@@ -599,7 +390,7 @@ class IsolatedBackground:
                 conn.close()
             self._failures.report("child-start", f"cannot start the scoring process: {exc}", exc)
             self._disabled = True
-            return self._replace_child()
+            return None
         child_send.close()
         child_recv.close()
         child = _Child(process=process, send=parent_send, recv=parent_recv)
@@ -611,18 +402,20 @@ class IsolatedBackground:
         return child
 
     def _send(self, child: _Child, batch: list[_Entry]) -> None:
-        """Pickle and send a batch: runs of items go as one message, controls alone."""
-        messages: list[tuple[Any, ...]] = []
-        for kind, run in itertools.groupby(batch, key=lambda entry: entry[0]):
+        """Pickle and send a batch: runs of retrievals go as one message, controls alone."""
+        messages: list[ParentMessage] = []
+        for is_item, run in itertools.groupby(batch, key=lambda e: isinstance(e, Retrieval)):
             entries = list(run)
-            if kind == "item":
-                messages.append(("items", [entry[1] for entry in entries]))
+            if is_item:
+                messages.append(ScoreItems([e for e in entries if isinstance(e, Retrieval)]))
             else:
-                messages.extend(entries)
+                messages.extend(e for e in entries if not isinstance(e, Retrieval))
         for message in messages:
             try:
                 data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
             except Exception as exc:
+                if not isinstance(message, ScoreItems):
+                    raise
                 data = self._pickle_each(child, message, exc)
             try:
                 child.send.send_bytes(data)
@@ -630,10 +423,10 @@ class IsolatedBackground:
                 self._on_death(child, f"the pipe to the scoring process broke ({exc!r})")
                 return
 
-    def _pickle_each(self, child: _Child, message: tuple[Any, ...], exc: Exception) -> bytes:
+    def _pickle_each(self, child: _Child, message: ScoreItems, exc: Exception) -> bytes:
         """Pickle the items that can be; the others are counted as errors and dropped."""
-        kept = [item for item in message[1] if _picklable(item)]
-        lost = len(message[1]) - len(kept)
+        kept = [item for item in message.items if _picklable(item)]
+        lost = len(message.items) - len(kept)
         self._counters.add(handler_errors=lost, abandoned=lost)
         with self._cond:
             child.sent -= lost
@@ -643,7 +436,7 @@ class IsolatedBackground:
             f"a retrieval could not be sent to the scoring process: {exc!r}",
             exc,
         )
-        return pickle.dumps(("items", kept), protocol=pickle.HIGHEST_PROTOCOL)
+        return pickle.dumps(ScoreItems(kept), protocol=pickle.HIGHEST_PROTOCOL)
 
     # ------------------------------------------------------------------ listener thread
 
@@ -678,50 +471,50 @@ class IsolatedBackground:
         with contextlib.suppress(OSError):
             child.recv.close()
 
-    def _handle(self, child: _Child, message: tuple[Any, ...]) -> None:
-        kind = message[0]
+    def _handle(self, child: _Child, message: ChildMessage) -> None:
         child.heard = time.monotonic()
-        if kind == "log":
-            _relog(message[1])
+        if isinstance(message, LogRecordData):
+            _relog(message.fields)
             return
         with self._cond:
-            if kind == "ready":
+            if isinstance(message, Ready):
                 child.ready = True
-            elif kind == "stats":
-                self._apply(child, message[1])
-            elif kind == "flushed":
-                _, token, ok, stats = message
-                self._apply(child, stats)
-                child.tokens.discard(token)
-                self._flushed[token] = ok
-            elif kind == "closed":
-                self._apply(child, message[2])
-                child.closed = bool(message[1])
-            elif kind == "fatal":
+            elif isinstance(message, Report):
+                self._apply(child, message.stats)
+            elif isinstance(message, Flushed):
+                self._apply(child, message.stats)
+                child.tokens.discard(message.token)
+                self._flushed[message.token] = message.ok
+            elif isinstance(message, Closed):
+                self._apply(child, message.stats)
+                child.closed = message.ok
+            elif isinstance(message, Fatal):
                 child.fatal = True
                 self._disabled = True
             self._cond.notify_all()
-        if kind == "fatal":
+        if isinstance(message, Fatal):
             self._failures.report(
                 "isolated:setup",
-                f"the scoring process could not start, online scoring is off: {message[1]}",
+                f"the scoring process could not start, online scoring is off: {message.text}",
             )
 
-    def _apply(self, child: _Child, stats: Mapping[str, Any]) -> None:
+    def _apply(self, child: _Child, stats: HandlerStats) -> None:
         """Add what the child counted since its last report (lock held)."""
-        delta = {k: stats[k] - child.totals.get(k, 0) for k in _CHILD_COUNTERS}
-        usage = stats["usage"]
+        totals = {k: getattr(stats, k) for k in _CHILD_COUNTERS}
+        delta = {k: totals[k] - child.totals.get(k, 0) for k in _CHILD_COUNTERS}
+        usage = stats.usage.model_dump()
         used = {k: usage[k] - child.usage.get(k, 0) for k in _USAGE_FIELDS}
-        child.totals = {k: stats[k] for k in _CHILD_COUNTERS}
-        child.usage = dict(usage)
-        for key, figures in (stats.get("sinks") or {}).items():
+        child.totals = totals
+        child.usage = usage
+        for key, figures in stats.sinks.items():
             seen = child.sinks.setdefault(key, {})
-            totals = self._sinks.setdefault(key, dict.fromkeys(_SINK_COUNTS, 0))
+            sums = self._sinks.setdefault(key, dict.fromkeys(_SINK_COUNTS, 0))
             for name in _SINK_COUNTS:
-                totals[name] += figures[name] - seen.get(name, 0)
-                seen[name] = figures[name]
-            self._sink_pending[key] = figures["pending"]
-        done = stats["processed"] + stats["dropped"] + stats["abandoned"]
+                value = getattr(figures, name)
+                sums[name] += value - seen.get(name, 0)
+                seen[name] = value
+            self._sink_pending[key] = figures.pending
+        done = stats.processed + stats.dropped + stats.abandoned
         if done > child.done:
             self._crashes = 0
         child.done = done

@@ -10,18 +10,16 @@ from __future__ import annotations
 
 import contextvars
 import threading
-from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent import futures
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Literal
 
-from langchain_ragmetrics._errors import SinkSkipError
-from langchain_ragmetrics.callbacks._records import OnlineResult
+from langchain_ragmetrics._queue import BoundedQueue, deadline_after, remaining
+from langchain_ragmetrics._retrieval import OnlineResult
 from langchain_ragmetrics.callbacks._stats import FailureLog, SinkStats
-from langchain_ragmetrics.callbacks._worker import deadline_after, remaining
-from langchain_ragmetrics.callbacks.sinks import BaseSink, SinkUnavailableError
+from langchain_ragmetrics.callbacks.sinks import BaseSink, SinkSkipError, SinkUnavailableError
 
 __all__ = ["SinkOutbox", "flush_all", "outboxes_for"]
 
@@ -53,12 +51,8 @@ class SinkOutbox:
         self.max_size = max_size
         self.thread_name = thread_name
         self._failures = failures
-        self._cond = threading.Condition()
-        self._entries: deque[OnlineResult | _Call] = deque()
-        self._waiting = 0
-        self._busy = False
-        self._accepting = True
-        self._stopping = False
+        self._queue: BoundedQueue[OnlineResult | _Call] = BoundedQueue(max_size=max_size)
+        self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._delivered = self._errors = self._dropped = self._skipped = 0
 
@@ -71,17 +65,11 @@ class SinkOutbox:
 
     def put(self, items: Sequence[OnlineResult]) -> None:
         """Queue results for the sink without ever blocking; what does not fit is dropped."""
-        with self._cond:
-            room = self.max_size - self._waiting if self._accepting else 0
-            if room > 0 and self._thread is None:
-                room = room if self._start() else 0
-            taken = items[: max(room, 0)]
-            self._entries.extend(taken)
-            self._waiting += len(taken)
-            self._dropped += len(items) - len(taken)
-            if taken:
-                self._cond.notify()
-        if len(taken) < len(items):
+        open_ = not self._queue.closed and (self._thread is not None or self._start())
+        taken = self._queue.put_many(items) if open_ else 0
+        if taken < len(items):
+            with self._lock:
+                self._dropped += len(items) - taken
             self._failures.report(
                 f"outbox-full:{self.key}",
                 f"sink {self.key} is not keeping up (its outbox of {self.max_size} is full "
@@ -90,8 +78,8 @@ class SinkOutbox:
 
     def stats(self) -> SinkStats:
         """A snapshot of this sink's figures."""
-        with self._cond:
-            pending = self._waiting + (1 if self._busy else 0)
+        with self._lock:
+            pending = self._queue.size
             return SinkStats(
                 delivered=self._delivered,
                 skipped=self._skipped,
@@ -102,107 +90,95 @@ class SinkOutbox:
 
     def reset(self) -> None:
         """Zero the counts (``pending`` is live and stays)."""
-        with self._cond:
+        with self._lock:
             self._delivered = self._errors = self._dropped = self._skipped = 0
 
     def request(self, fn: Callable[[], object]) -> Future[object]:
         """Run ``fn`` on the delivery thread after the results queued so far."""
         future: Future[object] = Future()
-        with self._cond:
-            if self._thread is None or self._stopping:
-                future.set_result(None)  # nothing was ever delivered, or already closed
-                return future
-            self._entries.append(_Call(fn, future))
-            self._cond.notify()
+        if self._thread is None or not self._queue.put(_Call(fn, future), counted=False):
+            future.set_result(None)  # nothing was ever delivered, or already closed
         return future
 
     def stop(self) -> None:
         """Refuse new results; the thread exits once the queued entries are done."""
-        with self._cond:
-            self._accepting = False
-            self._stopping = True
-            self._cond.notify()
+        self._queue.close()
 
     def abandon(self) -> int:
         """Drop what is still queued (counted), after a deadline passed; returns how many."""
-        with self._cond:
-            self._accepting = False
-            self._stopping = True
-            left = [e for e in self._entries if isinstance(e, OnlineResult)]
-            for entry in self._entries:
-                if isinstance(entry, _Call):
-                    entry.future.cancel()
-            self._entries.clear()
-            self._waiting = 0
-            self._dropped += len(left)
-            self._cond.notify()
-            return len(left) + (1 if self._busy else 0)
+        busy = self._queue.busy
+        left = 0
+        for entry in self._queue.abandon():
+            if isinstance(entry.item, _Call):
+                entry.item.future.cancel()
+            else:
+                left += 1
+        with self._lock:
+            self._dropped += left
+        return left + busy
 
     # ------------------------------------------------------------------ delivery thread
 
     def _start(self) -> bool:
-        """Start the delivery thread in an empty context (lock held); False if impossible."""
-        try:
-            thread = threading.Thread(
-                target=contextvars.Context().run,
-                args=(self._serve,),
-                name=self.thread_name,
-                daemon=True,
-            )
-            thread.start()
-        except RuntimeError as exc:  # e.g. at interpreter shutdown
-            self._failures.report(
-                f"outbox-start:{self.key}", f"cannot start sink thread {self.key}: {exc}", exc
-            )
-            return False
-        self._thread = thread
-        return True
+        """Start the delivery thread in an empty context; False if impossible."""
+        with self._lock:
+            if self._thread is not None:
+                return True
+            try:
+                thread = threading.Thread(
+                    target=contextvars.Context().run,
+                    args=(self._serve,),
+                    name=self.thread_name,
+                    daemon=True,
+                )
+                thread.start()
+            except RuntimeError as exc:  # e.g. at interpreter shutdown
+                self._failures.report(
+                    f"outbox-start:{self.key}", f"cannot start sink thread {self.key}: {exc}", exc
+                )
+                return False
+            self._thread = thread
+            return True
 
     def _serve(self) -> None:
-        while True:
-            with self._cond:
-                while not self._entries and not self._stopping:
-                    self._cond.wait()
-                if not self._entries:
-                    return
-                entry = self._entries.popleft()
-                if isinstance(entry, OnlineResult):  # a flush/close call is not a result
-                    self._busy = True
-                    self._waiting -= 1
+        while (entry := self._queue.take()) is not None:
+            outcome = "errors"
             try:
-                if isinstance(entry, _Call):
-                    self._run(entry)
+                if isinstance(entry.item, _Call):
+                    self._run(entry.item)
                 else:
-                    self._deliver(entry)
+                    outcome = self._deliver(entry.item)
             finally:
-                with self._cond:
-                    self._busy = False
-                    self._cond.notify_all()
+                with self._lock:  # counted and released together: stats() never sees it twice
+                    if not isinstance(entry.item, _Call):
+                        self._count(outcome)
+                    self._queue.done(entry)
 
-    def _deliver(self, item: OnlineResult) -> None:
-        outcome = "delivered"
+    def _deliver(self, item: OnlineResult) -> str:
         try:
             self.sink.emit(item)
         except SinkSkipError:
-            outcome = "skipped"  # the sink warns once itself
+            return "skipped"  # no place for it in this sink (it warns once itself)
         except SinkUnavailableError:
-            outcome = "dropped"  # the sink logs its own state changes (breaker, disabled)
+            return "dropped"  # the sink logs its own state changes (breaker, disabled)
         except Exception as exc:
-            outcome = "errors"
             self._failures.report(
                 f"sink:{self.key}:emit:{type(exc).__name__}",
                 f"sink {self.key} failed to emit: {exc!r}",
                 exc,
             )
-        with self._cond:
-            if outcome == "delivered":
-                self._delivered += 1
-            elif outcome == "dropped":
-                self._dropped += 1
-            elif outcome == "skipped":
-                self._skipped += 1
-            else:
-                self._errors += 1
+            return "errors"
+        return "delivered"
+
+    def _count(self, outcome: str) -> None:
+        if outcome == "delivered":
+            self._delivered += 1
+        elif outcome == "dropped":
+            self._dropped += 1
+        elif outcome == "skipped":
+            self._skipped += 1
+        else:
+            self._errors += 1
 
     def _run(self, call: _Call) -> None:
         if not call.future.set_running_or_notify_cancel():

@@ -1,4 +1,8 @@
-"""The online handler's options, checked once and handed down as one object."""
+"""The online handler's options, checked once and handed down as one object.
+
+The same model configures the isolated mode's child process (:meth:`HandlerSettings.for_child`
+and :meth:`HandlerSettings.in_child`): an option is written here once, never relayed.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +11,8 @@ from typing import Any, Literal
 from langchain_core.callbacks import BaseCallbackHandler
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
-from langchain_ragmetrics.callbacks._isolated import ProcessIsolation
-from langchain_ragmetrics.callbacks._pipeline import AnswerFrom, QuestionFrom, ReferenceProvider
+from langchain_ragmetrics._retrieval import AnswerFrom, QuestionFrom, ReferenceProvider
+from langchain_ragmetrics.callbacks._isolation import ProcessIsolation, ScoringSetup
 from langchain_ragmetrics.callbacks._sampling import check_rate
 from langchain_ragmetrics.callbacks._setup import check_metrics, check_sinks
 from langchain_ragmetrics.callbacks.sinks import BaseSink
@@ -23,8 +27,9 @@ DEFAULT_CLOSE_TIMEOUT = 30.0
 class HandlerSettings(BaseModel):
     """Every option of :class:`RagMetricsCallbackHandler`, validated once.
 
-    The handler builds it from its keyword arguments; the background side, the pipeline and
-    the sink outboxes read what they need from it instead of relaying a dozen arguments.
+    The handler builds it from its keyword arguments; the runtime (threads here, or the
+    isolated mode's child process, which receives a copy), the pipeline and the sink outboxes
+    read what they need from it instead of relaying a dozen arguments.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid", frozen=True)
@@ -67,6 +72,33 @@ class HandlerSettings(BaseModel):
     def process(self) -> ProcessIsolation | None:
         """The isolated mode's options, or None for in-process scoring."""
         return self.isolation if isinstance(self.isolation, ProcessIsolation) else None
+
+    def for_child(self) -> HandlerSettings:
+        """The picklable copy the isolated mode sends to its child process.
+
+        The user's hooks ran on the caller's thread already (they may not pickle); metrics,
+        sinks and the provider are built in the child by its setup.
+        """
+        trace_judge = self.trace_judge
+        if trace_judge is not None and not isinstance(trace_judge, str):
+            msg = "with isolation='process', `trace_judge` must be a project name or None"
+            raise TypeError(msg)
+        return self.model_copy(update={"question_from": "query", "answer_from": None})
+
+    def in_child(self, setup: ScoringSetup) -> HandlerSettings:
+        """The settings a child process scores with: its setup's metrics, sinks and provider.
+
+        The parent owns the exit (it closes the child in time), so the child has no exit hook.
+        """
+        fields = {name: getattr(self, name) for name in type(self).model_fields}
+        fields.update(
+            isolation="thread",
+            metrics=setup.metrics,
+            sinks=setup.sinks,
+            reference_provider=setup.reference_provider,
+            exit_timeout=None,
+        )
+        return type(self).model_validate(fields)
 
     @field_validator("isolation", mode="before")
     @classmethod

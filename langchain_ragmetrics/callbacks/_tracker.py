@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
-from langchain_ragmetrics.callbacks._links import TraceLinks, merge_links, trace_links
-from langchain_ragmetrics.callbacks._otel import current_span_context
-from langchain_ragmetrics.callbacks._records import Capture
+from langchain_ragmetrics._links import TraceLinks, merge_links, trace_links
+from langchain_ragmetrics._otel import current_span_context
+from langchain_ragmetrics._retrieval import Capture
 
 __all__ = ["FinishedTrace", "TraceTracker"]
 

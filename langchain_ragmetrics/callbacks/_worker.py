@@ -1,9 +1,10 @@
-"""The background worker: a bounded queue drained by its own thread and event loop.
+"""The background worker: the package's bounded queue drained by its own thread and event loop.
 
 ``submit`` is what the caller's thread pays: a lock, an append, and at most one wake-up
-of the loop. The thread starts lazily inside an empty ``contextvars.Context`` so nothing
-launched from it becomes part of the caller's trace (LangChain keeps the current run, the
-tracer and the inherited callbacks in context variables).
+of the loop (:class:`~langchain_ragmetrics._queue.BoundedQueue` wakes it only when idle).
+The thread starts lazily inside an empty ``contextvars.Context`` so nothing launched from
+it becomes part of the caller's trace (LangChain keeps the current run, the tracer and the
+inherited callbacks in context variables).
 """
 
 from __future__ import annotations
@@ -12,15 +13,14 @@ import asyncio
 import contextlib
 import contextvars
 import threading
-import time
-from collections import deque
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager
 from typing import Any, Generic, Literal, TypeVar
 
+from langchain_ragmetrics._queue import BoundedQueue, Entry
 from langchain_ragmetrics.callbacks._stats import Counters, FailureLog
 
-__all__ = ["BackgroundWorker", "deadline_after", "remaining"]
+__all__ = ["BackgroundWorker"]
 
 T = TypeVar("T")
 
@@ -73,16 +73,14 @@ class BackgroundWorker(Generic[T]):
         self._thread_context = thread_context or contextlib.nullcontext
         self._on_start = on_start
         self._on_idle_exit = on_idle_exit
-        self._cond = threading.Condition()
-        self._pending: deque[tuple[int, T]] = deque()
-        self._active: set[int] = set()
-        self._seq = 0
-        self._accepting = True
+        self._lock = threading.Lock()
+        self._queue: BoundedQueue[T] = BoundedQueue(
+            max_size=max_queue_size, count_active=True, on_wake=self._wake_loop
+        )
         self._stop: _StopMode | None = None
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
-        self._idle = False
         self._wake_context = contextvars.Context()
 
     # ------------------------------------------------------------------ caller side
@@ -90,8 +88,7 @@ class BackgroundWorker(Generic[T]):
     @property
     def queued(self) -> int:
         """Items waiting or in progress."""
-        with self._cond:
-            return len(self._pending) + len(self._active)
+        return self._queue.size
 
     @property
     def thread(self) -> threading.Thread | None:
@@ -101,27 +98,14 @@ class BackgroundWorker(Generic[T]):
     @property
     def accepting(self) -> bool:
         """Whether ``submit`` still takes work."""
-        return self._accepting
+        return not self._queue.closed
 
     def submit(self, item: T) -> bool:
         """Queue an item; False (and counted as dropped) when full or closed."""
-        wake: asyncio.AbstractEventLoop | None = None
-        with self._cond:
-            accepted = (
-                self._accepting
-                and len(self._pending) + len(self._active) < self.max_queue_size
-                and (self._thread is not None or self._start_thread())
-            )
-            if accepted:
-                self._seq += 1
-                self._pending.append((self._seq, item))
-                wake = self._loop if self._idle else None
-                self._idle = False
-        if not accepted:
+        started = self._thread is not None or self._start_thread()
+        if not (started and self._queue.put(item)):
             self._counters.add(dropped=1)
             return False
-        if wake is not None:
-            self._signal(wake)
         return True
 
     def flush(self, timeout: float | None = None) -> bool:
@@ -132,25 +116,13 @@ class BackgroundWorker(Generic[T]):
         if self._thread is not None and threading.current_thread() is self._thread:
             self._failures.report("flush-on-worker", "flush() called from the worker thread")
             return False
-        with self._cond:
-            target = self._seq
-
-            def done() -> bool:
-                head_done = not self._pending or self._pending[0][0] > target
-                return head_done and (not self._active or min(self._active) > target)
-
-            finished = self._cond.wait_for(done, timeout)
-            left = 0
-            if not finished:
-                left = sum(1 for seq, _ in self._pending if seq <= target)
-                left += sum(1 for seq in self._active if seq <= target)
+        finished, left = self._queue.flush(timeout)
         self._counters.set("pending_at_deadline", left)
         return finished
 
     def close_intake(self) -> None:
         """Refuse new items from now on (they count as dropped)."""
-        with self._cond:
-            self._accepting = False
+        self._queue.close()
 
     def stop(self, timeout: float | None = None) -> bool:
         """Stop now: unfinished items are cancelled and counted as abandoned.
@@ -165,48 +137,49 @@ class BackgroundWorker(Generic[T]):
         self._request_stop("when_idle", 0)
 
     def _request_stop(self, mode: _StopMode, timeout: float | None) -> bool:
-        with self._cond:
-            self._accepting = False
+        with self._lock:
             if self._stop != "now":
                 self._stop = mode
-            thread, loop = self._thread, self._loop
-            self._idle = False
-            if thread is None:
-                abandoned = len(self._pending)
-                self._pending.clear()
-            else:
-                abandoned = 0
-        if abandoned:
-            self._counters.add(abandoned=abandoned)
-        if loop is not None:
-            self._signal(loop)
+            thread = self._thread
+        if thread is None:
+            abandoned = len(self._queue.abandon())
+            if abandoned:
+                self._counters.add(abandoned=abandoned)
+        else:
+            self._queue.close()  # wakes the loop
         if thread is None or thread is threading.current_thread() or mode == "when_idle":
             return thread is None
         thread.join(timeout)
         return not thread.is_alive()
 
-    def _signal(self, loop: asyncio.AbstractEventLoop) -> None:
-        wake = self._wake
-        if wake is None:
+    def _wake_loop(self) -> None:
+        """Wake the worker's loop (a put found it idle, or the queue closed)."""
+        loop, wake = self._loop, self._wake
+        if loop is None or wake is None:
             return
         with contextlib.suppress(RuntimeError):  # the loop already closed
             loop.call_soon_threadsafe(wake.set, context=self._wake_context)
 
     def _start_thread(self) -> bool:
-        """Start the worker thread in an empty context (lock held); False if impossible."""
-        try:
-            if self._on_start is not None:
-                self._on_start()
-            context = contextvars.Context()
-            thread = threading.Thread(
-                target=context.run, args=(self._thread_main,), name=self.name, daemon=True
-            )
-            thread.start()
-        except RuntimeError as exc:  # e.g. "can't create new thread at interpreter shutdown"
-            self._failures.report("worker-start", f"cannot start the worker thread: {exc}", exc)
-            return False
-        self._thread = thread
-        return True
+        """Start the worker thread in an empty context (once); False if impossible."""
+        with self._lock:
+            if self._thread is not None:
+                return True
+            if self._stop is not None or self._queue.closed:
+                return False
+            try:
+                if self._on_start is not None:
+                    self._on_start()
+                context = contextvars.Context()
+                thread = threading.Thread(
+                    target=context.run, args=(self._thread_main,), name=self.name, daemon=True
+                )
+                thread.start()
+            except RuntimeError as exc:  # e.g. "can't create new thread at interpreter shutdown"
+                self._failures.report("worker-start", f"cannot start the worker thread: {exc}", exc)
+                return False
+            self._thread = thread
+            return True
 
     # ------------------------------------------------------------------ worker side
 
@@ -220,13 +193,11 @@ class BackgroundWorker(Generic[T]):
             except Exception as exc:  # pragma: no cover - defensive: the loop itself broke
                 self._failures.report("worker-loop", f"worker loop crashed: {exc!r}", exc)
             finally:
-                with self._cond:
+                with self._lock:
                     self._loop = None
                     self._wake = None
                     mode = self._stop
-                    abandoned = len(self._pending)
-                    self._pending.clear()
-                    self._cond.notify_all()
+                abandoned = len(self._queue.abandon())
                 if abandoned:
                     self._counters.add(abandoned=abandoned)
                 asyncio.set_event_loop(None)
@@ -236,38 +207,30 @@ class BackgroundWorker(Generic[T]):
 
     async def _serve(self, loop: asyncio.AbstractEventLoop) -> None:
         wake = asyncio.Event()
-        with self._cond:
+        with self._lock:
             self._loop, self._wake = loop, wake
         tasks: set[asyncio.Task[None]] = set()
-        while True:
-            batch: list[tuple[int, T]] = []
-            with self._cond:
-                if self._stop == "now":
-                    break
-                while self._pending and len(self._active) < self.max_active:
-                    seq, item = self._pending.popleft()
-                    self._active.add(seq)
-                    batch.append((seq, item))
-                if not batch:
-                    if self._stop == "when_idle" and not self._pending and not self._active:
-                        break
-                    self._idle = True
-                    wake.clear()
-            for seq, item in batch:
-                task = loop.create_task(self._one(seq, item, wake))
+        while self._stop != "now":
+            wake.clear()  # before taking: a put from now on sets it again
+            batch = self._queue.take_ready(self.max_active - self._queue.busy)
+            for entry in batch:
+                task = loop.create_task(self._one(entry, wake))
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)
-            if not batch:
-                await wake.wait()
+            if batch:
+                continue
+            if self._stop == "when_idle" and self._queue.size == 0:
+                break
+            await wake.wait()
         for task in list(tasks):
             task.cancel()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def _one(self, seq: int, item: T, wake: asyncio.Event) -> None:
+    async def _one(self, entry: Entry[T], wake: asyncio.Event) -> None:
         outcome = "processed"
         try:
-            await self._process(item)
+            await self._process(entry.item)
         except asyncio.CancelledError:
             outcome = "abandoned"
             raise
@@ -278,19 +241,5 @@ class BackgroundWorker(Generic[T]):
             )
         finally:
             self._counters.add(**{outcome: 1})
-            with self._cond:
-                self._active.discard(seq)
-                self._cond.notify_all()
+            self._queue.done(entry)
             wake.set()
-
-
-def remaining(deadline: float | None) -> float | None:
-    """Seconds left until ``deadline`` (a ``time.monotonic`` value), never negative."""
-    if deadline is None:
-        return None
-    return max(0.0, deadline - time.monotonic())
-
-
-def deadline_after(timeout: float | None) -> float | None:
-    """The ``time.monotonic`` deadline ``timeout`` seconds from now (None = no deadline)."""
-    return None if timeout is None else time.monotonic() + timeout

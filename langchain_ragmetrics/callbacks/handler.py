@@ -18,9 +18,9 @@ from uuid import UUID
 from langchain_core.callbacks import BaseCallbackHandler
 from typing_extensions import Self, override
 
-from langchain_ragmetrics.callbacks._background import Background
-from langchain_ragmetrics.callbacks._isolated import IsolatedBackground, ProcessIsolation
-from langchain_ragmetrics.callbacks._pipeline import AnswerFrom, QuestionFrom, ReferenceProvider
+from langchain_ragmetrics._retrieval import AnswerFrom, QuestionFrom, ReferenceProvider
+from langchain_ragmetrics.callbacks._isolation import ProcessIsolation
+from langchain_ragmetrics.callbacks._runtime import start_runtime
 from langchain_ragmetrics.callbacks._sampling import is_sampled
 from langchain_ragmetrics.callbacks._settings import DEFAULT_CLOSE_TIMEOUT, HandlerSettings
 from langchain_ragmetrics.callbacks._setup import langsmith_trace_id
@@ -145,16 +145,9 @@ class RagMetricsCallbackHandler(BaseCallbackHandler):
         self._tracker = TraceTracker(
             max_open_traces=max_open_traces, find_trace_id=langsmith_trace_id
         )
-        self._background: Background | IsolatedBackground
-        process = self.settings.process
-        if process is not None:
-            self._background = IsolatedBackground(
-                self.settings, process, counters=self._counters, failures=self._failures
-            )
-        else:
-            self._background = Background(
-                self.settings, counters=self._counters, failures=self._failures
-            )
+        self._background = start_runtime(
+            self.settings, counters=self._counters, failures=self._failures
+        )
         self.engine = self._background.engine
         self._finalizer = weakref.finalize(self, self._background.stop_when_idle)
         self._close_lock = threading.Lock()

@@ -25,7 +25,7 @@ from langchain_ragmetrics._langsmith_feedback import (
     FeedbackClient,
     FeedbackItem,
 )
-from langchain_ragmetrics.callbacks._records import OnlineResult
+from langchain_ragmetrics._retrieval import OnlineResult
 from langchain_ragmetrics.callbacks._stats import FailureLog, logger
 from langchain_ragmetrics.callbacks.sinks import BaseSink, SinkUnavailableError
 

@@ -20,7 +20,7 @@ from typing import IO, Any
 from typing_extensions import override
 
 from langchain_ragmetrics._errors import SinkSkipError, SinkUnavailableError
-from langchain_ragmetrics.callbacks._records import OnlineResult
+from langchain_ragmetrics._retrieval import OnlineResult
 
 __all__ = [
     "BaseSink",

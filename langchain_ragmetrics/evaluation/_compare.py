@@ -10,10 +10,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from typing_extensions import override
 
 from langchain_ragmetrics._errors import ComparisonError
+from langchain_ragmetrics.evaluation._report import _number, _table
 from langchain_ragmetrics.evaluation._saved import sample_ids
 
 if TYPE_CHECKING:
-    from langchain_ragmetrics.evaluation._result import EvaluationResult, EvaluationRow
+    from langchain_ragmetrics.evaluation._model import EvaluationRow, ResultData
 
 __all__ = [
     "Comparison",
@@ -22,6 +23,7 @@ __all__ = [
     "RowChange",
     "bootstrap_ci",
     "compare_results",
+    "render_comparison",
 ]
 
 _WORST_PER_METRIC = 5
@@ -116,8 +118,6 @@ class Comparison(BaseModel):
 
     def summary(self) -> str:
         """The comparison as text: a table per metric and the rows that got worse most."""
-        from langchain_ragmetrics.evaluation._report import render_comparison
-
         return render_comparison(self)
 
     @override
@@ -151,7 +151,7 @@ def _score(row: EvaluationRow, metric: str) -> float | None:
 
 
 def compare_results(
-    base: EvaluationResult, new: EvaluationResult, *, seed: int = 0, resamples: int = 2000
+    base: ResultData, new: ResultData, *, seed: int = 0, resamples: int = 2000
 ) -> Comparison:
     """Compare ``new`` with ``base`` (see :meth:`EvaluationResult.compare`).
 
@@ -222,3 +222,53 @@ def compare_results(
         metrics=metrics,
         worst=worst,
     )
+
+
+_COMPARE_HEADERS = ("metric", "base", "new", "change", "95% CI", "rows", "worse", "better")
+_MAX_REASON = 160
+
+
+def _signed(value: float) -> str:
+    return "n/a" if math.isnan(value) else f"{value:+.4f}"
+
+
+def _clip(text: str | None) -> str:
+    text = " ".join((text or "").split())
+    return text if len(text) <= _MAX_REASON else text[: _MAX_REASON - 3] + "..."
+
+
+def render_comparison(comparison: Comparison) -> str:
+    """Per-metric means, change with its CI, and the rows that got worse most."""
+    lines = [
+        f"Comparison: {comparison.new_source} against {comparison.base_source}: "
+        f"{comparison.matched} samples matched"
+        + (f", {comparison.only_base} only in base" if comparison.only_base else "")
+        + (f", {comparison.only_new} only in new" if comparison.only_new else "")
+    ]
+    rows: list[tuple[str, ...]] = [_COMPARE_HEADERS]
+    for m in comparison.metrics.values():
+        ci = "n/a" if math.isnan(m.ci_low) else f"[{m.ci_low:+.4f}, {m.ci_high:+.4f}]"
+        rows.append(
+            (
+                m.metric,
+                _number(m.base_mean),
+                _number(m.new_mean),
+                _signed(m.diff),
+                ci,
+                str(m.pairs),
+                str(m.worse),
+                str(m.better),
+            )
+        )
+    lines += _table(rows)
+    if comparison.worst:
+        lines.append("Rows that got worse most:")
+        for change in comparison.worst:
+            lines.append(
+                f"  - [{change.metric}] {change.base_score:.2f} -> {change.new_score:.2f} "
+                f"{change.location}: {_clip(change.question)}"
+            )
+            if change.new_reason or change.base_reason:
+                lines.append(f"      now:    {_clip(change.new_reason)}")
+                lines.append(f"      before: {_clip(change.base_reason)}")
+    return "\n".join(lines)

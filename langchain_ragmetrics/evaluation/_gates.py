@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from langchain_ragmetrics._errors import QualityGateError
 
 if TYPE_CHECKING:
-    from langchain_ragmetrics.evaluation._result import EvaluationResult
+    from langchain_ragmetrics.evaluation._model import ResultData
 
 __all__ = ["QualityGateError", "gate_problems", "parse_thresholds"]
 
@@ -45,7 +45,7 @@ def parse_thresholds(text: str) -> dict[str, float]:
 
 
 def gate_problems(
-    result: EvaluationResult,
+    result: ResultData,
     *,
     fail_under: Mapping[str, float] | None = None,
     max_failed_rate: float | None = None,

@@ -8,9 +8,10 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from langchain_ragmetrics.evaluation._compare import Comparison, compare_results
+
 if TYPE_CHECKING:
-    from langchain_ragmetrics.evaluation._compare import Comparison
-    from langchain_ragmetrics.evaluation._result import EvaluationResult, EvaluationRow
+    from langchain_ragmetrics.evaluation._model import EvaluationRow, ResultData
 
 __all__ = ["histogram_counts", "render_report"]
 
@@ -164,7 +165,7 @@ def _sample_block(row: EvaluationRow, metric: str, *, extra: str = "") -> str:
     return "".join(parts)
 
 
-def _summary(result: EvaluationResult) -> str:
+def _summary(result: ResultData) -> str:
     head = "".join(
         f"<th>{h}</th>"
         for h in ("metric", "mean", "std", "min", "max", "scored", "failed", "skipped", "not run")
@@ -192,7 +193,7 @@ def _summary(result: EvaluationResult) -> str:
     )
 
 
-def _charts(result: EvaluationResult) -> str:
+def _charts(result: ResultData) -> str:
     figures = []
     for metric in result.metrics:
         scores = [s for s in result[metric] if s is not None and not math.isnan(s)]
@@ -203,7 +204,7 @@ def _charts(result: EvaluationResult) -> str:
     return f'<div class="charts">{"".join(figures)}</div>'
 
 
-def _worst(result: EvaluationResult) -> str:
+def _worst(result: ResultData) -> str:
     parts = []
     for metric in result.metrics:
         scored = [
@@ -221,7 +222,7 @@ def _worst(result: EvaluationResult) -> str:
     return "".join(parts)
 
 
-def _failures(result: EvaluationResult) -> str:
+def _failures(result: ResultData) -> str:
     failures = result.failures()
     if not failures:
         return ""
@@ -282,7 +283,7 @@ def _comparison(comparison: Comparison) -> str:
     )
 
 
-def _meta(result: EvaluationResult) -> str:
+def _meta(result: ResultData) -> str:
     jobs = len(result.rows) * len(result.metrics)
     bits = [f"{len(result.rows)} samples x {len(result.metrics)} metrics = {jobs} jobs"]
     bits.append(f"{result.elapsed_s:.2f} s")
@@ -299,10 +300,10 @@ def _meta(result: EvaluationResult) -> str:
 
 
 def render_report(
-    result: EvaluationResult, *, base: EvaluationResult | None = None, standalone: bool = True
+    result: ResultData, *, base: ResultData | None = None, standalone: bool = True
 ) -> str:
     """The report as HTML: a whole document, or a ``<div>`` for a notebook cell."""
-    comparison = result.compare(base) if base is not None else None
+    comparison = compare_results(base, result) if base is not None else None
     body = "".join(
         [
             '<div class="rm-report">',

@@ -6,10 +6,9 @@ import math
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from langchain_ragmetrics.evaluation._compare import Comparison
-    from langchain_ragmetrics.evaluation._result import EvaluationResult, MetricSummary
+    from langchain_ragmetrics.evaluation._model import MetricSummary, ResultData
 
-__all__ = ["render_comparison", "render_summary"]
+__all__ = ["render_summary"]
 
 _MAX_FAILURES = 10
 _HEADERS = ("metric", "mean", "std", "min", "max", "scored", "failed", "skipped", "not run")
@@ -47,7 +46,7 @@ def _table(rows: list[tuple[str, ...]]) -> list[str]:
     return lines
 
 
-def render_summary(result: EvaluationResult) -> str:
+def render_summary(result: ResultData) -> str:
     """Headline, one table line per metric, usage, failures and an interruption note."""
     aggregates = result.aggregates
     jobs = len(result.rows) * len(result.metrics)
@@ -83,54 +82,4 @@ def render_summary(result: EvaluationResult) -> str:
         lines.append(
             f"Interrupted: {jobs - missing} of {jobs} jobs finished; {missing} did not run."
         )
-    return "\n".join(lines)
-
-
-_COMPARE_HEADERS = ("metric", "base", "new", "change", "95% CI", "rows", "worse", "better")
-_MAX_REASON = 160
-
-
-def _signed(value: float) -> str:
-    return "n/a" if math.isnan(value) else f"{value:+.4f}"
-
-
-def _clip(text: str | None) -> str:
-    text = " ".join((text or "").split())
-    return text if len(text) <= _MAX_REASON else text[: _MAX_REASON - 3] + "..."
-
-
-def render_comparison(comparison: Comparison) -> str:
-    """Per-metric means, change with its CI, and the rows that got worse most."""
-    lines = [
-        f"Comparison: {comparison.new_source} against {comparison.base_source}: "
-        f"{comparison.matched} samples matched"
-        + (f", {comparison.only_base} only in base" if comparison.only_base else "")
-        + (f", {comparison.only_new} only in new" if comparison.only_new else "")
-    ]
-    rows: list[tuple[str, ...]] = [_COMPARE_HEADERS]
-    for m in comparison.metrics.values():
-        ci = "n/a" if math.isnan(m.ci_low) else f"[{m.ci_low:+.4f}, {m.ci_high:+.4f}]"
-        rows.append(
-            (
-                m.metric,
-                _number(m.base_mean),
-                _number(m.new_mean),
-                _signed(m.diff),
-                ci,
-                str(m.pairs),
-                str(m.worse),
-                str(m.better),
-            )
-        )
-    lines += _table(rows)
-    if comparison.worst:
-        lines.append("Rows that got worse most:")
-        for change in comparison.worst:
-            lines.append(
-                f"  - [{change.metric}] {change.base_score:.2f} -> {change.new_score:.2f} "
-                f"{change.location}: {_clip(change.question)}"
-            )
-            if change.new_reason or change.base_reason:
-                lines.append(f"      now:    {_clip(change.new_reason)}")
-                lines.append(f"      before: {_clip(change.base_reason)}")
     return "\n".join(lines)

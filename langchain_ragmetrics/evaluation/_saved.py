@@ -16,16 +16,24 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from langchain_ragmetrics._dataset import RUN_HEADER_KEY
 from langchain_ragmetrics._errors import ResultFileError
 from langchain_ragmetrics._schema import MetricResult, RagSample
+from langchain_ragmetrics._version import __version__
+from langchain_ragmetrics.evaluation._model import (
+    FORMAT_VERSION,
+    SAMPLE_FIELDS,
+    EvaluationRow,
+    MetricInfo,
+    ResultData,
+    RunInfo,
+)
 
 if TYPE_CHECKING:
     import os
 
-    from langchain_ragmetrics.evaluation._result import EvaluationResult, EvaluationRow
     from langchain_ragmetrics.metrics import BaseRagMetric
 
 __all__ = [
@@ -42,59 +50,8 @@ __all__ = [
     "sample_ids",
 ]
 
-FORMAT_VERSION = 1
-"""Version of the results-file layout (the header's ``format``)."""
-
 _ROW_KEYS = frozenset({"row", "location", "results"})
-SAMPLE_FIELDS = (
-    "question",
-    "contexts",
-    "context_ids",
-    "answer",
-    "reference",
-    "reference_contexts",
-    "reference_context_ids",
-    "language",
-)
-"""The sample fields written as columns of every export, in order."""
 _ID_KEYS = ("id", "sample_id")
-
-
-class MetricInfo(BaseModel):
-    """How one metric column was computed."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    key: str
-    """The metric key (``context_recall``)."""
-    class_name: str
-    """The metric's class."""
-    judge: str | None = None
-    """Judge model name, for LLM-judged metrics."""
-    prompt_hash: str | None = None
-    """SHA-256 (first 16 hex digits) of the metric's prompt(s): a changed prompt shows here."""
-
-
-class RunInfo(BaseModel):
-    """Metadata of an evaluation run, saved as the header line of a results file."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    format: int = FORMAT_VERSION
-    """Layout version of the results file."""
-    package_version: str
-    """langchain-ragmetrics version that produced the run."""
-    created_at: datetime
-    """When the run finished (UTC)."""
-    dataset_fingerprint: str
-    """SHA-256 (first 16 hex digits) of the scored samples: equal data gives equal prints."""
-    metrics: dict[str, MetricInfo] = Field(default_factory=dict)
-    """Per metric column: key, class, judge and prompt hash."""
-
-    @property
-    def judges(self) -> list[str]:
-        """The judge models of the run, sorted."""
-        return sorted({m.judge for m in self.metrics.values() if m.judge})
 
 
 class _Header(BaseModel):
@@ -151,8 +108,6 @@ def run_info(
     columns: Sequence[str], metrics: Sequence[BaseRagMetric], samples: Sequence[RagSample]
 ) -> RunInfo:
     """The metadata of a finished run."""
-    from langchain_ragmetrics import __version__
-
     return RunInfo(
         package_version=__version__,
         created_at=datetime.now(timezone.utc),
@@ -185,7 +140,7 @@ def sample_ids(samples: Iterable[RagSample]) -> list[str]:
     return out
 
 
-def header_line(result: EvaluationResult) -> str:
+def header_line(result: ResultData) -> str:
     """The header line of ``result``'s results file."""
     header = _Header(
         metrics=result.metrics,
@@ -220,15 +175,13 @@ def _sample_from_record(record: dict[str, Any]) -> RagSample:
     return RagSample.model_validate({**fields, "metadata": metadata})
 
 
-def read_result(path: str | os.PathLike[str]) -> EvaluationResult:
-    """Read a results file written by ``EvaluationResult.to_jsonl``.
+def read_result(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read a results file written by ``EvaluationResult.to_jsonl``: the result's fields.
 
     Raises:
         FileNotFoundError: The file does not exist.
         ResultFileError: A line is not valid JSON or not a result row (file and line named).
     """
-    from langchain_ragmetrics.evaluation._result import EvaluationResult, EvaluationRow
-
     source = Path(path)
     text = source.read_text(encoding="utf-8-sig")
     header: _Header | None = None
@@ -269,11 +222,11 @@ def read_result(path: str | os.PathLike[str]) -> EvaluationResult:
     if metrics is None:
         msg = f"{source}: no results in the file"
         raise ResultFileError(msg)
-    return EvaluationResult(
-        metrics=metrics,
-        rows=rows,
-        source=header.source if header is not None else str(source),
-        elapsed_s=header.elapsed_s if header is not None else 0.0,
-        interrupted=header.interrupted if header is not None else False,
-        info=header.info if header is not None else None,
-    )
+    return {
+        "metrics": metrics,
+        "rows": rows,
+        "source": header.source if header is not None else str(source),
+        "elapsed_s": header.elapsed_s if header is not None else 0.0,
+        "interrupted": header.interrupted if header is not None else False,
+        "info": header.info if header is not None else None,
+    }

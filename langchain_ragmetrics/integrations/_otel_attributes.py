@@ -8,8 +8,8 @@ from __future__ import annotations
 import math
 import re
 
+from langchain_ragmetrics._retrieval import OnlineResult
 from langchain_ragmetrics._schema import MetricResult
-from langchain_ragmetrics.callbacks._records import OnlineResult
 
 __all__ = [
     "EVENT_NAME",

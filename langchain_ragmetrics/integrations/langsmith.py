@@ -30,13 +30,16 @@ Where each sample field is read (the first key found wins; ``*_key`` options ove
   ``expected_answer``, ``reference_answer``, ``output``, or the only string output);
 * reference contexts / ids: ``reference_contexts`` / ``reference_context_ids`` in the example's
   outputs, then its metadata, then the run's metadata (the keys the online callback reads);
-* language: ``language`` in the example's metadata or inputs.
+* language: ``language`` in the example's metadata or inputs, else the run's metadata.
+
+The mapping itself is :meth:`langchain_ragmetrics._retrieval.Retrieval.from_run_and_example`,
+the same value the online handler and the monitor build.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from langchain_core.documents import Document
@@ -44,7 +47,14 @@ from langsmith.evaluation import EvaluationResult, RunEvaluator
 from langsmith.schemas import Example, Run
 from typing_extensions import override
 
-from langchain_ragmetrics._extract import ANSWER_KEYS, QUESTION_KEYS, answer_in, question_in
+from langchain_ragmetrics._extract import ANSWER_KEYS, QUESTION_KEYS
+from langchain_ragmetrics._retrieval import (
+    CONTEXTS_KEYS,
+    REFERENCE_KEYS,
+    Retrieval,
+    run_metadata,
+)
+from langchain_ragmetrics._retrieval import _documents as _retrieved
 from langchain_ragmetrics._schema import MetricInput, MetricResult, RagSample
 from langchain_ragmetrics.metrics import BaseRagMetric
 
@@ -57,79 +67,22 @@ __all__ = [
     "metric_to_langsmith_evaluator",
 ]
 
-CONTEXTS_KEYS = (
-    "contexts",
-    "documents",
-    "source_documents",
-    "context",
-    "retrieved_contexts",
-    "docs",
-)
-"""Run output keys read as the retrieved contexts, in order."""
-REFERENCE_KEYS = (
-    "reference",
-    "ground_truth",
-    "answer",
-    "expected",
-    "expected_answer",
-    "reference_answer",
-    "output",
-)
-"""Example output keys read as the reference answer, in order."""
-_REFERENCE_LISTS = ("reference_contexts", "reference_context_ids")
-
 SamplePreparer = Callable[[Run, Example | None], MetricInput]
 """Custom mapping from a run and its example to the metric's input."""
 
 
-def _document(item: Any) -> Document | str:
-    """A Document or a string from a context item (live, ``model_dump``-ed or lc-serialised)."""
-    if isinstance(item, (Document, str)):
-        return item
-    if isinstance(item, Mapping):
-        data = item.get("kwargs", item) if item.get("lc") else item
-        if "page_content" in data:
-            return Document(
-                page_content=str(data["page_content"]),
-                metadata=dict(data.get("metadata") or {}),
-                id=data.get("id"),
-            )
-    return str(item)
-
-
 def _documents(value: Any) -> list[Document | str]:
-    if value is None:
-        return []
-    if isinstance(value, (str, Document, Mapping)):
-        value = [value]
-    return [_document(item) for item in value]
+    """Contexts read back from LangSmith as Documents (with their id) or strings.
+
+    Still read by the monitor, with ``_run_metadata``, until it builds a ``Retrieval``.
+    """
+    return [
+        doc.text if doc.id is None else Document(page_content=doc.text, id=doc.id)
+        for doc in _retrieved(value)
+    ]
 
 
-def _walk(run: Any) -> Iterator[Any]:
-    """Every descendant run, depth first, in the order they were started."""
-    for child in getattr(run, "child_runs", None) or []:
-        yield child
-        yield from _walk(child)
-
-
-def _retriever_runs(run: Any) -> list[Any]:
-    return [r for r in _walk(run) if getattr(r, "run_type", None) == "retriever"]
-
-
-def _dedupe(items: Iterable[Document | str]) -> list[Document | str]:
-    seen: set[tuple[str | None, str]] = set()
-    out = []
-    for item in items:
-        mark = (item.id, item.page_content) if isinstance(item, Document) else (None, item)
-        if mark not in seen:
-            seen.add(mark)
-            out.append(item)
-    return out
-
-
-def _run_metadata(run: Any) -> Mapping[str, Any]:
-    extra = getattr(run, "extra", None) or {}
-    return extra.get("metadata") or {}
+_run_metadata = run_metadata
 
 
 class RagMetricEvaluator(RunEvaluator):
@@ -184,41 +137,14 @@ class RagMetricEvaluator(RunEvaluator):
         """Build the metric input from a run and its dataset example."""
         if self.prepare is not None:
             return self.prepare(run, example)
-        inputs = example.inputs if example is not None else None
-        expected = (example.outputs if example is not None else None) or {}
-        example_meta = (example.metadata if example is not None else None) or {}
-        outputs = run.outputs or {}
-        retrievers = _retriever_runs(run)
-
-        keys = self.question_keys
-        question = question_in(inputs, keys, sole_string=True) or question_in(
-            run.inputs, keys, sole_string=True
-        )
-        if question is None and retrievers:
-            question = question_in(retrievers[0].inputs, ("query", *keys))
-        contexts: list[Document | str] | None = None
-        for key in self.contexts_keys:
-            if outputs.get(key) is not None:
-                contexts = _documents(outputs[key])
-                break
-        if contexts is None and retrievers:
-            contexts = _dedupe(
-                doc for r in retrievers for doc in _documents((r.outputs or {}).get("documents"))
-            )
-        data: dict[str, Any] = {
-            "question": question,
-            "answer": answer_in(outputs, self.answer_keys, sole_string=True),
-            "reference": answer_in(expected, self.reference_keys, sole_string=True),
-            "language": example_meta.get("language") or (inputs or {}).get("language"),
-        }
-        if contexts is not None:
-            data["contexts"] = contexts
-        for name in _REFERENCE_LISTS:
-            for source in (expected, example_meta, _run_metadata(run)):
-                if source.get(name) is not None:
-                    data[name] = source[name]
-                    break
-        return {k: v for k, v in data.items() if v is not None}
+        return Retrieval.from_run_and_example(
+            run,
+            example,
+            question_keys=self.question_keys,
+            answer_keys=self.answer_keys,
+            contexts_keys=self.contexts_keys,
+            reference_keys=self.reference_keys,
+        ).to_sample()
 
     # ------------------------------------------------------------------ scoring
 

@@ -49,6 +49,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from langchain_ragmetrics._engine import Job, ScoringEngine
 from langchain_ragmetrics._errors import CheckpointError, MonitorError
 from langchain_ragmetrics._langsmith_feedback import FeedbackClient, FeedbackItem
+from langchain_ragmetrics._retrieval import OnlineResult
 from langchain_ragmetrics._schema import MetricResult, RagSample, Usage
 from langchain_ragmetrics._threads import DaemonThreadPool
 from langchain_ragmetrics.callbacks._mapping import (
@@ -56,7 +57,6 @@ from langchain_ragmetrics.callbacks._mapping import (
     default_question,
     references_in,
 )
-from langchain_ragmetrics.callbacks._records import OnlineResult
 from langchain_ragmetrics.callbacks._sampling import check_rate, is_sampled
 from langchain_ragmetrics.callbacks._setup import check_metrics, check_sinks, untraced
 from langchain_ragmetrics.callbacks.sinks import BaseSink

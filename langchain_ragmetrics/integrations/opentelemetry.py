@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from typing_extensions import override
 
+from langchain_ragmetrics._retrieval import OnlineResult
 from langchain_ragmetrics._threads import DaemonThreadPool
-from langchain_ragmetrics.callbacks._records import OnlineResult
 from langchain_ragmetrics.callbacks.sinks import BaseSink
 from langchain_ragmetrics.integrations._otel_attributes import (
     EVENT_NAME,

@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any
 from typing_extensions import override
 
 from langchain_ragmetrics._errors import SinkSkipError
-from langchain_ragmetrics.callbacks._links import OPENINFERENCE
-from langchain_ragmetrics.callbacks._records import OnlineResult
+from langchain_ragmetrics._links import OPENINFERENCE
+from langchain_ragmetrics._retrieval import OnlineResult
 from langchain_ragmetrics.callbacks._stats import FailureLog
 from langchain_ragmetrics.callbacks.sinks import BaseSink
 from langchain_ragmetrics.integrations._delivery import GuardedDelivery

@@ -9,12 +9,19 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from langchain_openai import ChatOpenAI
 
-from langchain_ragmetrics import CallableSink, ContextRelevance, JsonlSink, OnlineResult
+from langchain_ragmetrics import (
+    CallableSink,
+    ContextRelevance,
+    IDBasedContextRecall,
+    JsonlSink,
+    OnlineResult,
+)
 from langchain_ragmetrics.callbacks import ScoringSetup
 from langchain_ragmetrics.metrics import RetryPolicy
 
@@ -22,6 +29,7 @@ __all__ = [
     "crashing_setup",
     "jsonl_setup",
     "kill_on_emit_setup",
+    "sample_dump_setup",
     "setup_that_returns_nothing",
 ]
 
@@ -81,3 +89,16 @@ def crashing_setup() -> ScoringSetup:
 def setup_that_returns_nothing() -> Any:
     """A setup returning the wrong type."""
     return None
+
+
+def _write_sample(path: str, item: OnlineResult) -> None:
+    with Path(path).open("a", encoding="utf-8") as out:
+        out.write(item.sample.model_dump_json() + "\n")
+
+
+def sample_dump_setup(path: str) -> ScoringSetup:
+    """A metric that needs no judge; each judged sample is appended to ``path`` as JSON."""
+    return ScoringSetup(
+        metrics=[IDBasedContextRecall()],
+        sinks=[CallableSink(partial(_write_sample, path))],
+    )

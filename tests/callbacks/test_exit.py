@@ -44,7 +44,22 @@ judge = ChatOpenAI(
 )
 metrics = [ContextRelevance(llm=judge, retry=RetryPolicy(max_retries=0))]
 chain = build_chain(llm, make_retriever(corpus(10)))
-sinks = [JsonlSink(sys.argv[1])]
+all_written = threading.Event()
+
+
+class CountingJsonlSink(JsonlSink):
+    # Sets all_written once it has the three results (hung-sink mode waits for that).
+
+    written = 0
+
+    def emit(self, item):
+        super().emit(item)
+        self.written += 1
+        if self.written == 3:
+            all_written.set()
+
+
+sinks = [CountingJsonlSink(sys.argv[1])]
 if mode == "hung-sink":
     sinks.append(CallableSink(lambda item: never.wait()))  # accepts and never returns
 
@@ -54,6 +69,15 @@ def serve():
     handler = online_handler(llm, metrics=metrics, sinks=sinks, exit_timeout={exit_timeout})
     for i in range(3):
         print(chain.invoke(question(i), config={{"callbacks": [handler]}}), flush=True)
+    if mode == "hung-sink":
+        # Scoring has finished and the healthy sink holds all three (however loaded the
+        # machine): what the exit hook then faces is only the hung sink. The handler is kept
+        # (a module-level reference, as an app's would be) so that the exit hook closes it.
+        assert all_written.wait(60), "the three results never reached the JSONL sink"
+        kept.append(handler)
+
+
+kept = []
 
 
 serve()

@@ -22,8 +22,8 @@ from langchain_ragmetrics import (
     OnlineResult,
     RagMetricsCallbackHandler,
 )
-from langchain_ragmetrics.callbacks import HandlerSettings
 from langchain_ragmetrics.callbacks._sampling import is_sampled
+from langchain_ragmetrics.callbacks._settings import HandlerSettings
 from tests._support.openai_server import JudgeServer
 from tests._support.rag import (
     FAST,

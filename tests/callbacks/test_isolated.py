@@ -27,7 +27,7 @@ from langchain_openai import ChatOpenAI
 
 from langchain_ragmetrics import ContextRelevance, RagMetricsCallbackHandler
 from langchain_ragmetrics.callbacks import ProcessIsolation, ScoringSetup
-from langchain_ragmetrics.callbacks._isolated import IsolatedBackground
+from langchain_ragmetrics.callbacks._isolated import ProcessRuntime
 from tests._support import isolated_setups
 from tests._support.openai_server import JudgeServer, reply_hold
 from tests._support.rag import RagApp, question, rag_app, rag_router
@@ -69,9 +69,9 @@ def lines(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
-def background(handler: RagMetricsCallbackHandler) -> IsolatedBackground:
+def background(handler: RagMetricsCallbackHandler) -> ProcessRuntime:
     found = handler._background
-    assert isinstance(found, IsolatedBackground)
+    assert isinstance(found, ProcessRuntime)
     return found
 
 
@@ -382,7 +382,7 @@ def test_options_are_checked_in_the_application(judge_server: JudgeServer) -> No
     with pytest.raises(TypeError, match="isolation"):
         RagMetricsCallbackHandler(isolation="processes")  # type: ignore[arg-type]
     handler = RagMetricsCallbackHandler(isolation="process")
-    assert isinstance(handler._background, IsolatedBackground)
+    assert isinstance(handler._background, ProcessRuntime)
     assert handler.flush(1)  # nothing was started
     assert handler.close(1)
     assert background(handler).children_started == 0
@@ -400,14 +400,13 @@ def test_a_setup_of_the_wrong_type_is_reported(
     assert any("must return a ScoringSetup" in r.getMessage() for r in caplog.records)
 
 
-def test_plain_capture_keeps_only_plain_data() -> None:
+def test_a_retrieval_from_a_live_trace_keeps_only_plain_data() -> None:
     from uuid import uuid4
 
     from langchain_core.documents import Document
     from langchain_core.messages import AIMessage
 
-    from langchain_ragmetrics.callbacks._isolated import plain_capture
-    from langchain_ragmetrics.callbacks._records import Capture
+    from langchain_ragmetrics._retrieval import Capture, Retrieval, RetrievedDocument
 
     lock = threading.Lock()
     capture = Capture(
@@ -432,14 +431,20 @@ def test_plain_capture_keeps_only_plain_data() -> None:
         msg = "no answer here"
         raise KeyError(msg)
 
-    item = plain_capture(capture, "input", None)
-    assert item["question"] == ("What is a?", None)
-    assert item["answer"] == ("It is a.", None)
-    assert item["documents"] == [("a", "d1"), ("b", "d2")]
-    assert item["metadata"] == {"reference": "ref", "reference_context_ids": ["d1"], "user": 7}
-    assert item["root_metadata"] == {"tenant": "acme"}
-    assert item["tags"] == ["t"]
+    item = Retrieval.from_trace(capture, question_from="input")
+    assert item.question == "What is a?"
+    assert item.answer == "It is a."
+    assert item.documents == (RetrievedDocument("a", "d1"), RetrievedDocument("b", "d2"))
+    assert item.metadata == {
+        "tenant": "acme",
+        "reference": "ref",
+        "reference_context_ids": ["d1"],
+        "user": 7,
+    }
+    assert (item.reference, item.reference_context_ids) == ("ref", ("d1",))
+    assert item.tags == ("t",)
+    assert item.error is None
     assert pickle.loads(pickle.dumps(item)) == item
-    failed = plain_capture(capture, "query", broken)
-    assert failed["question"] == (None, None)  # the child falls back to the query
-    assert failed["answer"] == (None, "answer_from raised KeyError: 'no answer here'")
+    failed = Retrieval.from_trace(capture, answer_from=broken)
+    assert failed.question == "q?"  # the query, as question_from="query" says
+    assert failed.error == "answer_from raised KeyError: 'no answer here'"

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from langchain_ragmetrics.callbacks._links import merge_links, trace_links
+from langchain_ragmetrics._links import merge_links, trace_links
 from langchain_ragmetrics.callbacks._tracker import TraceTracker
 
 

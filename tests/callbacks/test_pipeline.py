@@ -64,6 +64,31 @@ def test_reference_from_run_metadata(judge_server: JudgeServer, make_judge: Judg
     assert [s["text"] for s in payload(request)["reference_sentences"]] == [fact(3)]
 
 
+def test_language_in_run_metadata_picks_the_segmenter_per_request(
+    judge_server: JudgeServer, make_judge: JudgeFactory
+) -> None:
+    # Japanese rules keep a quoted sentence inside its clause; English rules cut it out.
+    reference = "「東京が首都です。」と教科書は言う。大阪は西日本の中心です。"
+    app = rag_app(judge_server, make_judge)
+    judge_server.script = rag_router(RecallStatements=recall_judge)
+    metrics = [ContextRecall(llm=app.llm, retry=FAST)]
+    with online_handler(app.llm, metrics=metrics) as handler:
+        for metadata in ({"reference": reference, "language": "ja"}, {"reference": reference}):
+            config: Any = {"callbacks": [handler], "metadata": metadata}
+            app.chain.invoke(question(3), config=config)
+            assert handler.flush(10)
+        sink = handler.sinks[0]
+        assert isinstance(sink, InMemorySink)
+        languages = [r.sample.language for r in sink.results]
+    counts = [
+        len(payload(r)["reference_sentences"])
+        for r in judge_server.requests
+        if r.schema_name == "RecallStatements"
+    ]
+    assert languages == ["ja", None]
+    assert counts == [2, 3]
+
+
 def test_missing_reference_is_skipped_never_zero(
     judge_server: JudgeServer, make_judge: JudgeFactory
 ) -> None:

@@ -18,6 +18,7 @@ from langchain_ragmetrics import (
     ContextRecall,
     IDBasedContextPrecision,
     IDBasedContextRecall,
+    RagSample,
 )
 from langchain_ragmetrics.integrations.langsmith import (
     RagMetricEvaluator,
@@ -179,17 +180,14 @@ def test_to_sample_reads_documented_keys_and_serialised_documents() -> None:
         extra={"metadata": {"reference_context_ids": ["d2"]}},
     )
     sample = evaluator.to_sample(run, example({"ground_truth": "ref"}, query="the question"))
-    assert sample == {
-        "question": "the question",
-        "answer": "an answer",
-        "reference": "ref",
-        "contexts": [
-            Document(page_content="one", metadata={"doc_id": "d1"}),
-            Document(page_content="two", id="d2"),
-            "three",
-        ],
-        "reference_context_ids": ["d2"],
-    }
+    assert sample == RagSample(
+        question="the question",
+        answer="an answer",
+        reference="ref",
+        contexts=["one", "two", "three"],
+        context_ids=["d1", "d2", None],
+        reference_context_ids=["d2"],
+    )
     result = evaluator.evaluate_run(run, example({"ground_truth": "ref"}, query="q"))
     assert (result.key, result.score) == ("id_based_context_recall", 1.0)
 
@@ -201,9 +199,11 @@ def test_custom_keys_and_prepare() -> None:
     )
     run = make_run({"hits": [DOCS["paris"]], "contexts": [DOCS["einstein"]]}, {"ask": "q"})
     sample = evaluator.to_sample(run, example({"gold": "g", "reference": "other"}, ask="q"))
-    assert isinstance(sample, dict)
-    assert (sample["question"], sample["reference"]) == ("q", "g")
-    assert sample["contexts"] == [DOCS["paris"]]
+    assert isinstance(sample, RagSample)
+    assert (sample.question, sample.reference) == ("q", "g")
+    assert sample == RagSample.model_validate(
+        {"question": "q", "reference": "g", "contexts": [DOCS["paris"]]}
+    )
     custom = RagMetricEvaluator(
         metric,
         prepare=lambda run, ex: {"context_ids": ["a", "b"], "reference_context_ids": ["b"]},
@@ -231,9 +231,9 @@ def test_question_falls_back_to_the_retriever_query() -> None:
     retriever_run.run_type = "retriever"
     run = make_run({"answer": "a"}, child_runs=[retriever_run])
     sample = RagMetricEvaluator(IDBasedContextRecall()).to_sample(run, None)
-    assert isinstance(sample, dict)
-    assert sample["question"] == "from the retriever"
-    assert sample["contexts"] == [DOCS["einstein"]]
+    assert isinstance(sample, RagSample)
+    assert sample.question == "from the retriever"
+    assert sample.contexts == RagSample(contexts=[DOCS["einstein"]]).contexts
     skipped = RagMetricEvaluator(IDBasedContextRecall()).evaluate_run(run, None)
     assert skipped.score is None
     assert skipped.comment == "skipped: IDBasedContextRecall needs `reference_context_ids`"

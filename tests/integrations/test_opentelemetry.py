@@ -28,7 +28,7 @@ from langchain_ragmetrics import (
     OpenTelemetrySink,
     RagMetricsCallbackHandler,
 )
-from langchain_ragmetrics.callbacks._otel import current_span_context
+from langchain_ragmetrics._otel import current_span_context
 from langchain_ragmetrics.integrations._otel_attributes import error_type
 from langchain_ragmetrics.integrations.opentelemetry import EVENT_NAME
 from tests._support.openai_server import JudgeServer, reply_error
@@ -350,7 +350,7 @@ def test_the_package_imports_opentelemetry_only_when_the_sink_is_used() -> None:
 def test_span_context_crosses_to_an_isolated_child_as_plain_ints(otel: Otel) -> None:
     import pickle
 
-    from langchain_ragmetrics.callbacks._otel import plain_span_context, span_context_from_plain
+    from langchain_ragmetrics._otel import plain_span_context, span_context_from_plain
 
     with otel.tracer_provider.get_tracer("t").start_as_current_span("s") as span:
         plain = plain_span_context(current_span_context())

@@ -1,0 +1,119 @@
+"""The typed messages the isolated mode's parent and child process exchange over their pipes.
+
+Both sides import these classes, so a message is read by attribute, never by position. The
+parent sends :class:`ScoreItems`, :class:`FlushRequest` and :class:`CloseRequest`; the child
+answers with :class:`Ready`, :class:`Report`, :class:`Flushed`, :class:`Closed`,
+:class:`Fatal` and :class:`LogRecordData`. All are frozen dataclasses: cheap to build and to
+pickle.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_ragmetrics._retrieval import Retrieval
+from langchain_ragmetrics.callbacks._settings import HandlerSettings
+from langchain_ragmetrics.callbacks._stats import HandlerStats
+
+__all__ = [
+    "ChildMessage",
+    "ChildStart",
+    "CloseRequest",
+    "Closed",
+    "Fatal",
+    "FlushRequest",
+    "Flushed",
+    "LogRecordData",
+    "ParentMessage",
+    "Ready",
+    "Report",
+    "ScoreItems",
+]
+
+# --------------------------------------------------------------------------- parent -> child
+
+
+@dataclass(frozen=True)
+class ChildStart:
+    """What a child process is started with (its ``multiprocessing`` argument)."""
+
+    settings: HandlerSettings
+    """The handler's settings, picklable copy (:meth:`HandlerSettings.for_child`)."""
+    log_levels: dict[str, int] = field(default_factory=dict)
+    """Effective levels of the application's loggers, mirrored in the child."""
+
+
+@dataclass(frozen=True)
+class ScoreItems:
+    """Retrievals to score, in order."""
+
+    items: list[Retrieval]
+
+
+@dataclass(frozen=True)
+class FlushRequest:
+    """Flush what was sent before; answer with :class:`Flushed` carrying ``token``."""
+
+    token: int
+    timeout: float | None
+
+
+@dataclass(frozen=True)
+class CloseRequest:
+    """Flush, close the sinks within ``timeout``, answer with :class:`Closed`, and exit."""
+
+    timeout: float | None
+
+
+ParentMessage = ScoreItems | FlushRequest | CloseRequest
+"""Anything the parent sends."""
+
+# --------------------------------------------------------------------------- child -> parent
+
+
+@dataclass(frozen=True)
+class Ready:
+    """The child built its setup and takes work."""
+
+
+@dataclass(frozen=True)
+class Report:
+    """The child's counters (totals since it started): on change and every heartbeat."""
+
+    stats: HandlerStats
+
+
+@dataclass(frozen=True)
+class Flushed:
+    """The answer to a :class:`FlushRequest`."""
+
+    token: int
+    ok: bool
+    stats: HandlerStats
+
+
+@dataclass(frozen=True)
+class Closed:
+    """The answer to a :class:`CloseRequest`, sent just before the child exits."""
+
+    ok: bool
+    stats: HandlerStats
+
+
+@dataclass(frozen=True)
+class Fatal:
+    """The child could not build its setup: online scoring is off."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class LogRecordData:
+    """A log record of the child, already formatted, to be re-emitted by the parent."""
+
+    fields: dict[str, Any]
+
+
+ChildMessage = Ready | Report | Flushed | Closed | Fatal | LogRecordData
+"""Anything the child sends."""
