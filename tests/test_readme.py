@@ -42,6 +42,9 @@ DOC_FILES = [README, *sorted((REPO / "docs").rglob("*.md"))]
 # Pages whose blocks need a server with more than the judge; each runs in its own harness.
 RUN_ELSEWHERE = {
     "docs/batch.md": "tests/evaluation/test_batch_docs.py",  # the Batch API endpoints
+    "docs/integrations/grafana.md": "tests/integrations/test_grafana.py",  # a /metrics scrape
+    "docs/integrations/mlflow.md": "tests/integrations/test_mlflow.py",  # a real MLflow server
+    "docs/integrations/phoenix.md": "tests/integrations/test_phoenix.py",  # a real Phoenix server
 }
 CI_RUN = REPO / ".ci" / "run"
 TIMEOUT_S = 240
@@ -274,6 +277,14 @@ def test_workflow_block_runs(
             run(["bash", "-c", command], cwd=cwd, env=loopback_env(servers), what=where)
             ran += 1
     assert ran, f"{block.where}: no `run:` command to check"
+
+
+def test_pages_run_elsewhere_are_run_there() -> None:
+    """Each page left out here names the test module that runs its blocks, and it does."""
+    for page, module in RUN_ELSEWHERE.items():
+        assert (REPO / page).is_file(), page
+        text = (REPO / module).read_text(encoding="utf-8")
+        assert Path(page).name in text, f"{module} does not read {page}"
 
 
 # --------------------------------------------------------------------------- checked another way

@@ -9,6 +9,7 @@ value that the dashboard's and the rules' PromQL use.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -236,3 +237,15 @@ def test_docs_page_example_runs(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     assert 'gen_ai_evaluation_name="context_relevance"' in done.stdout
     assert "} 1.0" in done.stdout  # one scored result
+
+
+def test_docs_page_config_blocks_name_the_shipped_files() -> None:
+    """The page's Prometheus and Grafana provisioning snippets parse and point at deploy/."""
+    text = (ROOT / "docs" / "integrations" / "grafana.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"^```yaml\n(.*?)^```", text, flags=re.M | re.S)
+    prometheus, provider = (yaml.safe_load(b) for b in blocks)
+    (rules,) = prometheus["rule_files"]
+    assert (ROOT / "deploy" / "prometheus" / rules).is_file()
+    assert prometheus["scrape_configs"][0]["static_configs"][0]["targets"]
+    assert provider["apiVersion"] == 1
+    assert provider["providers"][0]["type"] == "file"
