@@ -393,6 +393,7 @@ class ScoringEngine:
         try:
             while len(batch.done) < len(job_list) or not batch.outbox.empty():
                 if stop is not None and stop.is_set():
+                    self._deliver_finished(batch, results, on_result)
                     break
                 late, wait = batch.overdue()
                 for index, admission in late:
@@ -409,6 +410,22 @@ class ScoringEngine:
         finally:
             batch.stop.set()
         return results
+
+    def _deliver_finished(
+        self,
+        batch: _Batch,
+        results: list[MetricResult | None],
+        on_result: Callable[[Job, MetricResult], None] | None,
+    ) -> None:
+        """On stop: hand over the results of jobs that finished but were not delivered yet."""
+        while True:
+            try:
+                index, outcome = batch.outbox.get_nowait()
+            except queue.Empty:
+                return
+            result = results[index] = self._finish(batch.jobs[index], outcome, None)
+            if on_result is not None:
+                on_result(batch.jobs[index], result)
 
     def _work(self, batch: _Batch, observed: bool) -> None:
         """A worker thread: take a slot, take the next job, run it; until none is left."""

@@ -57,6 +57,13 @@ def register(commands: Any) -> None:
         help="jobs scored at the same time (default: %(default)s)",
     )
     evaluate.add_argument(
+        "--workers",
+        type=positive_int,
+        default=1,
+        help="processes scoring the rows, sharing --concurrency (default: %(default)s; more "
+        "helps a fast judge at high concurrency use every core, see docs/scaling.md)",
+    )
+    evaluate.add_argument(
         "--timeout", type=positive_float, default=None, help="seconds before a job is abandoned"
     )
     evaluate.add_argument(
@@ -266,6 +273,7 @@ def _evaluate_command(args: argparse.Namespace) -> int:  # noqa: PLR0915 - one l
             llm=llm,
             language=language,
             max_concurrency=args.concurrency,
+            workers=args.workers,
             timeout=args.timeout,
             show_progress=not args.no_progress,
             cache=cache,
