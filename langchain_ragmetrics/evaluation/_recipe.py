@@ -113,6 +113,8 @@ class ScoringRecipe:
         rate_limit_per_minute: Judge requests per minute for the receiving process.
         raise_exceptions: Raise a job's error instead of recording it.
         config: RunnableConfig for the metric runs; callbacks cannot cross processes.
+        default_judge: The judge of LLM-judged metrics that have none (None: the package's
+            default judge, from the receiving process's environment).
 
     Raises:
         RecipeError: A metric, its judge or the config cannot be sent to another process.
@@ -127,6 +129,7 @@ class ScoringRecipe:
         rate_limit_per_minute: float | None = None,
         raise_exceptions: bool = False,
         config: RunnableConfig | None = None,
+        default_judge: JudgeRecipe | None = None,
     ) -> None:
         if config and config.get("callbacks"):
             msg = (
@@ -138,11 +141,16 @@ class ScoringRecipe:
         self.judges: list[int | None] = []
         """Per metric: the index of its judge recipe (None: the metric's default judge)."""
         for metric in metrics:
-            llm = metric.llm if isinstance(metric, JudgedMetric) else None
-            if llm is None:
+            if not isinstance(metric, JudgedMetric):
                 self.judges.append(None)
                 continue
-            recipe = JudgeRecipe.from_llm(llm)
+            if metric.llm is not None:
+                recipe = JudgeRecipe.from_llm(metric.llm)
+            elif default_judge is not None:
+                recipe = default_judge
+            else:
+                self.judges.append(None)
+                continue
             if recipe not in recipes:
                 recipes.append(recipe)
             self.judges.append(recipes.index(recipe))
