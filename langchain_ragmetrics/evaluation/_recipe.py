@@ -24,11 +24,7 @@ if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
     from langchain_core.runnables import RunnableConfig
 
-__all__ = ["JudgeRecipe", "RecipeError", "ScoringRecipe"]
-
-
-class RecipeError(ValueError):
-    """A metric or judge cannot be rebuilt in another process."""
+__all__ = ["JudgeRecipe", "ScoringRecipe"]
 
 
 class JudgeRecipe(BaseModel):
@@ -59,7 +55,7 @@ class JudgeRecipe(BaseModel):
         """The recipe of a live chat model (LangChain-serializable ones: ChatOpenAI and most).
 
         Raises:
-            RecipeError: The model cannot be serialized by LangChain.
+            ValueError: The model cannot be serialized by LangChain.
         """
         from langchain_core.load import dumpd
 
@@ -71,7 +67,7 @@ class JudgeRecipe(BaseModel):
                 "cannot serialize it); use a serializable chat model such as ChatOpenAI, or "
                 "workers=1"
             )
-            raise RecipeError(msg)
+            raise ValueError(msg)
         secrets: dict[str, SecretStr] = {}
         for attr, secret_id in llm.lc_secrets.items():
             value = getattr(llm, attr, None)
@@ -117,7 +113,7 @@ class ScoringRecipe:
             default judge, from the receiving process's environment).
 
     Raises:
-        RecipeError: A metric, its judge or the config cannot be sent to another process.
+        ValueError: A metric, its judge or the config cannot be sent to another process.
     """
 
     def __init__(
@@ -136,7 +132,7 @@ class ScoringRecipe:
                 "config callbacks cannot be sent to worker processes; drop them or use workers=1 "
                 "(tracing through LANGSMITH_* variables works in workers)"
             )
-            raise RecipeError(msg)
+            raise ValueError(msg)
         recipes: list[JudgeRecipe] = []
         self.judges: list[int | None] = []
         """Per metric: the index of its judge recipe (None: the metric's default judge)."""
@@ -168,7 +164,7 @@ class ScoringRecipe:
                 f"the metrics cannot be sent to another process ({type(exc).__name__}: {exc}); "
                 "define custom metric classes in an importable module, or use workers=1"
             )
-            raise RecipeError(msg) from exc
+            raise ValueError(msg) from exc
 
     def split(self, parts: int) -> ScoringRecipe:
         """This recipe with concurrency and rate divided among ``parts`` processes."""

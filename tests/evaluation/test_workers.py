@@ -8,6 +8,7 @@ import multiprocessing
 import os
 import signal
 import subprocess
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -21,12 +22,19 @@ from langchain_ragmetrics import ContextPrecision, ContextRecall, MetricResult, 
 from langchain_ragmetrics.cli._common import ExitCode
 from langchain_ragmetrics.evaluation import _workers as workers_module
 from langchain_ragmetrics.evaluation import evaluate
-from langchain_ragmetrics.evaluation._recipe import JudgeRecipe, RecipeError
+from langchain_ragmetrics.evaluation._recipe import JudgeRecipe
 from tests._support.judges import payload
 from tests._support.lexical_judge import lexical_judge
 from tests._support.openai_server import JudgeRequest, JudgeServer
 from tests._support.processes import interrupt_when
-from tests.test_cli import clean_env, console_script
+from tests.test_cli import clean_env
+
+# The CLI from this interpreter and tree (the shared venv's console script may be stale).
+RAGMETRICS = [
+    sys.executable,
+    "-c",
+    "import sys; from langchain_ragmetrics.cli import main; sys.exit(main())",
+]
 
 METRICS = [ContextRecall(), ContextPrecision()]
 
@@ -206,7 +214,7 @@ def test_ctrl_c_on_the_cli_with_workers_keeps_the_partial_results(
     data.write_text("\n".join(json.dumps(r) for r in rows(4)), encoding="utf-8")
     out_file = tmp_path / "partial.jsonl"
     proc = subprocess.Popen(
-        [console_script(), "evaluate", str(data), "--metrics", "context_recall",
+        [*RAGMETRICS, "evaluate", str(data), "--metrics", "context_recall",
          "--concurrency", "2", "--workers", "2", "--out", str(out_file), "--no-preflight",
          "--no-cache"],
         env=clean_env(OPENAI_API_KEY="test", OPENAI_BASE_URL=judge_server.base_url),
@@ -253,9 +261,9 @@ def test_bad_workers_and_what_cannot_cross_are_refused_up_front(
             evaluate(data, METRICS, llm=make_judge(), workers=bad, show_progress=False)  # type: ignore[arg-type]
     base = make_judge()
     private = _Unserializable(model="m", base_url=base.openai_api_base, api_key="test")
-    with pytest.raises(RecipeError, match="_Unserializable cannot be rebuilt"):
+    with pytest.raises(ValueError, match="_Unserializable cannot be rebuilt"):
         evaluate(data, [ContextRecall(llm=private)], workers=2, show_progress=False)
-    with pytest.raises(RecipeError, match="callbacks cannot be sent"):
+    with pytest.raises(ValueError, match="callbacks cannot be sent"):
         evaluate(
             data,
             METRICS,

@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +21,7 @@ import pytest
 
 from tests._support.lexical_judge import lexical_judge
 from tests._support.openai_server import JudgeRequest, JudgeServer, reply_error
-from tests.test_cli import clean_env, console_script
+from tests.test_cli import clean_env
 
 if os.environ.get("RAGMETRICS_REQUIRE_EXTRAS") == "1":
     ray = importlib.import_module("ray")  # a missing extra fails here, it does not skip
@@ -28,6 +29,13 @@ else:
     ray = pytest.importorskip("ray", reason="the [ray] extra is not installed")
 
 from langchain_ragmetrics.integrations.ray import evaluate_ray, result_from_rows
+
+# The CLI from this interpreter and tree (the shared venv's console script may be stale).
+RAGMETRICS = [
+    sys.executable,
+    "-c",
+    "import sys; from langchain_ragmetrics.cli import main; sys.exit(main())",
+]
 
 ROWS = 1_000
 
@@ -180,7 +188,7 @@ def test_the_cli_runs_a_dataset_file_on_ray(
     )
     out_file = tmp_path / "out.jsonl"
     proc = subprocess.run(
-        [console_script(), "evaluate", str(data), "--metrics", "context_recall",
+        [*RAGMETRICS, "evaluate", str(data), "--metrics", "context_recall",
          "--ray-address", local_ray, "--workers", "2", "--out", str(out_file)],
         env=clean_env(OPENAI_API_KEY="test", OPENAI_BASE_URL=judge.base_url),
         capture_output=True,
