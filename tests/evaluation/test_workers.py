@@ -6,6 +6,7 @@ import json
 import math
 import multiprocessing
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -22,7 +23,7 @@ from langchain_ragmetrics import ContextPrecision, ContextRecall, MetricResult, 
 from langchain_ragmetrics.cli._common import ExitCode
 from langchain_ragmetrics.evaluation import _workers as workers_module
 from langchain_ragmetrics.evaluation import evaluate
-from langchain_ragmetrics.evaluation._recipe import JudgeRecipe
+from langchain_ragmetrics.evaluation._recipe import JudgeRecipe, ScoringRecipe
 from tests._support.judges import payload
 from tests._support.lexical_judge import lexical_judge
 from tests._support.openai_server import JudgeRequest, JudgeServer
@@ -286,3 +287,17 @@ def test_a_judge_recipe_rebuilds_the_same_judge(make_judge: Callable[..., Any]) 
     assert rebuilt is not llm
     made = JudgeRecipe(model="m-2", base_url="http://127.0.0.1:9/v1", api_key="k").build()
     assert made.model_name == "m-2"  # type: ignore[attr-defined]
+
+
+def test_a_recipe_shares_concurrency_and_rate_among_workers(
+    make_judge: Callable[..., Any],
+) -> None:
+    metrics = [ContextRecall(llm=make_judge()), ContextPrecision(llm=make_judge())]
+    recipe = ScoringRecipe(metrics, max_concurrency=64, rate_limit_per_minute=600)
+    share = recipe.split(2)
+    assert (share.max_concurrency, share.rate_limit_per_minute) == (32, 300)
+    assert (recipe.max_concurrency, recipe.rate_limit_per_minute) == (64, 600)  # unchanged
+    assert len(recipe.judge_recipes) == 1  # one judge for both metrics, built once per worker
+    built = pickle.loads(pickle.dumps(share)).build_metrics()
+    assert built[0].llm is built[1].llm
+    assert built[0].llm.openai_api_base == make_judge().openai_api_base

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -208,3 +209,36 @@ def test_the_cli_runs_a_dataset_file_on_ray(
 def test_bad_options_are_refused(local_ray: str) -> None:
     with pytest.raises(ValueError, match="at least 1"):
         evaluate_ray(ray.data.from_items(rows(1)), ["context_recall"], num_actors=0)
+
+
+class _Recorder:
+    """Stands in for a dataset: records how ``map_batches`` was called."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict[str, Any]] = []
+
+    def map_batches(self, fn: Any, **options: Any) -> _Recorder:
+        self.calls.append({"fn": fn, **options})
+        return self
+
+
+def test_the_rate_limit_is_shared_by_the_pool_and_no_live_client_crosses() -> None:
+    recorder = _Recorder()
+    evaluate_ray(
+        recorder,  # type: ignore[arg-type]
+        ["context_recall", "context_precision"],
+        model="judge-model",
+        base_url="http://127.0.0.1:9/v1",
+        api_key="test",
+        num_actors=4,
+        max_concurrency=8,
+        rate_limit_per_minute=600,
+    )
+    (call,) = recorder.calls
+    recipe = call["fn_constructor_kwargs"]["recipe"]
+    assert recipe.rate_limit_per_minute == 150  # 4 actors x 150 = the pool's 600 a minute
+    assert recipe.max_concurrency == 8  # per actor
+    assert (call["compute"].min_size, call["compute"].max_size) == (4, 4)  # a fixed pool
+    assert all(getattr(m, "llm", None) is None for m in recipe.metrics)  # a recipe, not a client
+    assert [r.model for r in recipe.judge_recipes] == ["judge-model"]
+    pickle.loads(pickle.dumps(recipe))  # what Ray ships to each actor
