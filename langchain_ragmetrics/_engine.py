@@ -363,9 +363,11 @@ class ScoringEngine:
         """Score all jobs on worker threads and wait; results come back in job order.
 
         Jobs start in order, ``max_concurrency`` at a time; when one sleeps out a retry
-        backoff another worker takes its slot. The calling thread only waits and calls
-        ``on_result`` (callbacks run one at a time, on the caller's thread); workers run in
-        a copy of the caller's context. A job over ``timeout`` is recorded as NaN at its
+        backoff another worker takes its slot, and when it is back it takes the next free
+        slot before any job not started yet (its backoff overlapped the others' work, so
+        retries do not pile up at the end of the run). The calling thread only waits and
+        calls ``on_result`` (callbacks run one at a time, on the caller's thread); workers
+        run in a copy of the caller's context. A job over ``timeout`` is recorded as NaN at its
         deadline, its slot goes to the next job and the abandoned call sends no further
         request. Setting ``stop`` ends the run: no new job starts, unfinished ones are left to
         their daemon threads and stay None. Ctrl-C (or a ``KeyboardInterrupt`` from
@@ -393,6 +395,7 @@ class ScoringEngine:
         try:
             while len(batch.done) < len(job_list) or not batch.outbox.empty():
                 if stop is not None and stop.is_set():
+                    self._deliver_finished(batch, results, on_result)
                     break
                 late, wait = batch.overdue()
                 for index, admission in late:
@@ -410,6 +413,22 @@ class ScoringEngine:
             batch.stop.set()
         return results
 
+    def _deliver_finished(
+        self,
+        batch: _Batch,
+        results: list[MetricResult | None],
+        on_result: Callable[[Job, MetricResult], None] | None,
+    ) -> None:
+        """On stop: hand over the results of jobs that finished but were not delivered yet."""
+        while True:
+            try:
+                index, outcome = batch.outbox.get_nowait()
+            except queue.Empty:
+                return
+            result = results[index] = self._finish(batch.jobs[index], outcome, None)
+            if on_result is not None:
+                on_result(batch.jobs[index], result)
+
     def _work(self, batch: _Batch, observed: bool) -> None:
         """A worker thread: take a slot, take the next job, run it; until none is left."""
         counted = True  # ``spare`` counted this worker as waiting already
@@ -418,7 +437,7 @@ class ScoringEngine:
                 with batch.lock:
                     batch.waiting += 1
             counted = False
-            got = self.gate.slots.acquire(timeout=_WAIT_POLL_S)
+            got = self.gate.acquire_fresh(timeout=_WAIT_POLL_S)
             with batch.lock:
                 batch.waiting -= 1
             if not got:

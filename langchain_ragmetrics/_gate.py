@@ -49,9 +49,40 @@ class Gate:
         self.max_concurrency = max_concurrency
         self.rate_limiter = rate_limiter
         self.slots = threading.BoundedSemaphore(max_concurrency)
+        self._resuming = 0  # jobs back from a backoff, waiting for a slot
+        self._turns = threading.Condition()
         self._loop_slots: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, asyncio.Semaphore
         ] = weakref.WeakKeyDictionary()
+
+    @property
+    def resuming(self) -> int:
+        """Jobs back from a backoff that wait for a slot (they go before new jobs)."""
+        return self._resuming
+
+    def acquire_resumed(self, timeout: float | None) -> bool:
+        """A slot for a job back from its backoff: ahead of jobs not started yet."""
+        with self._turns:
+            self._resuming += 1
+        try:
+            return self.slots.acquire(timeout=timeout)
+        finally:
+            with self._turns:
+                self._resuming -= 1
+                self._turns.notify_all()
+
+    def acquire_fresh(self, timeout: float) -> bool:
+        """A slot for a job about to start, once no resumed job waits for one.
+
+        A thread that just released a slot would otherwise take it straight back and a job
+        back from its backoff would wait behind every new one, so the retries of a faulty
+        judge would pile up at the end of the run.
+        """
+        deadline = time.monotonic() + timeout
+        with self._turns:
+            if not self._turns.wait_for(lambda: self._resuming == 0, timeout):
+                return False
+        return self.slots.acquire(timeout=max(0.0, deadline - time.monotonic()))
 
     def loop_slots(self) -> asyncio.Semaphore:
         """The slots of the running event loop."""
@@ -173,7 +204,7 @@ class Admission:
                 self._active += 1
                 if self._held or self._closed:
                     return
-            ok = self.gate.slots.acquire(timeout=self.remaining())
+            ok = self.gate.acquire_resumed(timeout=self.remaining())
             if not ok:
                 with self._state:
                     self._active -= 1

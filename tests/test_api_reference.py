@@ -36,6 +36,7 @@ PUBLIC_MODULES = (
     f"{ROOT}.integrations.monitor",
     f"{ROOT}.integrations.opentelemetry",
     f"{ROOT}.integrations.phoenix",
+    f"{ROOT}.integrations.ray",
     f"{ROOT}.metrics",
     f"{ROOT}.scoring",
 )

@@ -5,6 +5,7 @@ import contextvars
 import logging
 import math
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -386,3 +387,49 @@ def test_online_a_judge_out_of_quota_warns_once_and_fails_results_with_the_cause
     warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(warnings) == 1, [r.getMessage() for r in warnings]
     assert "insufficient quota" in warnings[0].getMessage()
+
+
+def test_a_job_back_from_its_backoff_goes_before_new_jobs(
+    judge_server: JudgeServer, make_judge: Callable[..., Any]
+) -> None:
+    """The retry of #0 takes the next free slot, ahead of #2 (issue 18: faults)."""
+    release = threading.Event()
+    failed: list[str] = []
+
+    def script(req: JudgeRequest) -> Any:
+        name = payload(req)["question"]
+        if name == "#0" and not failed:
+            failed.append(name)
+            return reply_error(500, "injected")
+        if name == "#1":
+            return reply_hold(release, EINSTEIN_VERDICTS)  # holds the only slot
+        return EINSTEIN_VERDICTS
+
+    judge_server.script = script
+    engine = ScoringEngine(max_concurrency=1)
+    recall = ContextRecall(llm=make_judge(), retry=RetryPolicy(initial_backoff=0))
+    jobs = [Job(sample(f"#{i}"), recall) for i in range(3)]
+    resume = engine.gate.acquire_resumed
+
+    def resume_once_1_holds_the_slot(timeout: float | None) -> bool:
+        limit = time.monotonic() + 30
+        while judge_server.count() < 2:  # #1 took the slot #0 gave back, and is held
+            assert time.monotonic() < limit, "#1 never started"
+            time.sleep(0.01)
+        return resume(timeout)
+
+    engine.gate.acquire_resumed = resume_once_1_holds_the_slot  # type: ignore[method-assign]
+    results: list[MetricResult | None] = []
+    runner = threading.Thread(target=lambda: results.extend(engine.run(jobs)))
+    runner.start()
+    try:
+        deadline = time.monotonic() + 30
+        while engine.gate.resuming == 0:  # #0 is back from its backoff, waiting for the slot
+            assert time.monotonic() < deadline, "the retry never waited for a slot"
+            time.sleep(0.01)
+    finally:
+        release.set()
+        runner.join(30)
+    assert [r.score for r in results if r is not None] == [0.5] * 3
+    order = [payload(r)["question"] for r in judge_server.requests]
+    assert order == ["#0", "#1", "#0", "#2"]

@@ -42,6 +42,7 @@ DOC_FILES = [README, *sorted((REPO / "docs").rglob("*.md"))]
 # Pages whose blocks need a server with more than the judge; each runs in its own harness.
 RUN_ELSEWHERE = {
     "docs/batch.md": "tests/evaluation/test_batch_docs.py",  # the Batch API endpoints
+    "docs/offline/scaling.md": "tests/test_docs_scaling.py",  # the [ray] extra
     "docs/integrations/grafana.md": "tests/integrations/test_grafana.py",  # a /metrics scrape
     "docs/integrations/mlflow.md": "tests/integrations/test_mlflow.py",  # a real MLflow server
     "docs/integrations/phoenix.md": "tests/integrations/test_phoenix.py",  # a real Phoenix server

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import random
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +24,7 @@ from langchain_ragmetrics._cli._common import (
 
 if TYPE_CHECKING:
     from langchain_ragmetrics._dataset import LoadedDataset
+    from langchain_ragmetrics.evaluation import EvaluationResult
 
 __all__ = ["EXIT_CODES", "register"]
 
@@ -67,6 +69,25 @@ def register(commands: Any) -> None:
         type=positive_int,
         default=16,
         help="jobs scored at the same time (default: %(default)s)",
+    )
+    evaluate.add_argument(
+        "--workers",
+        type=positive_int,
+        default=None,
+        help="processes scoring the rows, sharing --concurrency (default: 1; more helps a fast "
+        "judge at high concurrency use every core, see docs/scaling.md); with --ray, the "
+        "number of Ray actors, each with --concurrency jobs (default: 2)",
+    )
+    evaluate.add_argument(
+        "--ray",
+        action="store_true",
+        help="score on Ray Data actors (extra [ray]); a local Ray unless --ray-address is given",
+    )
+    evaluate.add_argument(
+        "--ray-address",
+        default=None,
+        metavar="ADDR",
+        help="address of the Ray cluster to run on (implies --ray), e.g. ray://head:10001",
     )
     evaluate.add_argument(
         "--timeout", type=positive_float, default=None, help="seconds before a job is abandoned"
@@ -311,7 +332,7 @@ def _evaluate_command(args: argparse.Namespace) -> int:  # noqa: PLR0915 - one l
         is_judged,
         metric_from_name,
     )
-    from langchain_ragmetrics.evaluation._gates import gate_problems, parse_thresholds
+    from langchain_ragmetrics.evaluation._gates import parse_thresholds
 
     out: Path | None = args.out
     if args.cancel and not args.batch_api:
@@ -381,6 +402,14 @@ def _evaluate_command(args: argparse.Namespace) -> int:  # noqa: PLR0915 - one l
             error(f"{exc} (use --no-cache to run without it)")
             return ExitCode.PREFLIGHT_FAILED
     reports: list[Any] = []
+    if args.ray or args.ray_address:
+        cache_path = None
+        if cache is not None:
+            cache_path = str(cache.path)
+            cache.close()
+        return _evaluate_on_ray(
+            args, data, metrics, language=language, thresholds=thresholds, cache=cache_path
+        )
     try:
         result = evaluate(
             data,
@@ -388,6 +417,7 @@ def _evaluate_command(args: argparse.Namespace) -> int:  # noqa: PLR0915 - one l
             llm=llm,
             language=language,
             max_concurrency=args.concurrency,
+            workers=args.workers or 1,
             timeout=args.timeout,
             show_progress=not args.no_progress,
             cache=cache,
@@ -410,6 +440,19 @@ def _evaluate_command(args: argparse.Namespace) -> int:  # noqa: PLR0915 - one l
         if cache is not None:
             cache.close()
 
+    return _report(result, args, thresholds, reports)
+
+
+def _report(
+    result: EvaluationResult,
+    args: argparse.Namespace,
+    thresholds: dict[str, float],
+    reports: Sequence[Any] = (),
+) -> int:
+    """Print the summary, write --out, and turn the run into an exit code."""
+    from langchain_ragmetrics.evaluation._gates import gate_problems
+
+    out: Path | None = args.out
     echo(result.summary())
     for report in reports:
         echo(report.summary())
@@ -426,3 +469,49 @@ def _evaluate_command(args: argparse.Namespace) -> int:  # noqa: PLR0915 - one l
     for problem in problems:
         error(f"quality gate: {problem}")
     return ExitCode.QUALITY_GATE if problems else ExitCode.OK
+
+
+def _evaluate_on_ray(
+    args: argparse.Namespace,
+    data: LoadedDataset,
+    metrics: list[Any],
+    *,
+    language: str | None,
+    thresholds: dict[str, float],
+    cache: str | None,
+) -> int:
+    """``--ray``: score the rows on Ray Data actors, then report like a local run."""
+    import os
+
+    try:
+        import ray
+
+        from langchain_ragmetrics.integrations.ray import evaluate_ray, result_from_rows
+    except ImportError:
+        error("--ray needs Ray Data: pip install 'langchain-ragmetrics[ray]'")
+        return ExitCode.ERROR
+    if args.ray_address:
+        ray.init(address=args.ray_address, log_to_driver=False)
+    else:
+        ray.init(include_dashboard=False, log_to_driver=False)
+    try:
+        rows = [
+            {**sample.model_dump(exclude_none=True), "row": i + 1}
+            for i, sample in enumerate(data.samples)
+        ]
+        scored = evaluate_ray(
+            ray.data.from_items(rows),
+            metrics,
+            model=args.model,
+            base_url=args.base_url or os.environ.get("OPENAI_BASE_URL"),
+            api_key=os.environ.get("OPENAI_API_KEY"),
+            language=language,
+            num_actors=args.workers or 2,
+            max_concurrency=args.concurrency,
+            timeout=args.timeout,
+            cache=cache,
+        ).take_all()
+    finally:
+        ray.shutdown()
+    result = result_from_rows(scored, [m.metric_name for m in metrics], source=data.source)
+    return _report(result, args, thresholds)

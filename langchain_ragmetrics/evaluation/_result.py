@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from typing_extensions import override
 
@@ -59,14 +59,21 @@ class EvaluationResult(ResultData):
         target.parent.mkdir(parents=True, exist_ok=True)
         with target.open("w", encoding="utf-8") as out:
             out.write(header_line(self) + "\n")
-            for row in self.rows:
-                record = self._sample_columns(row)
-                record["location"] = row.location
-                record["results"] = {
-                    name: self._result_json(row.results.get(name)) for name in self.metrics
-                }
+            for record in self.jsonl_records():
                 out.write(json_text(record) + "\n")
         return target
+
+    def jsonl_records(self) -> list[dict[str, Any]]:
+        """The sample lines :meth:`to_jsonl` writes, as dicts (one per row, in order)."""
+        records = []
+        for row in self.rows:
+            record = self._sample_columns(row)
+            record["location"] = row.location
+            record["results"] = {
+                name: self._result_json(row.results.get(name)) for name in self.metrics
+            }
+            records.append(record)
+        return records
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> EvaluationResult:

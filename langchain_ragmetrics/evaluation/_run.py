@@ -23,9 +23,11 @@ from langchain_ragmetrics._schema import _ALIASES, MetricResult
 from langchain_ragmetrics._text import check_language
 from langchain_ragmetrics.evaluation._batch_options import BatchOptions
 from langchain_ragmetrics.evaluation._preflight import DEFAULT_PREFLIGHT_TIMEOUT, preflight_metrics
+from langchain_ragmetrics.evaluation._recipe import ScoringRecipe
 from langchain_ragmetrics.evaluation._registry import metric_from_name
 from langchain_ragmetrics.evaluation._result import EvaluationResult, EvaluationRow, column_names
 from langchain_ragmetrics.evaluation._saved import run_info
+from langchain_ragmetrics.evaluation._workers import score_in_processes, worker_count
 from langchain_ragmetrics.metrics import BaseRagMetric, JudgedMetric
 
 if TYPE_CHECKING:
@@ -156,6 +158,24 @@ class _Run:
         self._stop = threading.Event()
         self._task: asyncio.Task[Any] | None = None
         self._progress: Progress | None = None
+        self.workers = 1
+        self.recipe: ScoringRecipe | None = None
+        """Set when the jobs run in worker processes (``workers > 1``)."""
+
+    def use_workers(self, workers: int, *, rate_limit_per_minute: float | None) -> None:
+        """Run the jobs in ``workers`` processes (1: on this process's threads)."""
+        self.workers = worker_count(workers, len(self.data.samples))
+        if self.workers == 1:
+            return
+        engine = self.engine
+        self.recipe = ScoringRecipe(
+            self.metrics,
+            max_concurrency=engine.max_concurrency,
+            timeout=engine.timeout,
+            rate_limit_per_minute=rate_limit_per_minute,
+            raise_exceptions=engine.raise_exceptions,
+            config=engine.config,
+        )
 
     def jobs(self) -> list[Job]:
         """Sample-major job list, so an interrupted run leaves whole rows behind it."""
@@ -174,6 +194,9 @@ class _Run:
 
     def _record(self, job: Job, result: MetricResult) -> None:
         row, col = job.tag
+        self._record_at(row, col, result)
+
+    def _record_at(self, row: int, col: int, result: MetricResult) -> None:
         self.results[(row, col)] = result
         if self._progress is not None:
             self._progress.update(self.columns[col], result)
@@ -193,7 +216,17 @@ class _Run:
         self._progress = Progress(len(jobs), self.columns, enabled=self.show_progress)
         start = time.perf_counter()
         try:
-            self.engine.run(jobs, on_result=self._record, stop=self._stop)
+            if self.recipe is not None:
+                count = worker_count(self.workers, len(self.data.samples))
+                score_in_processes(
+                    self.data.samples,
+                    self.recipe,
+                    workers=count,
+                    on_result=self._record_at,
+                    stop=self._stop,
+                )
+            else:
+                self.engine.run(jobs, on_result=self._record, stop=self._stop)
         except KeyboardInterrupt:
             self.stop()
         finally:
@@ -307,6 +340,7 @@ def evaluate(
     llm: BaseChatModel | None = None,
     language: str | None = None,
     max_concurrency: int = 16,
+    workers: int = 1,
     timeout: float | None = None,
     rate_limit_per_minute: float | None = None,
     show_progress: bool = True,
@@ -336,7 +370,15 @@ def evaluate(
         language: Default language for metrics and samples that do not set one (``"ja"``).
         max_concurrency: Jobs at work at the same time (one judge request each, or up to the
             metric's ``max_parallel_calls`` for ``per_context`` metrics); a job sleeping out a
-            retry backoff does not count.
+            retry backoff does not count. With ``workers`` it is the total, shared among them.
+        workers: Processes scoring the jobs. 1 (the default) scores on this process's threads,
+            which suffices while the judge is the bottleneck (slow or rate-limited, the usual
+            case) and starts at once. More spreads the rows over that many spawned processes
+            (about a second each to start; rows are interleaved so each gets an equal share)
+            so a fast judge at high concurrency is not capped by one core: pick up to the
+            cores you have for thousands of jobs. Metrics and judges cross as a recipe (a
+            judge LangChain can serialize, such as ``ChatOpenAI``); a script that uses it
+            needs the ``if __name__ == "__main__":`` guard. See docs/scaling.md.
         timeout: Seconds before one job is abandoned (it becomes NaN); None for no limit.
         rate_limit_per_minute: Upper bound on judge requests per minute, retries included
             (langchain-core's ``InMemoryRateLimiter``); None for no limit.
@@ -371,6 +413,8 @@ def evaluate(
         PreflightError: A judge cannot do structured output, or failed the pre-flight call.
         BatchError: ``batch_api``: a judge the Batch API cannot serve, nothing to cancel, or
             the service refused a file or a batch.
+        ValueError: ``workers`` is below 1, or (``workers > 1``) a metric, its judge or the
+            config's callbacks cannot be sent to another process.
     """
     run = _prepare(
         dataset,
@@ -390,6 +434,7 @@ def evaluate(
         options = batch_api if isinstance(batch_api, BatchOptions) else BatchOptions()
         completed = run.execute_batch(options, preflight=preflight is not False)
         return run.result(interrupted=not completed)
+    run.use_workers(workers, rate_limit_per_minute=rate_limit_per_minute)
     if preflight:
         _preflight(run)
     completed = run.execute()

@@ -1,0 +1,194 @@
+"""Picklable recipes: what another process (a worker, a Ray actor) needs to score like we do.
+
+A live judge cannot cross a process boundary (its HTTP clients hold locks and sockets), so we
+send how to build it instead: a :class:`JudgeRecipe` (model, endpoint, options) and a
+:class:`ScoringRecipe` (judge-less copies of the metrics plus the engine's options). The
+receiving process builds one judge per distinct recipe and one engine, once.
+"""
+
+from __future__ import annotations
+
+import math
+import pickle
+import warnings
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
+
+from langchain_ragmetrics._engine import ScoringEngine
+from langchain_ragmetrics.metrics import BaseRagMetric, JudgedMetric
+from langchain_ragmetrics.metrics._judge import DEFAULT_JUDGE_MODEL, DEFAULT_JUDGE_TIMEOUT
+
+if TYPE_CHECKING:
+    from langchain_core.language_models import BaseChatModel
+    from langchain_core.runnables import RunnableConfig
+
+__all__ = ["JudgeRecipe", "ScoringRecipe"]
+
+
+class JudgeRecipe(BaseModel):
+    """How to build a judge in another process: never a live client.
+
+    Either the arguments of the package's judge factory (``model``, ``base_url``, ...), or a
+    LangChain-serialized chat model (``serialized``, from :func:`langchain_core.load.dumpd`)
+    with the secret values it refers to.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: str = DEFAULT_JUDGE_MODEL
+    """Model name for the package's ``ChatOpenAI`` judge."""
+    base_url: str | None = None
+    """OpenAI-compatible endpoint; None: ``$OPENAI_BASE_URL`` of the receiving process."""
+    api_key: SecretStr | None = None
+    """API key; None: ``$OPENAI_API_KEY`` of the receiving process."""
+    timeout: float = Field(default=DEFAULT_JUDGE_TIMEOUT, gt=0)
+    """Seconds per HTTP request."""
+    serialized: dict[str, Any] | None = None
+    """A chat model serialized by LangChain (``dumpd``); when set, the fields above are unused."""
+    secrets: dict[str, SecretStr] = Field(default_factory=dict)
+    """Secret values of ``serialized`` by their id (e.g. ``OPENAI_API_KEY``)."""
+
+    @classmethod
+    def from_llm(cls, llm: BaseChatModel) -> JudgeRecipe:
+        """The recipe of a live chat model (LangChain-serializable ones: ChatOpenAI and most).
+
+        Raises:
+            ValueError: The model cannot be serialized by LangChain.
+        """
+        from langchain_core.load import dumpd
+
+        serializable = getattr(type(llm), "is_lc_serializable", None)
+        serialized = dumpd(llm) if callable(serializable) and serializable() else None
+        if serialized is None or serialized.get("type") != "constructor":
+            msg = (
+                f"the judge {type(llm).__name__} cannot be rebuilt in another process (LangChain "
+                "cannot serialize it); use a serializable chat model such as ChatOpenAI, or "
+                "workers=1"
+            )
+            raise ValueError(msg)
+        secrets: dict[str, SecretStr] = {}
+        for attr, secret_id in llm.lc_secrets.items():
+            value = getattr(llm, attr, None)
+            if isinstance(value, SecretStr):
+                secrets[secret_id] = value
+            elif isinstance(value, str):
+                secrets[secret_id] = SecretStr(value)
+        return cls(serialized=serialized, secrets=secrets)
+
+    def build(self) -> BaseChatModel:
+        """A new judge from this recipe (in the process that will use it)."""
+        if self.serialized is None:
+            from langchain_ragmetrics.metrics._judge import make_judge
+
+            key = None if self.api_key is None else self.api_key.get_secret_value()
+            return make_judge(self.model, base_url=self.base_url, api_key=key, timeout=self.timeout)
+        from langchain_core.load import load
+
+        secrets = {name: value.get_secret_value() for name, value in self.secrets.items()}
+        with warnings.catch_warnings():  # `load` is marked beta; the recipe is our own output
+            warnings.simplefilter("ignore")
+            model: BaseChatModel = load(self.serialized, secrets_map=secrets, allowed_objects="all")
+        return model
+
+
+def _judgeless(metric: BaseRagMetric) -> BaseRagMetric:
+    """A fresh copy of ``metric`` with the options its user set, minus its live judge."""
+    fields = {name: getattr(metric, name) for name in metric.model_fields_set if name != "llm"}
+    return type(metric)(**fields)
+
+
+class ScoringRecipe:
+    """Metrics, judges and engine options, picklable; built into live objects where used.
+
+    Args:
+        metrics: The prepared metrics (judges, language and cache filled in).
+        max_concurrency: Jobs at work at once in the receiving process.
+        timeout: Seconds before a job is abandoned; None for no limit.
+        rate_limit_per_minute: Judge requests per minute for the receiving process.
+        raise_exceptions: Raise a job's error instead of recording it.
+        config: RunnableConfig for the metric runs; callbacks cannot cross processes.
+        default_judge: The judge of LLM-judged metrics that have none (None: the package's
+            default judge, from the receiving process's environment).
+
+    Raises:
+        ValueError: A metric, its judge or the config cannot be sent to another process.
+    """
+
+    def __init__(
+        self,
+        metrics: Sequence[BaseRagMetric],
+        *,
+        max_concurrency: int = 16,
+        timeout: float | None = None,
+        rate_limit_per_minute: float | None = None,
+        raise_exceptions: bool = False,
+        config: RunnableConfig | None = None,
+        default_judge: JudgeRecipe | None = None,
+    ) -> None:
+        if config and config.get("callbacks"):
+            msg = (
+                "config callbacks cannot be sent to worker processes; drop them or use workers=1 "
+                "(tracing through LANGSMITH_* variables works in workers)"
+            )
+            raise ValueError(msg)
+        recipes: list[JudgeRecipe] = []
+        self.judges: list[int | None] = []
+        """Per metric: the index of its judge recipe (None: the metric's default judge)."""
+        for metric in metrics:
+            if not isinstance(metric, JudgedMetric):
+                self.judges.append(None)
+                continue
+            if metric.llm is not None:
+                recipe = JudgeRecipe.from_llm(metric.llm)
+            elif default_judge is not None:
+                recipe = default_judge
+            else:
+                self.judges.append(None)
+                continue
+            if recipe not in recipes:
+                recipes.append(recipe)
+            self.judges.append(recipes.index(recipe))
+        self.judge_recipes = recipes
+        self.metrics = [_judgeless(m) for m in metrics]
+        self.max_concurrency = max_concurrency
+        self.timeout = timeout
+        self.rate_limit_per_minute = rate_limit_per_minute
+        self.raise_exceptions = raise_exceptions
+        self.config: RunnableConfig = dict(config or {})  # type: ignore[assignment]
+        try:
+            pickle.dumps(self)
+        except Exception as exc:
+            msg = (
+                f"the metrics cannot be sent to another process ({type(exc).__name__}: {exc}); "
+                "define custom metric classes in an importable module, or use workers=1"
+            )
+            raise ValueError(msg) from exc
+
+    def split(self, parts: int) -> ScoringRecipe:
+        """This recipe with concurrency and rate divided among ``parts`` processes."""
+        share = object.__new__(ScoringRecipe)
+        share.__dict__.update(self.__dict__)
+        share.max_concurrency = max(1, math.ceil(self.max_concurrency / parts))
+        if self.rate_limit_per_minute is not None:
+            share.rate_limit_per_minute = self.rate_limit_per_minute / parts
+        return share
+
+    def build_metrics(self) -> list[BaseRagMetric]:
+        """Live metrics: one judge per distinct recipe, shared by the metrics that use it."""
+        judges = [recipe.build() for recipe in self.judge_recipes]
+        return [
+            metric if index is None else metric.model_copy(update={"llm": judges[index]})
+            for metric, index in zip(self.metrics, self.judges, strict=True)
+        ]
+
+    def build_engine(self) -> ScoringEngine:
+        """A scoring engine with this recipe's options."""
+        return ScoringEngine(
+            max_concurrency=self.max_concurrency,
+            timeout=self.timeout,
+            rate_limit_per_minute=self.rate_limit_per_minute,
+            raise_exceptions=self.raise_exceptions,
+            config=self.config,
+        )
