@@ -15,12 +15,16 @@ import langsmith
 import pytest
 from langchain_openai import ChatOpenAI
 
-from langchain_ragmetrics import ContextPrecision, ContextRecall, ContextRelevance
+from langchain_ragmetrics import (
+    CheckpointError,
+    ContextPrecision,
+    ContextRecall,
+    ContextRelevance,
+)
 from langchain_ragmetrics._ids import feedback_id
 from langchain_ragmetrics._langsmith_feedback import error_feedback_id
 from langchain_ragmetrics.callbacks._sampling import is_sampled
 from langchain_ragmetrics.integrations.monitor import (
-    CheckpointError,
     LangSmithMonitor,
     MonitorSummary,
     parse_shard,
