@@ -8,7 +8,7 @@ Every way in produces a :class:`Retrieval` (a frozen, picklable value) through o
 
 :meth:`Retrieval.to_sample` is the only way a retrieval becomes a ``RagSample``, and
 :func:`score_retrieval` (called by the handler's thread runtime, in this process or in the
-isolated child; the monitor is to call it too) owns the rules that follow: a reference
+isolated child, and by the LangSmith monitor) owns the rules that follow: a reference
 provider fills missing references, a metric with nothing to assess is *skipped*, a
 retrieval that cannot become a sample fails every metric.
 """

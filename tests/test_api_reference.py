@@ -56,11 +56,7 @@ Everything they export that a user needs is exported by a public module already.
 entry when its module is renamed (the test below says which entries are stale).
 """
 
-PENDING_DROPS: dict[str, frozenset[str]] = {
-    f"{ROOT}.integrations.monitor": frozenset(
-        {"CheckpointError", "MonitorError", "parse_shard", "parse_since", "shard_of"}
-    ),
-}
+PENDING_DROPS: dict[str, frozenset[str]] = {}
 """Internals still in a public module's ``__all__``: to be dropped from it, then from here."""
 
 _DIRECTIVE = re.compile(r"^:::\s+(\S+)\s*$", re.M)

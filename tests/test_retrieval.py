@@ -1,9 +1,10 @@
 """Every entry point builds the same sample from the same retrieval: one row per (entry, field).
 
 The four ways a retrieval reaches the metrics (a live trace scored in this process, a live
-trace scored in the isolated child, a LangSmith retriever run joined with its root, and a
-``langsmith.evaluate`` run with its example) are fed one Japanese RAG interaction; every
-sample field must come out the same, so a field one path forgets fails its own row.
+trace scored in the isolated child, a LangSmith retriever run joined with its root by the
+real ``LangSmithMonitor``, and a ``langsmith.evaluate`` run with its example) are fed one
+Japanese RAG interaction; every sample field must come out the same, so a field one path
+forgets fails its own row.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from langchain_ragmetrics._schema import RagSample
 from langchain_ragmetrics._text import segment
 from langchain_ragmetrics.callbacks import ProcessIsolation
 from langchain_ragmetrics.integrations.langsmith import RagMetricEvaluator
+from langchain_ragmetrics.integrations.monitor import LangSmithMonitor
 from tests._support import isolated_setups
 from tests._support.langsmith_stub import LangSmithStub
 
@@ -55,6 +57,8 @@ EXPECTED = {
     "reference_context_ids": ["d1"],
 }
 ENTRIES = ("live-in-process", "live-isolated-child", "langsmith-run-and-root", "run-and-example")
+MONITORED = "fields"
+"""The LangSmith project the monitor row traces to and scores."""
 START_TIMEOUT = 120.0
 """A child's start (a fresh interpreter importing the stack) on a loaded machine."""
 
@@ -107,10 +111,11 @@ def _live_isolated(tmp: Path) -> RagSample:
     return RagSample.model_validate_json(line)
 
 
-def _langsmith_run_and_root(stub: LangSmithStub) -> RagSample:
+def _langsmith_run_and_root(stub: LangSmithStub, tmp: Path) -> RagSample:
+    """Traced to the LangSmith stub, then scored by the real monitor (one retriever run)."""
     client = langsmith.Client(api_url=stub.url, api_key="test")
     try:
-        tracer = LangChainTracer(project_name="fields", client=client)
+        tracer = LangChainTracer(project_name=MONITORED, client=client)
         _chain().invoke(
             {"question": QUESTION}, config={"callbacks": [tracer], "metadata": METADATA}
         )
@@ -123,11 +128,22 @@ def _langsmith_run_and_root(stub: LangSmithStub) -> RagSample:
             return runs if roots and all(root.get("end_time") for root in roots) else []
 
         (stored,) = stub.wait_for(finished, timeout=30)
-        run = client.read_run(stored["id"])
-        root = client.read_run(stored["trace_id"])
+        sink = InMemorySink()
+        summary = LangSmithMonitor(
+            MONITORED,
+            client=client,
+            metrics=[IDBasedContextRecall()],
+            sinks=[sink],
+            checkpoint=tmp / "monitor.sqlite",
+            request_timeout=10.0,
+        ).run()
     finally:
         client.close(timeout=10)
-    return Retrieval.from_langsmith_run(run, root).to_sample()
+    assert summary.errors == [], summary.errors
+    (result,) = sink.results
+    assert str(result.run_id) == stored["id"]
+    assert result.query == QUESTION  # the retriever's query
+    return result.sample
 
 
 class _Keep(RunEvaluator):
@@ -178,7 +194,9 @@ def samples(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Call
         makers: dict[str, Callable[[], RagSample]] = {
             "live-in-process": _live_in_process,
             "live-isolated-child": partial(_live_isolated, tmp_path_factory.mktemp("child")),
-            "langsmith-run-and-root": partial(_langsmith_run_and_root, stub),
+            "langsmith-run-and-root": partial(
+                _langsmith_run_and_root, stub, tmp_path_factory.mktemp("monitor")
+            ),
             "run-and-example": partial(_run_and_example, stub),
         }
 

@@ -111,12 +111,9 @@ def register(commands: Any) -> None:
 
 
 def _monitor_command(args: argparse.Namespace) -> int:
+    from langchain_ragmetrics._errors import CheckpointError, MonitorError
     from langchain_ragmetrics.evaluation import UnknownMetricError, is_judged, metric_from_name
-    from langchain_ragmetrics.integrations.monitor import (
-        CheckpointError,
-        LangSmithMonitor,
-        MonitorError,
-    )
+    from langchain_ragmetrics.integrations.monitor import LangSmithMonitor
 
     names = split_names(args.metrics)
     if not names:

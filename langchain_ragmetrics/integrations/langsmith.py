@@ -42,7 +42,6 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from langchain_core.documents import Document
 from langsmith.evaluation import EvaluationResult, RunEvaluator
 from langsmith.schemas import Example, Run
 from typing_extensions import override
@@ -52,9 +51,7 @@ from langchain_ragmetrics._retrieval import (
     CONTEXTS_KEYS,
     REFERENCE_KEYS,
     Retrieval,
-    run_metadata,
 )
-from langchain_ragmetrics._retrieval import _documents as _retrieved
 from langchain_ragmetrics._schema import MetricInput, MetricResult, RagSample
 from langchain_ragmetrics.metrics import BaseRagMetric
 
@@ -69,20 +66,6 @@ __all__ = [
 
 SamplePreparer = Callable[[Run, Example | None], MetricInput]
 """Custom mapping from a run and its example to the metric's input."""
-
-
-def _documents(value: Any) -> list[Document | str]:
-    """Contexts read back from LangSmith as Documents (with their id) or strings.
-
-    Still read by the monitor, with ``_run_metadata``, until it builds a ``Retrieval``.
-    """
-    return [
-        doc.text if doc.id is None else Document(page_content=doc.text, id=doc.id)
-        for doc in _retrieved(value)
-    ]
-
-
-_run_metadata = run_metadata
 
 
 class RagMetricEvaluator(RunEvaluator):

@@ -33,7 +33,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import math
 import re
 import threading
 import warnings
@@ -46,38 +45,24 @@ from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from langchain_ragmetrics._engine import Job, ScoringEngine
-from langchain_ragmetrics._errors import CheckpointError, MonitorError
+from langchain_ragmetrics._engine import ScoringEngine
+from langchain_ragmetrics._errors import MonitorError
 from langchain_ragmetrics._langsmith_feedback import FeedbackClient, FeedbackItem
-from langchain_ragmetrics._retrieval import OnlineResult
-from langchain_ragmetrics._schema import MetricResult, RagSample, Usage
+from langchain_ragmetrics._retrieval import OnlineResult, QuestionFrom, Retrieval, score_retrieval
+from langchain_ragmetrics._schema import Usage
 from langchain_ragmetrics._threads import DaemonThreadPool
-from langchain_ragmetrics.callbacks._mapping import (
-    default_answer,
-    default_question,
-    references_in,
-)
-from langchain_ragmetrics.callbacks._sampling import check_rate, is_sampled
-from langchain_ragmetrics.callbacks._setup import check_metrics, check_sinks, untraced
+from langchain_ragmetrics.callbacks._sampling import is_sampled
+from langchain_ragmetrics.callbacks._settings import HandlerSettings
+from langchain_ragmetrics.callbacks._setup import untraced
 from langchain_ragmetrics.callbacks.sinks import BaseSink
 from langchain_ragmetrics.integrations._monitor_checkpoint import Checkpoint
-from langchain_ragmetrics.integrations.langsmith import _documents, _run_metadata
 from langchain_ragmetrics.metrics._base import BaseRagMetric
 
 if TYPE_CHECKING:
     from langsmith import Client
     from langsmith.schemas import Run
 
-__all__ = [
-    "CheckpointError",
-    "LangSmithMonitor",
-    "MonitorError",
-    "MonitorSummary",
-    "monitor",
-    "parse_shard",
-    "parse_since",
-    "shard_of",
-]
+__all__ = ["LangSmithMonitor", "MonitorSummary", "monitor"]
 
 T = TypeVar("T")
 Reason = Literal["waiting", "langsmith", "judge"]
@@ -224,7 +209,8 @@ class LangSmithMonitor:
         sample_rate: Fraction of traces scored (the online handler's hash).
         checkpoint: SQLite file of settled pairs; default
             ``.ragmetrics-monitor-<project>-<i>of<n>.sqlite`` in the working directory.
-        question_from: ``"query"`` (the retriever's query) or ``"input"`` (the root input).
+        question_from: ``"query"`` (the retriever's query), ``"input"`` (the root input)
+            or ``fn(root_input) -> str | None``.
         max_concurrency: Runs scored at once (judge jobs are bounded by the engine too).
         rate_limit_per_minute: Optional cap on judge calls per minute.
         timeout: Seconds allowed per metric job.
@@ -250,7 +236,7 @@ class LangSmithMonitor:
         shard: tuple[int, int] | str = (0, 1),
         sample_rate: float = 1.0,
         checkpoint: str | Path | None = None,
-        question_from: Literal["query", "input"] = "query",
+        question_from: QuestionFrom = "query",
         max_concurrency: int = 8,
         rate_limit_per_minute: float | None = None,
         timeout: float | None = 120.0,
@@ -265,11 +251,17 @@ class LangSmithMonitor:
         if not project_name:
             msg = "`project_name` must name a LangSmith project"
             raise ValueError(msg)
-        if question_from not in ("query", "input"):
-            msg = f"`question_from` must be 'query' or 'input', got {question_from!r}"
-            raise ValueError(msg)
+        # The options the online handler shares are checked by its settings, defined once.
+        shared = HandlerSettings(
+            metrics=metrics,
+            sinks=sinks,
+            sample_rate=sample_rate,
+            question_from=question_from,
+            max_concurrency=max_concurrency,
+            rate_limit_per_minute=rate_limit_per_minute,
+            timeout=timeout,
+        )
         for name, value in (
-            ("max_concurrency", max_concurrency),
             ("max_attempts", max_attempts),
             ("max_polls", max_polls or 1),
             ("retry_rounds", retry_rounds + 1),
@@ -287,11 +279,11 @@ class LangSmithMonitor:
         self.project_name = project_name
         self.shard = parse_shard(shard if isinstance(shard, str) else f"{shard[0]}/{shard[1]}")
         self.since = parse_since(since)
-        self.sample_rate = check_rate(sample_rate)
-        self.metrics = check_metrics(metrics)
-        self.sinks = check_sinks(sinks)
-        self.question_from = question_from
-        self.max_concurrency = max_concurrency
+        self.sample_rate = shared.sample_rate
+        self.metrics = shared.metrics
+        self.sinks = shared.sinks
+        self.question_from = shared.question_from
+        self.max_concurrency = shared.max_concurrency
         self.request_timeout = request_timeout
         self.follow = follow
         self.poll_interval = poll_interval
@@ -305,9 +297,9 @@ class LangSmithMonitor:
             checkpoint or f".ragmetrics-monitor-{safe}-{index}of{count}.sqlite"
         )
         self.engine = ScoringEngine(
-            max_concurrency=max_concurrency,
-            timeout=timeout,
-            rate_limit_per_minute=rate_limit_per_minute,
+            max_concurrency=shared.max_concurrency,
+            timeout=shared.timeout,
+            rate_limit_per_minute=shared.rate_limit_per_minute,
         )
         self._client = client
         # Retries here stay short: the pair's next chance is the next round or poll.
@@ -605,33 +597,6 @@ class LangSmithMonitor:
 
     # ------------------------------------------------------------------ one run
 
-    def _sample(self, run: Run, root: Run | None) -> RagSample:
-        inputs = run.inputs or {}
-        query = inputs.get("query") if isinstance(inputs.get("query"), str) else None
-        query = query or default_question(inputs) or ""
-        answer = None
-        if root is not None and root.id != run.id:
-            answer = default_answer(root.outputs or {})
-        question = query
-        if self.question_from == "input" and root is not None:
-            question = default_question(root.inputs) or query
-        root_meta = _run_metadata(root) if root is not None else {}
-        return RagSample.model_validate(
-            {
-                "question": question,
-                "contexts": _documents((run.outputs or {}).get("documents")),
-                "answer": answer,
-                **references_in({**root_meta, **_run_metadata(run)}),
-            }
-        )
-
-    async def _score(self, metric: BaseRagMetric, sample: RagSample, run_id: str) -> MetricResult:
-        try:
-            metric.validate_sample(sample)
-        except ValueError as exc:
-            return MetricResult(metric=metric.metric_name, score=None, reason=f"skipped: {exc}")
-        return await self.engine.ascore(Job(sample, metric, tag=run_id))
-
     def _step(self, step: str, run_id: str, metric: str) -> None:
         """Called at each step of sending one pair's feedback; does nothing.
 
@@ -673,21 +638,13 @@ class LangSmithMonitor:
             for metric in todo:
                 checkpoint.settle(run_id, metric.metric_name, "trace-error")
             return unread
-        try:
-            sample = self._sample(run, root)
-        except Exception as exc:
-            error = f"{type(exc).__name__}: {exc}"
-            results = [
-                MetricResult(metric=m.metric_name, score=math.nan, error=error) for m in todo
-            ]
-            sample = RagSample(question=str((run.inputs or {}).get("query") or ""))
-        else:
-            results = list(await asyncio.gather(*(self._score(m, sample, run_id) for m in todo)))
+        retrieval = Retrieval.from_langsmith_run(run, root, question_from=self.question_from)
+        results = await score_retrieval(retrieval, todo, self.engine)
         summary.runs_scored += 1
         reasons = {unread}
-        for result in results:
-            summary.usage = summary.usage + result.usage
-            reasons.add(await self._settle(run, root, sample, result, checkpoint))
+        for item in results:
+            summary.usage = summary.usage + item.result.usage
+            reasons.add(await self._settle(item, checkpoint))
         if "langsmith" in reasons:
             return "langsmith"
         return "judge" if "judge" in reasons else None
@@ -717,35 +674,17 @@ class LangSmithMonitor:
         left = [m for m in todo if m.metric_name not in done]
         return left, ("langsmith" if unread else None)
 
-    async def _settle(
-        self,
-        run: Run,
-        root: Run | None,
-        sample: RagSample,
-        result: MetricResult,
-        checkpoint: Checkpoint,
-    ) -> Reason | None:
+    async def _settle(self, item: OnlineResult, checkpoint: Checkpoint) -> Reason | None:
         """Send and record one result; why it is unsent, or None once settled."""
         summary = self.summary
-        run_id, metric = str(run.id), result.metric
+        result = item.result
+        run_id, metric = str(item.run_id), result.metric
         if result.failed:
             summary.results_failed += 1
             if checkpoint.failed_attempt(run_id, metric) < self.max_attempts:
                 return "judge"  # retried on the next poll or run
         else:
             summary.results_scored += int(not result.skipped)
-        item = OnlineResult(
-            trace_id=_uuid(run.trace_id),
-            root_run_id=root.id if root is not None else run.id,
-            run_id=run.id,
-            parent_run_id=run.parent_run_id,
-            retriever=run.name,
-            tags=list(run.tags or []),
-            query=sample.question or "",
-            sample=sample,
-            result=result,
-            timestamp=datetime.now(timezone.utc),
-        )
         if result.skipped:
             summary.results_skipped += 1
             checkpoint.settle(run_id, metric, "skipped")

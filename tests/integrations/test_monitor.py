@@ -13,14 +13,20 @@ from uuid import UUID
 
 import langsmith
 import pytest
+from langchain_core.callbacks import BaseCallbackHandler
 from langchain_openai import ChatOpenAI
+from typing_extensions import override
 
-from langchain_ragmetrics import ContextPrecision, ContextRecall, ContextRelevance
+from langchain_ragmetrics import (
+    CheckpointError,
+    ContextPrecision,
+    ContextRecall,
+    ContextRelevance,
+)
 from langchain_ragmetrics._ids import feedback_id
 from langchain_ragmetrics._langsmith_feedback import error_feedback_id
 from langchain_ragmetrics.callbacks._sampling import is_sampled
 from langchain_ragmetrics.integrations.monitor import (
-    CheckpointError,
     LangSmithMonitor,
     MonitorSummary,
     parse_shard,
@@ -376,6 +382,88 @@ def test_extra_sinks_receive_settled_results(
     assert histogram.sum == pytest.approx(
         sum(r.score or 0 for r in memory.results if r.metric == "context_relevance")
     )
+
+
+class _JudgeRuns(BaseCallbackHandler):
+    """Records the name, tags and metadata of every chain run it sees (judge runs here)."""
+
+    def __init__(self) -> None:
+        self.runs: list[tuple[str | None, list[str], dict[str, Any]]] = []
+        self._lock = threading.Lock()
+
+    @override
+    def on_chain_start(
+        self,
+        serialized: dict[str, Any] | None,
+        inputs: Any,
+        *,
+        tags: list[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        with self._lock:
+            self.runs.append((kwargs.get("name"), list(tags or []), dict(metadata or {})))
+
+
+def test_results_and_judge_runs_are_the_handlers(
+    app: RagApp, langsmith_stub: LangSmithStub, langsmith_client: langsmith.Client, tmp_path: Path
+) -> None:
+    """The monitor builds its results and its judge runs as the online handler does."""
+    from langchain_ragmetrics import InMemorySink
+
+    runs = trace_questions(langsmith_stub, app.chain, PROJECT, range(2))
+    memory = InMemorySink()
+    worker = make_monitor(app, langsmith_client, tmp_path, sinks=[memory])
+    judge_runs = _JudgeRuns()  # a callback on every judge run, as ``trace_judge`` gives one
+    worker.engine.config = {"callbacks": [judge_runs]}
+    summary = worker.run()
+    assert summary.feedback_sent == 2
+    by_id = {r["id"]: r for r in runs}
+    assert {str(r.run_id) for r in memory.results} == set(by_id)
+    for result in memory.results:
+        run = by_id[str(result.run_id)]
+        assert result.query == run["inputs"]["query"]  # the retriever's query
+        assert str(result.trace_id) == str(result.root_run_id) == run["trace_id"]
+        assert result.retriever == run["name"]
+        assert result.sample.answer  # the root run's output
+    named = [r for r in judge_runs.runs if r[0] == "ragmetrics:context_relevance"]
+    assert sorted(metadata["ragmetrics_run_id"] for _, _, metadata in named) == sorted(by_id)
+    for _, tags, metadata in named:
+        assert "ragmetrics" in tags
+        assert metadata["ragmetrics_trace_id"] == by_id[metadata["ragmetrics_run_id"]]["trace_id"]
+
+
+def test_shared_options_are_checked_as_the_handlers(tmp_path: Path) -> None:
+    for options, field in (
+        ({"max_concurrency": 0}, "max_concurrency"),
+        ({"sample_rate": 1.5}, "sample_rate"),
+        ({"question_from": "answer"}, "question_from"),
+        ({"timeout": -1.0}, "timeout"),
+        ({"rate_limit_per_minute": 0.0}, "rate_limit_per_minute"),
+    ):
+        with pytest.raises(ValueError, match=field):
+            LangSmithMonitor(PROJECT, checkpoint=tmp_path / "m.sqlite", **options)
+    with pytest.raises(TypeError, match=r"sinks\[0\]"):
+        LangSmithMonitor(PROJECT, sinks=[print])  # type: ignore[list-item]
+
+
+def test_a_failing_question_hook_fails_every_metric_of_that_run(
+    app: RagApp, langsmith_stub: LangSmithStub, langsmith_client: langsmith.Client, tmp_path: Path
+) -> None:
+    def broken(root_input: Any) -> str:
+        raise KeyError("question")
+
+    trace_questions(langsmith_stub, app.chain, PROJECT, range(2))
+    summary = make_monitor(
+        app, langsmith_client, tmp_path, question_from=broken, max_attempts=1
+    ).run()
+    assert summary.results_failed == 2
+    judged = [r for r in app.server.requests if r.schema_name == "RelevantSentences"]
+    assert judged == []  # no judge call for a run without a question
+    errors = stored(langsmith_stub)
+    assert len(errors) == 2
+    for item in errors.values():
+        assert "question_from raised KeyError" in str(item.get("comment"))
 
 
 def test_a_trace_not_yet_ingested_is_waited_for_then_scored(
