@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -48,6 +49,8 @@ TIMEOUT_S = 240
 RUNNABLE = ("python", "bash", "yaml")
 _FENCE = re.compile(r"^( *)```([\w+-]*)\s*$")
 _COMMENT = re.compile(r"(^|\s)#.*$")
+_SHELL_SYNTAX = re.compile(r"[|&;<>()$`*?~\\]|^\w+=")
+"""Shell syntax a command runs through ``bash`` for (pipes, redirects, variables, globs)."""
 _MARKER = re.compile(r"^<!--\s*(?:readme|docs):\s*(\w+)\s*(.*?)\s*-->$")
 # Lines a skip marker may stand for: building an environment, never the package's own commands.
 _SETUP = re.compile(
@@ -194,6 +197,46 @@ def checkout_dir(tmp_path: Path) -> Path:
     return tmp_path
 
 
+def run_command(
+    command: str,
+    *,
+    cwd: Path,
+    env: dict[str, str],
+    what: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> str:
+    """Run one command of a block as pasted; a plain ``ragmetrics ...`` line runs in-process.
+
+    The console script is a thin ``sys.exit(main())`` (started for real by
+    ``tests/test_cli.py`` and ``ragmetrics demo`` here); what a page's command checks is the
+    CLI itself, so a line without shell syntax calls ``main(argv)`` with the same
+    environment and working directory rather than paying for a new interpreter. Anything
+    else runs in ``bash -c``.
+    """
+    argv = shlex.split(command)
+    if argv[0] != "ragmetrics" or _SHELL_SYNTAX.search(command):
+        return run(["bash", "-c", command], cwd=cwd, env=env, what=what)
+    from langchain_ragmetrics.cli import main
+
+    with monkeypatch.context() as patch:
+        for name in list(os.environ):
+            if name not in env:
+                patch.delenv(name)
+        for name, value in env.items():
+            patch.setenv(name, value)
+        patch.chdir(cwd)
+        capsys.readouterr()
+        code = main(argv[1:])
+        out, err = capsys.readouterr()
+    if code != 0:
+        pytest.fail(
+            f"{what} failed (exit {code}):\n"
+            f"--- stdout ---\n{out[-3000:]}\n--- stderr ---\n{err[-3000:]}"
+        )
+    return out
+
+
 # --------------------------------------------------------------------------- the blocks
 
 
@@ -230,7 +273,11 @@ def test_python_block_runs(
 @pytest.mark.slow
 @pytest.mark.parametrize("block", blocks_of("bash"), ids=block_id)
 def test_bash_block_runs(
-    block: Block, servers: tuple[JudgeServer, LangSmithDatasetStub], tmp_path: Path
+    block: Block,
+    servers: tuple[JudgeServer, LangSmithDatasetStub],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     commands = shell_commands(block.code)
     assert commands, f"{block.where}: no command"
@@ -246,13 +293,20 @@ def test_bash_block_runs(
         if command in SEPARATELY_CHECKED:
             SEPARATELY_CHECKED[command](cwd, where)
         elif block.skip is None or not _SETUP.match(command):
-            run(["bash", "-c", command], cwd=cwd, env=loopback_env(servers), what=where)
+            env = loopback_env(servers)
+            run_command(
+                command, cwd=cwd, env=env, what=where, monkeypatch=monkeypatch, capsys=capsys
+            )
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("block", blocks_of("yaml"), ids=block_id)
 def test_workflow_block_runs(
-    block: Block, servers: tuple[JudgeServer, LangSmithDatasetStub], tmp_path: Path
+    block: Block,
+    servers: tuple[JudgeServer, LangSmithDatasetStub],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """A ```yaml block is a list of GitHub Actions steps: every ``run:`` command runs here.
 
@@ -271,7 +325,10 @@ def test_workflow_block_runs(
             if _SETUP.match(command):
                 continue
             where = f"{block.where}: `{command}`"
-            run(["bash", "-c", command], cwd=cwd, env=loopback_env(servers), what=where)
+            env = loopback_env(servers)
+            run_command(
+                command, cwd=cwd, env=env, what=where, monkeypatch=monkeypatch, capsys=capsys
+            )
             ran += 1
     assert ran, f"{block.where}: no `run:` command to check"
 
