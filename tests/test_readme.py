@@ -27,7 +27,7 @@ import shlex
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -237,6 +237,26 @@ def run_command(
     return out
 
 
+RunLine = Callable[[str, Path, str], str]
+
+
+@pytest.fixture
+def run_line(
+    servers: tuple[JudgeServer, LangSmithDatasetStub],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> RunLine:
+    """``run_line(command, cwd, what)``: :func:`run_command` against the loopback servers."""
+
+    def run_line(command: str, cwd: Path, what: str) -> str:
+        env = loopback_env(servers)
+        return run_command(
+            command, cwd=cwd, env=env, what=what, monkeypatch=monkeypatch, capsys=capsys
+        )
+
+    return run_line
+
+
 # --------------------------------------------------------------------------- the blocks
 
 
@@ -272,13 +292,7 @@ def test_python_block_runs(
 
 @pytest.mark.slow
 @pytest.mark.parametrize("block", blocks_of("bash"), ids=block_id)
-def test_bash_block_runs(
-    block: Block,
-    servers: tuple[JudgeServer, LangSmithDatasetStub],
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
+def test_bash_block_runs(block: Block, run_line: RunLine, tmp_path: Path) -> None:
     commands = shell_commands(block.code)
     assert commands, f"{block.where}: no command"
     if block.skip is not None:
@@ -293,21 +307,12 @@ def test_bash_block_runs(
         if command in SEPARATELY_CHECKED:
             SEPARATELY_CHECKED[command](cwd, where)
         elif block.skip is None or not _SETUP.match(command):
-            env = loopback_env(servers)
-            run_command(
-                command, cwd=cwd, env=env, what=where, monkeypatch=monkeypatch, capsys=capsys
-            )
+            run_line(command, cwd, where)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("block", blocks_of("yaml"), ids=block_id)
-def test_workflow_block_runs(
-    block: Block,
-    servers: tuple[JudgeServer, LangSmithDatasetStub],
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
+def test_workflow_block_runs(block: Block, run_line: RunLine, tmp_path: Path) -> None:
     """A ```yaml block is a list of GitHub Actions steps: every ``run:`` command runs here.
 
     ``uses:`` steps are GitHub's own actions; ``pip install`` lines are set-up (the package is
@@ -325,10 +330,7 @@ def test_workflow_block_runs(
             if _SETUP.match(command):
                 continue
             where = f"{block.where}: `{command}`"
-            env = loopback_env(servers)
-            run_command(
-                command, cwd=cwd, env=env, what=where, monkeypatch=monkeypatch, capsys=capsys
-            )
+            run_line(command, cwd, where)
             ran += 1
     assert ran, f"{block.where}: no `run:` command to check"
 
