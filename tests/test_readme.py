@@ -151,6 +151,7 @@ def block_id(block: Block) -> str:
 def servers() -> Iterator[tuple[JudgeServer, LangSmithDatasetStub]]:
     with JudgeServer(lexical_judge()) as judge, LangSmithDatasetStub() as langsmith:
         langsmith.create_project("my-rag-app")  # the project the README's app traces to
+        langsmith.create_project("default")  # where a block traces without LANGSMITH_PROJECT
         yield judge, langsmith
 
 
@@ -285,7 +286,9 @@ def test_python_block_runs(
     script.write_text(block.code, encoding="utf-8")
     work = tmp_path / "work"
     work.mkdir()
-    run([sys.executable, str(script)], cwd=work, env=loopback_env(servers), what=block.where)
+    # As on a machine set up for LangSmith: runs are traced, so feedback finds its run.
+    env = {**loopback_env(servers), "LANGSMITH_TRACING": "true"}
+    run([sys.executable, str(script)], cwd=work, env=env, what=block.where)
     judge, _ = servers
     assert not judge.script_errors, f"{block.where}: the judge could not answer"
 
