@@ -24,7 +24,6 @@ from tests._support.traces import trace_questions
 
 JudgeFactory = Callable[..., ChatOpenAI]
 PROJECT = "rag-prod"
-_MAIN = "import sys; from langchain_ragmetrics.cli import main; sys.exit(main())"
 _ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -86,6 +85,8 @@ def test_worker_killed_at_each_step_resumes_without_gaps_or_resends(
     make_judge: JudgeFactory,
     langsmith_stub: LangSmithStub,
     tmp_path: Path,
+    cli_env: None,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     app = rag_app(judge_server, make_judge, max_retries=2)
     runs = trace_questions(langsmith_stub, app.chain, PROJECT, range(6))
@@ -104,12 +105,11 @@ def test_worker_killed_at_each_step_resumes_without_gaps_or_resends(
     assert killed.returncode == -signal.SIGKILL, killed.stdout + killed.stderr
     assert len(langsmith_stub.requests_to("POST", "/feedback")) == posted
 
-    command = [sys.executable, "-c", _MAIN, *monitor_args(checkpoint)]
-    done = subprocess.run(
-        command, check=False, env=env, cwd=_ROOT, capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "runs seen 6 (of 6 listed)" in done.stdout
+    # The restart runs in this process: a new monitor over the same checkpoint file.
+    code = main(monitor_args(checkpoint))
+    out, err = capsys.readouterr()
+    assert code == ExitCode.OK, out + err
+    assert "runs seen 6 (of 6 listed)" in out
     held = langsmith_stub.held_feedback("context_relevance")
     assert sorted(f["run_id"] for f in held) == sorted(r["id"] for r in runs)  # no gap, no dup
     assert len(langsmith_stub.requests_to("POST", "/feedback")) == 6  # nothing posted twice
