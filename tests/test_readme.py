@@ -21,6 +21,7 @@ block escapes by its label.
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 import shlex
@@ -198,6 +199,15 @@ def checkout_dir(tmp_path: Path) -> Path:
     return tmp_path
 
 
+def console_script() -> Callable[[list[str]], int]:
+    """The function the ``ragmetrics`` console script calls, as ``pyproject.toml`` declares it."""
+    pyproject = (REPO / "pyproject.toml").read_text(encoding="utf-8")
+    found = re.search(r'^ragmetrics\s*=\s*"([\w.]+):(\w+)"', pyproject, re.M)
+    assert found, "pyproject.toml declares no `ragmetrics` console script"
+    main: Callable[[list[str]], int] = getattr(importlib.import_module(found[1]), found[2])
+    return main
+
+
 def run_command(
     command: str,
     *,
@@ -218,8 +228,7 @@ def run_command(
     argv = shlex.split(command)
     if argv[0] != "ragmetrics" or _SHELL_SYNTAX.search(command):
         return run(["bash", "-c", command], cwd=cwd, env=env, what=what)
-    from langchain_ragmetrics.cli import main
-
+    main = console_script()
     with monkeypatch.context() as patch:
         for name in list(os.environ):
             if name not in env:
