@@ -26,7 +26,6 @@ from tests._support.lexical_judge import lexical_judge
 from tests._support.openai_server import JudgeServer, router
 from tests._support.otlp_receiver import OtlpReceiver
 
-pytestmark = pytest.mark.xdist_group("cookbook")  # one worker starts the scripts, once
 COOKBOOK = Path(__file__).resolve().parents[1] / "cookbook"
 TIMEOUT_S = 180
 

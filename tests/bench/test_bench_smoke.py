@@ -77,7 +77,6 @@ def throughput(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any]
     return run_bench("bench_throughput.py", out, "--repeats", "2"), out
 
 
-@pytest.mark.xdist_group("bench_throughput")
 def test_throughput_runs_every_job(throughput: tuple[dict[str, Any], Path]) -> None:
     result, _ = throughput
     sides = result["sides"]
@@ -89,7 +88,6 @@ def test_throughput_runs_every_job(throughput: tuple[dict[str, Any], Path]) -> N
     assert sides["floor"]["calls_per_run"] == sides["ours"]["calls_per_run"]
 
 
-@pytest.mark.xdist_group("bench_throughput")
 def test_throughput_floor_replays_our_request_bodies(
     throughput: tuple[dict[str, Any], Path],
 ) -> None:

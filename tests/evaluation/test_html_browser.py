@@ -21,7 +21,6 @@ from tests._support.report_data import report_runs
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page
 
-pytestmark = pytest.mark.xdist_group("browser")  # one worker launches the browser, once
 _CANDIDATES = ("chromium", "chromium-browser", "google-chrome")
 
 
