@@ -11,6 +11,8 @@ from tests._support.fixtures import judge_server, langsmith_client, langsmith_st
 
 __all__ = ["judge_server", "langsmith_client", "langsmith_stub", "make_judge"]
 
+pytest_plugins = ["pytester"]  # runs pytest in-process where a test checks our own hooks
+
 _LEAKY_PREFIXES = ("OPENAI_", "LANGSMITH_", "LANGCHAIN_", "RAGMETRICS_")
 _ASKS_FOR_LIVE = re.compile(r"(?<!not )\blive\b")
 

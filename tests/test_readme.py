@@ -21,12 +21,14 @@ block escapes by its label.
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,6 +54,8 @@ TIMEOUT_S = 240
 RUNNABLE = ("python", "bash", "yaml")
 _FENCE = re.compile(r"^( *)```([\w+-]*)\s*$")
 _COMMENT = re.compile(r"(^|\s)#.*$")
+_SHELL_SYNTAX = re.compile(r"[|&;<>()$`*?~\\]|^\w+=")
+"""Shell syntax a command runs through ``bash`` for (pipes, redirects, variables, globs)."""
 _MARKER = re.compile(r"^<!--\s*(?:readme|docs):\s*(\w+)\s*(.*?)\s*-->$")
 # Lines a skip marker may stand for: building an environment, never the package's own commands.
 _SETUP = re.compile(
@@ -152,6 +156,7 @@ def block_id(block: Block) -> str:
 def servers() -> Iterator[tuple[JudgeServer, LangSmithDatasetStub]]:
     with JudgeServer(lexical_judge()) as judge, LangSmithDatasetStub() as langsmith:
         langsmith.create_project("my-rag-app")  # the project the README's app traces to
+        langsmith.create_project("default")  # where a block traces without LANGSMITH_PROJECT
         yield judge, langsmith
 
 
@@ -198,6 +203,74 @@ def checkout_dir(tmp_path: Path) -> Path:
     return tmp_path
 
 
+def console_script() -> Callable[[list[str]], int]:
+    """The function the ``ragmetrics`` console script calls, as ``pyproject.toml`` declares it."""
+    pyproject = (REPO / "pyproject.toml").read_text(encoding="utf-8")
+    found = re.search(r'^ragmetrics\s*=\s*"([\w.]+):(\w+)"', pyproject, re.M)
+    assert found, "pyproject.toml declares no `ragmetrics` console script"
+    main: Callable[[list[str]], int] = getattr(importlib.import_module(found[1]), found[2])
+    return main
+
+
+def run_command(
+    command: str,
+    *,
+    cwd: Path,
+    env: dict[str, str],
+    what: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> str:
+    """Run one command of a block as pasted; a plain ``ragmetrics ...`` line runs in-process.
+
+    The console script is a thin ``sys.exit(main())`` (started for real by
+    ``tests/test_cli.py`` and ``ragmetrics demo`` here); what a page's command checks is the
+    CLI itself, so a line without shell syntax calls ``main(argv)`` with the same
+    environment and working directory rather than paying for a new interpreter. Anything
+    else runs in ``bash -c``.
+    """
+    argv = shlex.split(command)
+    if argv[0] != "ragmetrics" or _SHELL_SYNTAX.search(command):
+        return run(["bash", "-c", command], cwd=cwd, env=env, what=what)
+    main = console_script()
+    with monkeypatch.context() as patch:
+        for name in list(os.environ):
+            if name not in env:
+                patch.delenv(name)
+        for name, value in env.items():
+            patch.setenv(name, value)
+        patch.chdir(cwd)
+        capsys.readouterr()
+        code = main(argv[1:])
+        out, err = capsys.readouterr()
+    if code != 0:
+        pytest.fail(
+            f"{what} failed (exit {code}):\n"
+            f"--- stdout ---\n{out[-3000:]}\n--- stderr ---\n{err[-3000:]}"
+        )
+    return out
+
+
+RunLine = Callable[[str, Path, str], str]
+
+
+@pytest.fixture
+def run_line(
+    servers: tuple[JudgeServer, LangSmithDatasetStub],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> RunLine:
+    """``run_line(command, cwd, what)``: :func:`run_command` against the loopback servers."""
+
+    def run_line(command: str, cwd: Path, what: str) -> str:
+        env = loopback_env(servers)
+        return run_command(
+            command, cwd=cwd, env=env, what=what, monkeypatch=monkeypatch, capsys=capsys
+        )
+
+    return run_line
+
+
 # --------------------------------------------------------------------------- the blocks
 
 
@@ -226,16 +299,16 @@ def test_python_block_runs(
     script.write_text(block.code, encoding="utf-8")
     work = tmp_path / "work"
     work.mkdir()
-    run([sys.executable, str(script)], cwd=work, env=loopback_env(servers), what=block.where)
+    # As on a machine set up for LangSmith: runs are traced, so feedback finds its run.
+    env = {**loopback_env(servers), "LANGSMITH_TRACING": "true"}
+    run([sys.executable, str(script)], cwd=work, env=env, what=block.where)
     judge, _ = servers
     assert not judge.script_errors, f"{block.where}: the judge could not answer"
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("block", blocks_of("bash"), ids=block_id)
-def test_bash_block_runs(
-    block: Block, servers: tuple[JudgeServer, LangSmithDatasetStub], tmp_path: Path
-) -> None:
+def test_bash_block_runs(block: Block, run_line: RunLine, tmp_path: Path) -> None:
     commands = shell_commands(block.code)
     assert commands, f"{block.where}: no command"
     if block.skip is not None:
@@ -250,14 +323,12 @@ def test_bash_block_runs(
         if command in SEPARATELY_CHECKED:
             SEPARATELY_CHECKED[command](cwd, where)
         elif block.skip is None or not _SETUP.match(command):
-            run(["bash", "-c", command], cwd=cwd, env=loopback_env(servers), what=where)
+            run_line(command, cwd, where)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("block", blocks_of("yaml"), ids=block_id)
-def test_workflow_block_runs(
-    block: Block, servers: tuple[JudgeServer, LangSmithDatasetStub], tmp_path: Path
-) -> None:
+def test_workflow_block_runs(block: Block, run_line: RunLine, tmp_path: Path) -> None:
     """A ```yaml block is a list of GitHub Actions steps: every ``run:`` command runs here.
 
     ``uses:`` steps are GitHub's own actions; ``pip install`` lines are set-up (the package is
@@ -275,7 +346,7 @@ def test_workflow_block_runs(
             if _SETUP.match(command):
                 continue
             where = f"{block.where}: `{command}`"
-            run(["bash", "-c", command], cwd=cwd, env=loopback_env(servers), what=where)
+            run_line(command, cwd, where)
             ran += 1
     assert ran, f"{block.where}: no `run:` command to check"
 

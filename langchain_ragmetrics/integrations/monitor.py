@@ -223,6 +223,8 @@ class LangSmithMonitor:
             failures the failure itself is posted (``error=True``) and the pair settled.
         retry_rounds: Without ``follow``: extra rounds (backoff 1 s, 2 s, 4 s ...) for pairs
             whose trace was not complete yet or whose LangSmith read or send failed.
+        retry_backoff: Seconds before the first retry round, doubled for each next one
+            (tests pass a tiny value so that they do not wait for the default schedule).
     """
 
     def __init__(
@@ -247,6 +249,7 @@ class LangSmithMonitor:
         lookback: timedelta = timedelta(minutes=10),
         max_attempts: int = 3,
         retry_rounds: int = 3,
+        retry_backoff: float = 1.0,
     ) -> None:
         if not project_name:
             msg = "`project_name` must name a LangSmith project"
@@ -272,6 +275,7 @@ class LangSmithMonitor:
         for name, number in (
             ("request_timeout", request_timeout),
             ("poll_interval", poll_interval),
+            ("retry_backoff", retry_backoff),
         ):
             if number <= 0:
                 msg = f"`{name}` must be positive, got {number!r}"
@@ -291,6 +295,7 @@ class LangSmithMonitor:
         self.lookback = lookback
         self.max_attempts = max_attempts
         self.retry_rounds = retry_rounds
+        self.retry_backoff = retry_backoff
         index, count = self.shard
         safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", project_name)
         self.checkpoint_path = Path(
@@ -396,7 +401,7 @@ class LangSmithMonitor:
             retry = [run_id for run_id, why in self._unsent.items() if why != "judge"]
             if not retry or self._stop.is_set():
                 return
-            await self._sleep(2.0**round_)
+            await self._sleep(self.retry_backoff * 2.0**round_)
             if self._stop.is_set():
                 return
             self.summary.retry_rounds += 1

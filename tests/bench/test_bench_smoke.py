@@ -70,8 +70,15 @@ def test_economy_counts_one_call_per_metric(tmp_path: Path) -> None:
     assert all(s["failed"] == 0 for s in ours["scores"].values())
 
 
-def test_throughput_runs_every_job(tmp_path: Path) -> None:
-    result = run_bench("bench_throughput.py", tmp_path, "--repeats", "2")
+@pytest.fixture(scope="module")
+def throughput(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path]:
+    """One ``bench_throughput.py`` run (two rounds) that both throughput tests read."""
+    out = tmp_path_factory.mktemp("throughput")
+    return run_bench("bench_throughput.py", out, "--repeats", "2"), out
+
+
+def test_throughput_runs_every_job(throughput: tuple[dict[str, Any], Path]) -> None:
+    result, _ = throughput
     sides = result["sides"]
     # the sides alternate run by run: one value per round, and one per-round ratio
     assert len(sides["ours"]["walls_s"]) == len(sides["floor"]["walls_s"]) == 2
@@ -81,9 +88,12 @@ def test_throughput_runs_every_job(tmp_path: Path) -> None:
     assert sides["floor"]["calls_per_run"] == sides["ours"]["calls_per_run"]
 
 
-def test_throughput_floor_replays_our_request_bodies(tmp_path: Path) -> None:
-    sides = run_bench("bench_throughput.py", tmp_path)["sides"]
-    bodies = json.loads((tmp_path / "bodies-12.json").read_text(encoding="utf-8"))
+def test_throughput_floor_replays_our_request_bodies(
+    throughput: tuple[dict[str, Any], Path],
+) -> None:
+    result, out = throughput
+    sides = result["sides"]
+    bodies = json.loads((out / "bodies-12.json").read_text(encoding="utf-8"))
     assert len(bodies) == sides["ours"]["calls_per_run"] == sides["floor"]["calls_per_run"]
     assert all(body["tools"] and body["messages"] for body in bodies)
 

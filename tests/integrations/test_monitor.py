@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import inspect
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -42,11 +43,24 @@ JudgeFactory = Callable[..., ChatOpenAI]
 PROJECT = "rag-prod"
 CEILING_S = 15.0
 """Generous bound for 'did not hang' where LangSmith never answers."""
+RETRY_BACKOFF_S = 0.01
+"""First retry round's delay in these tests (production waits 1 s, 2 s, 4 s)."""
 
 
 @pytest.fixture
 def app(judge_server: JudgeServer, make_judge: JudgeFactory) -> RagApp:
     return rag_app(judge_server, make_judge, max_retries=2)
+
+
+@pytest.fixture
+def quick_client(langsmith_stub: LangSmithStub) -> Iterator[langsmith.Client]:
+    """A client retrying a 5xx as often as the default one, but without its 1 s, 2 s backoff."""
+    from langsmith.client import _default_retry_config
+
+    retry = _default_retry_config().new(backoff_factor=0.001)
+    client = langsmith.Client(api_url=langsmith_stub.url, api_key="test", retry_config=retry)
+    yield client
+    client.close(timeout=5)
 
 
 def make_monitor(
@@ -57,6 +71,7 @@ def make_monitor(
         "metrics": [ContextRelevance(llm=app.llm, retry=FAST)],
         "checkpoint": tmp_path / "monitor.sqlite",
         "request_timeout": 5.0,
+        "retry_backoff": RETRY_BACKOFF_S,
         **options,
     }
     return LangSmithMonitor(PROJECT, **settings)
@@ -214,6 +229,7 @@ def test_unfinished_traces_wait_for_a_later_poll(
 def test_judge_failures_are_retried_then_reported(
     app: RagApp,
     judge_server: JudgeServer,
+    make_judge: JudgeFactory,
     langsmith_stub: LangSmithStub,
     langsmith_client: langsmith.Client,
     tmp_path: Path,
@@ -223,11 +239,13 @@ def test_judge_failures_are_retried_then_reported(
 
     runs = trace_questions(langsmith_stub, app.chain, PROJECT, range(2))
     judge_server.script = rag_router(RelevantSentences=reply_error(500))
-    first = make_monitor(app, langsmith_client, tmp_path, max_attempts=2).run()
+    # The metric's own retries (FAST) run; the SDK's (0.5 s, 1 s backoff) are not the point.
+    metrics = [ContextRelevance(llm=make_judge(), retry=FAST)]
+    first = make_monitor(app, langsmith_client, tmp_path, max_attempts=2, metrics=metrics).run()
     assert first.results_failed == 2
     assert first.feedback_sent == 0  # kept for a retry on the next run, not this one's rounds
     assert (first.runs_unsent, first.retry_rounds, first.complete) == (2, 0, False)
-    second = make_monitor(app, langsmith_client, tmp_path, max_attempts=2).run()
+    second = make_monitor(app, langsmith_client, tmp_path, max_attempts=2, metrics=metrics).run()
     assert second.results_failed == 2
     assert second.feedback_sent == 2  # the failure itself, after max_attempts
     assert second.complete
@@ -250,27 +268,27 @@ def test_judge_failures_are_retried_then_reported(
 
 
 def test_langsmith_500_on_listing_is_reported_not_raised(
-    app: RagApp, langsmith_stub: LangSmithStub, langsmith_client: langsmith.Client, tmp_path: Path
+    app: RagApp, langsmith_stub: LangSmithStub, quick_client: langsmith.Client, tmp_path: Path
 ) -> None:
     trace_questions(langsmith_stub, app.chain, PROJECT, range(2))
     langsmith_stub.fail("POST /runs/query", 500, times=None)
-    summary = make_monitor(app, langsmith_client, tmp_path).run()
+    summary = make_monitor(app, quick_client, tmp_path).run()
     assert summary.runs_listed == 0
     assert summary.errors
     assert "500" in summary.errors[0]
 
 
 def test_feedback_500_leaves_pairs_for_the_next_run(
-    app: RagApp, langsmith_stub: LangSmithStub, langsmith_client: langsmith.Client, tmp_path: Path
+    app: RagApp, langsmith_stub: LangSmithStub, quick_client: langsmith.Client, tmp_path: Path
 ) -> None:
     runs = trace_questions(langsmith_stub, app.chain, PROJECT, range(3))
     langsmith_stub.fail("POST /feedback", 500, times=None)
-    summary = make_monitor(app, langsmith_client, tmp_path).run()
+    summary = make_monitor(app, quick_client, tmp_path).run()
     assert summary.feedback_failed == 3
     assert summary.feedback_sent == 0
     with langsmith_stub._lock:
         langsmith_stub._fail_rules.clear()
-    again = make_monitor(app, langsmith_client, tmp_path).run()
+    again = make_monitor(app, quick_client, tmp_path).run()
     assert again.feedback_sent == 3
     assert set(stored(langsmith_stub)) == {r["id"] for r in runs}
 
@@ -486,6 +504,33 @@ def test_a_run_never_complete_is_counted_unsent(
     summary = make_monitor(app, langsmith_client, tmp_path, retry_rounds=1).run()
     assert (summary.runs_unsent, summary.runs_waiting, summary.complete) == (1, 1, False)
     assert summary.feedback_sent == 1
+
+
+def test_retry_rounds_back_off_one_two_four_seconds_by_default(
+    app: RagApp,
+    langsmith_stub: LangSmithStub,
+    langsmith_client: langsmith.Client,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    runs = trace_questions(langsmith_stub, app.chain, PROJECT, range(1))
+    langsmith_stub.hide_run(runs[0]["trace_id"], queries=100)
+    monitor = make_monitor(app, langsmith_client, tmp_path, retry_backoff=1.0)
+    assert inspect.signature(LangSmithMonitor).parameters["retry_backoff"].default == 1.0
+    waits: list[float] = []
+
+    async def record(seconds: float) -> None:  # the schedule, without waiting it out
+        waits.append(seconds)
+
+    monkeypatch.setattr(monitor, "_sleep", record)
+    summary = monitor.run()
+    assert waits == [1.0, 2.0, 4.0]
+    assert (summary.retry_rounds, summary.runs_unsent) == (3, 1)
+
+
+def test_a_negative_retry_backoff_is_refused(langsmith_client: langsmith.Client) -> None:
+    with pytest.raises(ValueError, match="`retry_backoff` must be positive"):
+        LangSmithMonitor(PROJECT, client=langsmith_client, retry_backoff=-1)
 
 
 def test_follow_retries_unsent_pairs_whatever_their_age(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
@@ -14,6 +15,8 @@ from langchain_openai import ChatOpenAI
 
 from langchain_ragmetrics._cli import ExitCode, main
 from langchain_ragmetrics._ids import feedback_id
+from langchain_ragmetrics.integrations import monitor
+from langchain_ragmetrics.integrations.monitor import LangSmithMonitor
 from tests._support.langsmith_stub import LangSmithStub
 from tests._support.openai_server import JudgeServer
 from tests._support.rag import rag_app
@@ -21,7 +24,6 @@ from tests._support.traces import trace_questions
 
 JudgeFactory = Callable[..., ChatOpenAI]
 PROJECT = "rag-prod"
-_MAIN = "import sys; from langchain_ragmetrics._cli import main; sys.exit(main())"
 _ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -55,6 +57,22 @@ def monitor_args(checkpoint: Path, *extra: str) -> list[str]:
     ]
 
 
+@pytest.fixture
+def cli_env(
+    judge_server: JudgeServer, langsmith_stub: LangSmithStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``main()`` in this process talks to the loopback servers, its retry rounds sped up.
+
+    The rounds and their count are kept; only the wait before each (1 s, 2 s, 4 s in
+    production, which the monitor's own tests check) shrinks to a few milliseconds.
+    """
+    for name, value in env_for(judge_server, langsmith_stub).items():
+        if name.startswith(("OPENAI_", "LANGSMITH_")):
+            monkeypatch.setenv(name, value)
+    quick = functools.partial(LangSmithMonitor, retry_backoff=0.01)
+    monkeypatch.setattr(monitor, "LangSmithMonitor", quick)  # the CLI imports it lazily
+
+
 # (step, feedback POSTs that reached LangSmith when the 3rd pair's worker died there)
 _KILL_STEPS = [("before_intent", 2), ("after_intent", 2), ("after_post", 3), ("before_settle", 3)]
 
@@ -67,6 +85,8 @@ def test_worker_killed_at_each_step_resumes_without_gaps_or_resends(
     make_judge: JudgeFactory,
     langsmith_stub: LangSmithStub,
     tmp_path: Path,
+    cli_env: None,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     app = rag_app(judge_server, make_judge, max_retries=2)
     runs = trace_questions(langsmith_stub, app.chain, PROJECT, range(6))
@@ -85,12 +105,11 @@ def test_worker_killed_at_each_step_resumes_without_gaps_or_resends(
     assert killed.returncode == -signal.SIGKILL, killed.stdout + killed.stderr
     assert len(langsmith_stub.requests_to("POST", "/feedback")) == posted
 
-    command = [sys.executable, "-c", _MAIN, *monitor_args(checkpoint)]
-    done = subprocess.run(
-        command, check=False, env=env, cwd=_ROOT, capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "runs seen 6 (of 6 listed)" in done.stdout
+    # The restart runs in this process: a new monitor over the same checkpoint file.
+    code = main(monitor_args(checkpoint))
+    out, err = capsys.readouterr()
+    assert code == ExitCode.OK, out + err
+    assert "runs seen 6 (of 6 listed)" in out
     held = langsmith_stub.held_feedback("context_relevance")
     assert sorted(f["run_id"] for f in held) == sorted(r["id"] for r in runs)  # no gap, no dup
     assert len(langsmith_stub.requests_to("POST", "/feedback")) == 6  # nothing posted twice
@@ -102,14 +121,11 @@ def test_unsent_feedback_exits_12_and_a_rerun_finishes(
     make_judge: JudgeFactory,
     langsmith_stub: LangSmithStub,
     tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    cli_env: None,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     app = rag_app(judge_server, make_judge, max_retries=2)
     runs = trace_questions(langsmith_stub, app.chain, PROJECT, range(3))
-    for name, value in env_for(judge_server, langsmith_stub).items():
-        if name.startswith(("OPENAI_", "LANGSMITH_")):
-            monkeypatch.setenv(name, value)
     langsmith_stub.fail("POST /feedback", 500, times=None)
     args = monitor_args(tmp_path / "cp.sqlite")
     assert main(args) == ExitCode.UNSENT
@@ -127,12 +143,9 @@ def test_a_misspelled_project_exits_13(
     judge_server: JudgeServer,
     langsmith_stub: LangSmithStub,
     tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    cli_env: None,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    for name, value in env_for(judge_server, langsmith_stub).items():
-        if name.startswith(("OPENAI_", "LANGSMITH_")):
-            monkeypatch.setenv(name, value)
     langsmith_stub.create_project(PROJECT)
     args = monitor_args(tmp_path / "cp.sqlite")
     args[args.index(PROJECT)] = "rag-prdo"
@@ -146,14 +159,11 @@ def test_exit_summary_and_code(
     make_judge: JudgeFactory,
     langsmith_stub: LangSmithStub,
     tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    cli_env: None,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     app = rag_app(judge_server, make_judge, max_retries=2)
     trace_questions(langsmith_stub, app.chain, PROJECT, range(4))
-    for name, value in env_for(judge_server, langsmith_stub).items():
-        if name.startswith(("OPENAI_", "LANGSMITH_")):
-            monkeypatch.setenv(name, value)
     code = main(monitor_args(tmp_path / "cp.sqlite", "--shard", "0/1", "--since", "1h"))
     out = capsys.readouterr().out
     assert code == ExitCode.OK
@@ -167,12 +177,9 @@ def test_unreachable_langsmith_exits_with_error(
     judge_server: JudgeServer,
     langsmith_stub: LangSmithStub,
     tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    cli_env: None,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    for name, value in env_for(judge_server, langsmith_stub).items():
-        if name.startswith(("OPENAI_", "LANGSMITH_")):
-            monkeypatch.setenv(name, value)
     langsmith_stub.create_project(PROJECT)
     langsmith_stub.fail("POST /runs/query", 503, times=None)
     code = main(monitor_args(tmp_path / "cp.sqlite"))

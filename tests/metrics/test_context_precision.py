@@ -74,17 +74,22 @@ def test_index_check() -> None:
         check_verdict_indices(dup, 2)
 
 
-@pytest.mark.parametrize(
-    ("sample", "keyword", "expected"), [(JA_SATO, "佐藤", 0.5), (JA_PM, "岸田", 7 / 12)]
-)
-def test_japanese_seeds_through_the_chain(
-    judge_server: JudgeServer,
-    make_judge: JudgeFactory,
-    sample: dict[str, Any],
-    keyword: str,
-    expected: float,
-) -> None:
+JA_SEEDS = [(JA_SATO, "佐藤", 0.5), (JA_PM, "岸田", 7 / 12)]
+"""Japanese seeds: the sample, the keyword the judge finds useful, the expected precision."""
+
+
+@pytest.fixture(params=JA_SEEDS, ids=["sato", "pm"])
+def ja_seed(request: pytest.FixtureRequest, judge_server: JudgeServer) -> tuple[Any, str, float]:
+    """A Japanese seed, the judge scripted to find its keyword's passages useful."""
+    sample, keyword, expected = request.param
     judge_server.script = keyword_precision(keyword)
+    return sample, keyword, expected
+
+
+def test_japanese_seeds_through_the_chain(
+    judge_server: JudgeServer, make_judge: JudgeFactory, ja_seed: tuple[Any, str, float]
+) -> None:
+    sample, _, expected = ja_seed
     result = ContextPrecision(llm=make_judge()).invoke(sample)
     assert result.score == expected
     assert result.details["mode"] == "reference"
@@ -94,17 +99,10 @@ def test_japanese_seeds_through_the_chain(
     assert payload(request)["target"] == sample["reference"]
 
 
-@pytest.mark.parametrize(
-    ("sample", "keyword", "expected"), [(JA_SATO, "佐藤", 0.5), (JA_PM, "岸田", 7 / 12)]
-)
 def test_per_context_mode_matches_and_calls_once_per_context(
-    judge_server: JudgeServer,
-    make_judge: JudgeFactory,
-    sample: dict[str, Any],
-    keyword: str,
-    expected: float,
+    judge_server: JudgeServer, make_judge: JudgeFactory, ja_seed: tuple[Any, str, float]
 ) -> None:
-    judge_server.script = keyword_precision(keyword)
+    sample, keyword, expected = ja_seed
     metric = ContextPrecision(llm=make_judge(), per_context=True)
     result = metric.invoke(sample)
     assert result.score == expected

@@ -83,24 +83,30 @@ def smart_judge() -> Callable[[JudgeRequest], Any]:
     )
 
 
+@pytest.fixture
+def smart_server(judge_server: JudgeServer) -> JudgeServer:
+    """The loopback judge, scripted with :func:`smart_judge` (``make_judge`` talks to it)."""
+    judge_server.script = smart_judge()
+    return judge_server
+
+
 # Entity recall reads the reference and the passages in two independent calls by default.
 CALLS = {ContextEntityRecall: 2}
 
 
 @pytest.mark.parametrize("metric_cls", METRICS)
 def test_calls_per_sample_and_contexts_stay_data(
-    judge_server: JudgeServer, make_judge: Callable[..., Any], metric_cls: type[JudgedMetric]
+    smart_server: JudgeServer, make_judge: Callable[..., Any], metric_cls: type[JudgedMetric]
 ) -> None:
-    judge_server.script = smart_judge()
     result = metric_cls(llm=make_judge()).invoke(SAMPLE)
     assert result.error is None
     assert result.score is not None
     calls = CALLS.get(metric_cls, 1)
-    assert judge_server.count() == calls
+    assert smart_server.count() == calls
     assert result.usage.judge_calls == calls
     # the call that carries the passages (entity recall sends the reference on its own too)
     request = next(
-        r for r in judge_server.requests if payload(r).get("text") != SAMPLE["reference"]
+        r for r in smart_server.requests if payload(r).get("text") != SAMPLE["reference"]
     )
     sent = payload(request)
     texts = sent.get("passages") or [s["text"] for s in sent.get("sentences", [])]
@@ -114,12 +120,11 @@ def test_calls_per_sample_and_contexts_stay_data(
 
 @pytest.mark.parametrize("metric_cls", METRICS)
 async def test_abatch_counts_one_call_per_sample(
-    judge_server: JudgeServer, make_judge: Callable[..., Any], metric_cls: type[JudgedMetric]
+    smart_server: JudgeServer, make_judge: Callable[..., Any], metric_cls: type[JudgedMetric]
 ) -> None:
-    judge_server.script = smart_judge()
     results = await metric_cls(llm=make_judge()).abatch([SAMPLE] * 5)
     assert all(r.error is None for r in results)
-    assert judge_server.count() == 5 * CALLS.get(metric_cls, 1)
+    assert smart_server.count() == 5 * CALLS.get(metric_cls, 1)
 
 
 async def score(metric: JudgedMetric, sample: dict[str, Any], path: str) -> Any:
@@ -130,12 +135,11 @@ async def score(metric: JudgedMetric, sample: dict[str, Any], path: str) -> Any:
 @pytest.mark.parametrize("path", ["sync", "async"])
 @pytest.mark.parametrize("metric_cls", METRICS)
 async def test_truncation_is_noted_in_details_on_both_paths(
-    judge_server: JudgeServer,
+    smart_server: JudgeServer,
     make_judge: Callable[..., Any],
     metric_cls: type[JudgedMetric],
     path: str,
 ) -> None:
-    judge_server.script = smart_judge()
     metric = metric_cls(llm=make_judge(), max_context_chars=40)
     result = await score(metric, SAMPLE, path)
     assert result.error is None
@@ -160,22 +164,21 @@ SURROGATES = {
 @pytest.mark.parametrize("path", ["sync", "async"])
 @pytest.mark.parametrize("metric_cls", METRICS)
 async def test_a_lone_surrogate_reaches_the_judge_replaced_and_the_sample_is_scored(
-    judge_server: JudgeServer,
+    smart_server: JudgeServer,
     make_judge: Callable[..., Any],
     metric_cls: type[JudgedMetric],
     path: str,
 ) -> None:
-    judge_server.script = smart_judge()
     result = await score(metric_cls(llm=make_judge()), SURROGATES, path)
     assert result.error is None
     assert result.score is not None
-    assert judge_server.count() == CALLS.get(metric_cls, 1)
-    for request in judge_server.requests:
+    assert smart_server.count() == CALLS.get(metric_cls, 1)
+    for request in smart_server.requests:
         text = request.text  # decoded on the server: valid UTF-8 arrived
         assert "\ufffd" in text
         assert not any(0xD800 <= ord(c) <= 0xDFFF for c in text)
     # a valid pair written as two halves is joined, not replaced
-    assert "😀" in "".join(r.text for r in judge_server.requests)
+    assert "😀" in "".join(r.text for r in smart_server.requests)
     assert result.details["replaced_unencodable"] == [
         {"field": "question", "replaced": 1},
         {"field": "answer", "replaced": 1},
@@ -186,17 +189,16 @@ async def test_a_lone_surrogate_reaches_the_judge_replaced_and_the_sample_is_sco
 
 @pytest.mark.parametrize("metric_cls", METRICS)
 def test_default_judge_reads_openai_env(
-    judge_server: JudgeServer, monkeypatch: pytest.MonkeyPatch, metric_cls: type[JudgedMetric]
+    smart_server: JudgeServer, monkeypatch: pytest.MonkeyPatch, metric_cls: type[JudgedMetric]
 ) -> None:
-    judge_server.script = smart_judge()
-    monkeypatch.setenv("OPENAI_BASE_URL", judge_server.base_url)
+    monkeypatch.setenv("OPENAI_BASE_URL", smart_server.base_url)
     monkeypatch.setenv("OPENAI_API_KEY", "test")
     metric = metric_cls()
     result = metric.invoke(SAMPLE)
     assert result.error is None
     assert result.judge == "gpt-4o-mini"
-    assert judge_server.requests[0].model == "gpt-4o-mini"
-    assert judge_server.requests[0].body.get("temperature") == 0
+    assert smart_server.requests[0].model == "gpt-4o-mini"
+    assert smart_server.requests[0].body.get("temperature") == 0
     assert metric.judge.request_timeout == 60.0  # type: ignore[attr-defined]
     assert metric.judge.max_retries == 0  # type: ignore[attr-defined]  # RetryPolicy retries
 
