@@ -21,6 +21,7 @@ from tests._support.extras import require_extra
 
 require_extra("phoenix.client", "phoenix")
 require_extra("openinference.instrumentation.langchain", "phoenix")
+require_extra("phoenix.server", "phoenix")  # the server the tests start (arize-phoenix)
 
 import httpx  # noqa: E402
 from phoenix.client import Client  # noqa: E402
