@@ -431,6 +431,10 @@ def evaluate(
         cache=cache,
     )
     if batch_api is not False:
+        if workers != 1:
+            msg = "`workers` spreads direct judge calls over processes; with `batch_api` the "
+            msg += "Batch API does the work: leave `workers` at 1"
+            raise ValueError(msg)
         options = batch_api if isinstance(batch_api, BatchOptions) else BatchOptions()
         completed = run.execute_batch(options, preflight=preflight is not False)
         return run.result(interrupted=not completed)

@@ -616,3 +616,13 @@ def test_a_request_above_the_file_size_limit_fails_alone(
     assert "above the batch file limit of 5,000 bytes (max_bytes_per_file)" in error
     assert [r.status("context_recall") for r in batch.rows][1:] == ["scored"] * 3
     assert all(len(f.content) <= 5000 for f in server.files.values() if f.purpose == "batch")
+
+
+def test_workers_with_the_batch_api_is_refused_not_ignored() -> None:
+    with pytest.raises(ValueError, match="leave `workers` at 1"):
+        evaluate(
+            [{"question": "q", "contexts": ["c"], "reference_contexts": ["c"]}],
+            ["non_llm_context_precision"],
+            batch_api=True,
+            workers=2,
+        )
