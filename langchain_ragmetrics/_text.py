@@ -129,7 +129,14 @@ def _occurrences(text: str, sent: str) -> Iterator[tuple[str, int, int]]:
 def _segmenter(code: str) -> Any:
     import pysbd
 
+    from langchain_ragmetrics._segment_fast import fast_processor
+
+    fast = fast_processor(code)  # pysbd's processing, regexes compiled once (en, ja)
+
     class Segmenter(pysbd.Segmenter):  # type: ignore[misc]
+        def processor(self, text: str) -> Any:
+            return super().processor(text) if fast is None else fast(text)
+
         def sentences_with_char_spans(self, sentences: list[str]) -> list[Any]:
             return _char_spans(self.original_text, sentences)
 
