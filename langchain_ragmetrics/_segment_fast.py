@@ -1,4 +1,4 @@
-"""pysbd 0.3.4's sentence processing for English and Japanese, with its regexes compiled once.
+r"""pysbd 0.3.4's sentence processing for English and Japanese, with its regexes compiled once.
 
 pysbd hands about 1,500 distinct pattern strings to module-level ``re.sub`` / ``re.findall``;
 Python's ``re`` cache holds 512, so it keeps recompiling (about 40 % of its CPU), and its
@@ -13,7 +13,7 @@ result:
   finds the same non-overlapping leftmost occurrences as ``re.sub``;
 * a step is skipped when its pattern needs a character the text does not contain (each guard
   names the literal the pattern starts with or requires);
-* the abbreviation pass skips a line, or one abbreviation, when no ``(^|\\s)ABBR.`` occurs in
+* the abbreviation pass skips a line, or one abbreviation, when no ``(^|\s)ABBR.`` occurs in
   it: every replacement that pass can make turns the period right after such an occurrence
   into ``∯`` (see :meth:`FastProcessor._abbreviations_in_line`).
 
@@ -39,18 +39,18 @@ FAST_LANGUAGES = ("en", "ja")
 """Languages replayed here (both use pysbd's standard processor and rules)."""
 
 _Sub = Callable[[str], str]
-_QUOTES = frozenset("\"'“”")  # QUOTATION_AT_END_OF_SENTENCE_REGEX needs one
+_QUOTE = re.compile("[\"'“”]")  # QUOTATION_AT_END_OF_SENTENCE_REGEX needs one
 _META = frozenset(".^$*+?{}[]|()")
 
 
 def _literal(pattern: str) -> str | None:
-    """The text a regex matches if it is a plain literal (``\\(`` etc. allowed), else None."""
+    r"""The text a regex matches if it is a plain literal (``\(`` etc. allowed), else None."""
     out = []
     chars = iter(pattern)
     for c in chars:
         if c == "\\":
             nxt = next(chars, None)
-            if nxt is None or nxt.isascii() and nxt.isalnum():
+            if nxt is None or (nxt.isascii() and nxt.isalnum()):
                 return None  # \d, \s, \1, ...: not a literal
             out.append(nxt)
         elif c in _META:
@@ -70,7 +70,7 @@ def _has(needs: _Needs) -> Callable[[str], bool]:
     something every match contains; None: always True.
     """
     if needs is None:
-        return lambda s: True
+        return lambda _: True
     if isinstance(needs, str):
         return lambda s: needs in s
     return lambda s: needs.search(s) is not None
@@ -94,19 +94,42 @@ def _rule(pattern: str, replacement: str, *, needs: _Needs = None) -> _Sub:
     return lambda s: compiled.sub(replacement, s) if has(s) else s
 
 
-def _chain(*subs: _Sub) -> _Sub:
+def _rules(rules: Any, needs: dict[str, _Needs] | None = None) -> _Sub:
+    """A ``Text(s).apply(*rules)`` of pysbd ``Rule`` objects; ``needs`` maps pattern -> guard.
+
+    When every rule is a literal or has a substring guard, a text containing none of their
+    first characters is returned at once: no rule can match it, so none changes it.
+    """
+    needs = needs or {}
+    subs = [_rule(r.pattern, r.replacement, needs=needs.get(r.pattern)) for r in rules]
+    firsts: set[str] = set()
+    for r in rules:
+        key = _literal(r.pattern) or needs.get(r.pattern)
+        if not isinstance(key, str):
+            firsts = set()
+            break
+        firsts.add(key[0])
+
     def run(s: str) -> str:
         for sub in subs:
             s = sub(s)
         return s
 
-    return run
+    if not firsts:
+        return run
+    return _if_any(tuple(firsts), run)
 
 
-def _rules(rules: Any, needs: dict[str, _Needs] | None = None) -> _Sub:
-    """A ``Text(s).apply(*rules)`` of pysbd ``Rule`` objects; ``needs`` maps pattern -> guard."""
-    needs = needs or {}
-    return _chain(*(_rule(r.pattern, r.replacement, needs=needs.get(r.pattern)) for r in rules))
+def _if_any(chars: tuple[str, ...], run: _Sub) -> _Sub:
+    """``run`` for texts containing one of ``chars``; others are returned as they are."""
+    one_of = re.compile("[" + "".join(map(re.escape, chars)) + "]")
+
+    def guarded(s: str) -> str:
+        # A character-class search is quickest on short texts (sentences), `in` on long ones.
+        found = one_of.search(s) if len(s) < 200 else any(c in s for c in chars)
+        return run(s) if found else s
+
+    return guarded
 
 
 def _g(pattern: str, flags: int = 0) -> re.Pattern[str]:
@@ -136,7 +159,7 @@ _UNESCAPES = (("\\(", "("), ("\\)", ")"), ("\\[", "["), ("\\]", "]"), ("\\-", "-
 
 
 def replace_punctuation(match: re.Match[str], match_type: str | None = None) -> str:
-    """pysbd's ``replace_punctuation``: its literal rules in its order, as ``str.replace``."""
+    """The ``replace_punctuation`` of pysbd: its literal rules in order, as ``str.replace``."""
     text = match.group()
     for old, new in _ESCAPES:
         text = text.replace(old, new)
@@ -169,13 +192,16 @@ class _Rules:
         self.lang = lang
         self.code = code
         self.punctuations = tuple(lang.Punctuations)
-        abbr = lang.Abbreviation
         replacer = getattr(lang, "AbbreviationReplacer", AbbreviationReplacer)
         self.between_cls = getattr(lang, "BetweenPunctuation", BetweenPunctuation)
         self.standard_between = self.between_cls.replace is BetweenPunctuation.replace
         assert self.standard_between or code == "ja"  # Japanese's own: parens and quotes only
+        self._lists(Li)
+        self._abbreviations(lang, replacer)
+        self._processor(lang, ExclamationWords)
+        self._between(BetweenPunctuation)
 
-        # ListItemReplacer
+    def _lists(self, Li: Any) -> None:  # noqa: N803 (pysbd's ListItemReplacer)
         self.li_alpha_periods = re.compile(Li.ALPHABETICAL_LIST_WITH_PERIODS)
         self.li_alpha_periods_has = _has(_g(r"\.(?:(?<=^[a-z]\.)|(?<=\s[a-z]\.))"))  # a. b.
         self.li_alpha_parens = re.compile(Li.ALPHABETICAL_LIST_WITH_PARENS)
@@ -200,7 +226,8 @@ class _Rules:
         self.roman = Li.ROMAN_NUMERALS
         self.latin = Li.LATIN_NUMERALS
 
-        # AbbreviationReplacer
+    def _abbreviations(self, lang: Any, replacer: Any) -> None:
+        abbr = lang.Abbreviation
         single = lang.SingleLetterAbbreviationRules
         assert single.All == [
             single.SingleUpperCaseLetterAtStartOfLineRule,
@@ -243,7 +270,7 @@ class _Rules:
             rf"(U∯S|U\.S|U∯K|E∯U|E\.U|U∯S∯A|U\.S\.A|I|i.v|I.V)∯({starters})"
         )
 
-        # Processor
+    def _processor(self, lang: Any, ExclamationWords: Any) -> None:  # noqa: N803
         numbers = lang.Numbers
         assert numbers.All[0] is numbers.PeriodBeforeNumberRule  # r"\.(?=\d)", fast
         digit_period = _g(r"\.(?<=\d\.)")  # the others all need a digit before the "."
@@ -292,9 +319,9 @@ class _Rules:
         self.split_quote_at_end = re.compile(lang.SPLIT_SPACE_QUOTATION_AT_END_OF_SENTENCE_REGEX)
         self.exclamation_words = re.compile(ExclamationWords.EXCLAMATION_REGEX)
         # Every exclamation word has one of these (checked here, so a new word cannot slip by).
-        self.exclamation_chars = frozenset("!ǃ")
+        self.exclamation_chars = ("!", "ǃ")
         assert all(
-            not self.exclamation_chars.isdisjoint(w) for w in ExclamationWords.EXCLAMATION_WORDS
+            any(c in w for c in self.exclamation_chars) for w in ExclamationWords.EXCLAMATION_WORDS
         )
         double = lang.DoublePunctuationRules
         self.double_punctuation = re.compile(double.DoublePunctuation)
@@ -319,8 +346,8 @@ class _Rules:
         self.final_exclamation = re.compile(r"&ᓴ&$")
         self.sentence_boundary = re.compile(lang.SENTENCE_BOUNDARY_REGEX)
 
-        # BetweenPunctuation (standard, or Japanese's parens and quotes only)
-        bp = BetweenPunctuation
+    def _between(self, bp: Any) -> None:
+        """BetweenPunctuation: the standard steps, and Japanese's parens and quotes."""
         self.bp_leading_apostrophe = re.compile(bp.WORD_WITH_LEADING_APOSTROPHE)
         self.bp_apostrophe_space = re.compile(r"'\s")
         self.bp_single = re.compile(bp.BETWEEN_SINGLE_QUOTES_REGEX)
@@ -398,15 +425,15 @@ class FastProcessor:
     ) -> str:
         list_array = list(map(int, regex1.findall(text)))
         for ind, item in enumerate(list_array):
-            if ind < len(list_array) - 1 and item + 1 == list_array[ind + 1]:
-                text = _substitute_list_items(text, regex2, item, strip, replacement)
-            elif ind > 0:
-                if (
+            if (ind < len(list_array) - 1 and item + 1 == list_array[ind + 1]) or (
+                ind > 0
+                and (
                     ((item - 1) == list_array[ind - 1])
                     or ((item == 0) and (list_array[ind - 1] == 9))
                     or ((item == 9) and (list_array[ind - 1] == 0))
-                ):
-                    text = _substitute_list_items(text, regex2, item, strip, replacement)
+                )
+            ):
+                text = _substitute_list_items(text, regex2, item, strip, replacement)
         return text
 
     def _iterate_alphabet(
@@ -416,13 +443,13 @@ class FastProcessor:
         list_array = [i for i in regex.findall(text) if i in alphabet]
         for ind, each in enumerate(list_array):
             if ind == len(list_array) - 1:
-                text = self._last_item(text, each, ind, alphabet, list_array, parens)
+                text = self._last_item(text, each, ind, alphabet, list_array, parens=parens)
             else:
-                text = self._other_item(text, each, ind, alphabet, list_array, parens)
+                text = self._other_item(text, each, ind, alphabet, list_array, parens=parens)
         return text
 
     def _last_item(
-        self, text: str, a: str, i: int, alphabet: list[str], array: list[str], parens: bool
+        self, text: str, a: str, i: int, alphabet: list[str], array: list[str], *, parens: bool
     ) -> str:
         if (
             (len(alphabet) == 0) & (len(array) == 0)
@@ -435,7 +462,7 @@ class FastProcessor:
         return self._alphabet_list(text, a, parens)
 
     def _other_item(
-        self, text: str, a: str, i: int, alphabet: list[str], array: list[str], parens: bool
+        self, text: str, a: str, i: int, alphabet: list[str], array: list[str], *, parens: bool
     ) -> str:
         if (
             (len(alphabet) == 0) & (len(array) == 0)
@@ -470,12 +497,12 @@ class FastProcessor:
         return text
 
     def _abbreviations_in_line(self, text: str) -> str:
-        """pysbd's ``search_for_abbreviations_in_string``, skipping what cannot change the line.
+        r"""The ``search_for_abbreviations_in_string`` of pysbd, minus what cannot change a line.
 
         Each replacement it makes (``replace_prepositive_abbr``, ``replace_pre_number_abbr``,
         ``replace_period_of_abbr``) turns a "." into "∯" where the "." follows whitespace (or
         the line's start) and a found variant ``am`` of the abbreviation, so it needs
-        ``(^|\\s)ABBR\\.`` (case-insensitive, ABBR as pysbd writes it) in the current line. The
+        ``(^|\s)ABBR\.`` (case-insensitive, ABBR as pysbd writes it) in the current line. The
         pass only ever turns "." into "∯", and such a match in the current line is one in the
         line as given, too. So: no such match for any abbreviation -> the line is returned as
         is; none for one abbreviation -> its iteration is a no-op and skipped; and a found
@@ -504,11 +531,11 @@ class FastProcessor:
         return text
 
     def _abbreviation_spots(self, text: str) -> list[tuple[int, int]]:
-        """Spans ``(start, end)`` of the line where some abbreviation stands before a "."
+        r"""Spans ``(start, end)`` of the line where some abbreviation stands before a ".".
 
         That is: at the line's start or after whitespace, matching the abbreviation as pysbd's
         findall does (case-insensitive, unescaped; one character per pattern character), and
-        followed by a "." at ``end``. (``str.isspace`` is the regex ``\\s``, code point for code
+        followed by a "." at ``end``. (``str.isspace`` is the regex ``\s``, code point for code
         point; a test checks it.)
         """
         r = self.r
@@ -538,15 +565,12 @@ class FastProcessor:
         prepositive = lower in self.r.prepositive
         if not str(char).isupper() or prepositive:
             if prepositive:
-                pattern = r"(?<=\s{abbr})\.(?=(\s|:\d+))".format(abbr=key)
+                pattern = rf"(?<=\s{key})\.(?=(\s|:\d+))"
             elif lower in self.r.number_abbr:
-                pattern = r"(?<=\s{abbr})\.(?=(\s\d|\s+\())".format(abbr=key)
+                pattern = rf"(?<=\s{key})\.(?=(\s\d|\s+\())"
             else:
-                pattern = (
-                    r"(?<=\s{abbr})\.(?=((\.|\:|-|\?|,)|(\s([a-z]|I\s|I'm|I'll|\d|\())))".format(
-                        abbr=re.escape(key)
-                    )
-                )
+                escaped = re.escape(key)
+                pattern = rf"(?<=\s{escaped})\.(?=((\.|\:|-|\?|,)|(\s([a-z]|I\s|I'm|I'll|\d|\())))"
             txt = _compiled(pattern).sub("∯", " " + txt)[1:]
         return txt
 
@@ -561,8 +585,7 @@ class FastProcessor:
         sents = _flatten([self._check_for_punctuation(s) for s in sents])
         out: list[str] = []
         for sent in sents:
-            sent = r.sub_symbols(sent)
-            post = self._post_process(sent)
+            post = self._post_process(r.sub_symbols(sent))
             if post and isinstance(post, str):
                 out.append(post)
             elif isinstance(post, list):
@@ -578,7 +601,7 @@ class FastProcessor:
         if len(txt) > 2 and r.alpha_only.search(txt):
             return txt
         txt = r.reinsert_ellipsis(txt)
-        if not _QUOTES.isdisjoint(txt) and r.quote_at_end.search(txt):  # it needs a quote
+        if _QUOTE.search(txt) and r.quote_at_end.search(txt):  # it needs a quote
             return r.split_quote_at_end.split(txt)
         return txt.replace("\n", "").strip()
 
@@ -591,7 +614,7 @@ class FastProcessor:
         r = self.r
         if txt[-1] not in r.punctuations:
             txt += "ȸ"
-        if not r.exclamation_chars.isdisjoint(txt):
+        if any(c in txt for c in r.exclamation_chars):
             txt = r.exclamation_words.sub(replace_punctuation, txt)
         txt = self._between_punctuation(txt)
         if not r.double_punctuation.match(txt):
@@ -667,7 +690,7 @@ def _replace_alphabet_paren(match: re.Match[str], val: str | None = None) -> str
 
 
 def _flatten(sents: list[Any]) -> list[Any]:
-    """pysbd's ``rm_none_flatten``: drop empty items, unpack nested lists one level."""
+    """The ``rm_none_flatten`` of pysbd: drop empty items, unpack nested lists one level."""
     sents = [s for s in sents if s]
     if not any(isinstance(s, list) for s in sents):
         return sents
@@ -680,7 +703,7 @@ def _flatten(sents: list[Any]) -> list[Any]:
     return out
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _language_rules(code: str) -> _Rules:
     return _Rules(code)
 
