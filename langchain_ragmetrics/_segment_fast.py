@@ -249,14 +249,9 @@ class _Rules:
         self.abbreviations = [a.strip() for a in abbr.ABBREVIATIONS]
         self.prepositive = abbr.PREPOSITIVE_ABBREVIATIONS
         self.number_abbr = abbr.NUMBER_ABBREVIATIONS
-        # pysbd's own per-abbreviation patterns (the abbreviation unescaped, as pysbd has it).
-        self.abbr_find = {s: re.compile(rf"(?:^|\s|\r|\n){s}", re.I) for s in self.abbreviations}
-        self.abbr_next = {
-            s: re.compile(r"(?<={" + str(re.escape(s)) + "} ).{1}") for s in self.abbreviations
-        }
-        # Each abbreviation alone and all of each length, as pysbd's findall has them
-        # (case-insensitive, unescaped), to find where they stand before a "."
-        self.abbr_alone = {s: re.compile(s, re.I) for s in self.abbreviations}
+        # All abbreviations of each length, as pysbd's findall has them (case-insensitive,
+        # unescaped), to find where they stand before a "." (the per-abbreviation patterns are
+        # compiled on first use: most never are, and compiling all of them took 70 ms).
         self.abbr_lengths = sorted({len(s) for s in self.abbreviations})
         self.abbr_of_length = {
             n: re.compile("|".join(s for s in self.abbreviations if len(s) == n), re.I)
@@ -517,15 +512,16 @@ class FastProcessor:
         for stripped in r.abbreviations:
             if stripped not in lowered:
                 continue
-            alone, size = r.abbr_alone[stripped], len(stripped)
+            alone, size = _compiled(stripped, re.I), len(stripped)
             if not any(
                 end - start == size and alone.fullmatch(line, start, end) for start, end in spots
             ):
                 continue
-            abbrev_match = r.abbr_find[stripped].findall(text)
+            # pysbd's own patterns, as it builds them
+            abbrev_match = _compiled(rf"(?:^|\s|\r|\n){stripped}", re.I).findall(text)
             if not abbrev_match:
                 continue
-            char_array = r.abbr_next[stripped].findall(text)
+            char_array = _compiled(r"(?<={" + str(re.escape(stripped)) + "} ).{1}").findall(text)
             for ind, match in enumerate(abbrev_match):
                 text = self._scan_for_replacements(text, match, ind, char_array)
         return text
