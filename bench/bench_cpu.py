@@ -13,6 +13,11 @@ reported per sample):
   part alone: NonLLMContextRecall / NonLLMContextPrecision (rapidfuzz Levenshtein matrix) and
   IDBasedContextRecall / IDBasedContextPrecision.
 
+Side by side (second table): sentence segmentation of every context, per language, through
+pysbd's own processor (the path before issue 18) and through ours (``FastProcessor``: pysbd's
+steps with compiled regexes and exact guards), both through the same windows and span lookup,
+no memo, the two sides alternating within each pass; the sentences are checked equal first.
+
 Usage: ``python bench/bench_cpu.py [--tiny] [--repeats N] [--out DIR]``
 """
 
@@ -121,6 +126,44 @@ def build_cases(records: list[dict[str, Any]]) -> dict[str, tuple[Callable[[], o
     return cases
 
 
+def side_by_side(records: list[dict[str, Any]], repeats: int) -> dict[str, dict[str, Any]]:
+    """CPU per context, pysbd's processor vs ours, interleaved, per language (no memo)."""
+    from langchain_ragmetrics._schema import coerce_sample
+    from langchain_ragmetrics._text import _make_segmenter, segment_in_windows
+
+    samples = [coerce_sample(r) for r in records]
+    results: dict[str, dict[str, Any]] = {}
+    for lang in ("en", "ja"):
+        texts = [c for s in samples if (s.language or "en") == lang for c in s.contexts]
+        if not texts:
+            continue
+        sides = {"pysbd": _make_segmenter(lang, fast=False), "ours": _make_segmenter(lang)}
+
+        def run(segmenter: Any, texts: list[str] = texts) -> list[list[str]]:
+            return [
+                [p.strip() for p in segment_in_windows(segmenter, t) if p and p.strip()]
+                for t in texts
+            ]
+
+        if run(sides["pysbd"]) != run(sides["ours"]):  # also the warm-up
+            raise AssertionError(f"{lang}: the two sides' sentences differ")
+        passes: dict[str, list[float]] = {side: [] for side in sides}
+        for _ in range(repeats):
+            for side, segmenter in sides.items():
+                start = time.process_time()
+                run(segmenter)
+                passes[side].append(time.process_time() - start)
+        us = {side: median(p) / len(texts) * 1e6 for side, p in passes.items()}
+        results[lang] = {
+            "texts": len(texts),
+            "chars_per_text": sum(map(len, texts)) / len(texts),
+            "passes_s": passes,
+            "us_per_text": us,
+            "speedup": us["pysbd"] / us["ours"],
+        }
+    return results
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = base_parser(__doc__.splitlines()[0])
     args = parser.parse_args(argv)
@@ -130,17 +173,28 @@ def main(argv: list[str] | None = None) -> int:
         name: _timed(fn, repeats, count) for name, (fn, count) in build_cases(records).items()
     }
     rows = [[name, r["us_per_sample"]] for name, r in results.items()]
+    paired = side_by_side(records, repeats)
+    pair_rows = [
+        [lang, r["texts"], r["us_per_text"]["pysbd"], r["us_per_text"]["ours"], r["speedup"]]
+        for lang, r in paired.items()
+    ]
     text = (
         f"{len(records)} samples (5 contexts of ~600 characters each; 35 English, 15 Japanese), "
         f"median of {repeats} passes, CPU time (`time.process_time`).\n\n"
         + table(["part", "CPU us / sample"], rows)
+        + "\n\nSentence segmentation of each context (new texts, no memo), pysbd's processor "
+        "vs ours, alternating within each pass; same sentences:\n\n"
+        + table(
+            ["language", "contexts", "pysbd CPU us / context", "ours CPU us / context", "x less"],
+            pair_rows,
+        )
     )
     publish(
         args.out,
         "cpu",
         "CPU per sample (deterministic parts)",
         text,
-        {"samples": len(records), "cases": results},
+        {"samples": len(records), "cases": results, "segmentation_side_by_side": paired},
     )
     return 0
 

@@ -30,6 +30,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "_progress",
         "_prompts",
         "_schema",
+        "_segment_fast",
         "_text",
         "_version",
         "scoring",
