@@ -8,7 +8,6 @@ receiving process builds one judge per distinct recipe and one engine, once.
 
 from __future__ import annotations
 
-import math
 import pickle
 import warnings
 from collections.abc import Sequence
@@ -167,10 +166,14 @@ class ScoringRecipe:
             raise ValueError(msg) from exc
 
     def split(self, parts: int) -> ScoringRecipe:
-        """This recipe with concurrency and rate divided among ``parts`` processes."""
+        """This recipe with concurrency and rate divided among ``parts`` processes.
+
+        Concurrency is rounded down (at least 1), so ``parts - 1`` shares leave at least one
+        share of the slots to the process that hands them out.
+        """
         share = object.__new__(ScoringRecipe)
         share.__dict__.update(self.__dict__)
-        share.max_concurrency = max(1, math.ceil(self.max_concurrency / parts))
+        share.max_concurrency = max(1, self.max_concurrency // parts)
         if self.rate_limit_per_minute is not None:
             share.rate_limit_per_minute = self.rate_limit_per_minute / parts
         return share
