@@ -735,12 +735,12 @@ def score_in_processes(
             received.add((row, col))
             on_result(row, col, result)
 
-    pool.start_workers()
     own = threading.Thread(target=pool.run_own, name="ragmetrics-own", daemon=True)
     serving = threading.Thread(target=pool.serve, name="ragmetrics-feed", daemon=True)
-    own.start()
-    serving.start()
+    own.start()  # the parent's jobs are under way before the first worker is spawned
     try:
+        pool.start_workers()
+        serving.start()
         while len(received) < total and not stop.is_set():
             try:
                 event = pool.events.get(timeout=_POLL_S)
@@ -751,4 +751,5 @@ def score_in_processes(
             record(*event[1:])
     finally:
         pool.close(record)
-        serving.join(_JOIN_S)
+        if serving.ident is not None:
+            serving.join(_JOIN_S)

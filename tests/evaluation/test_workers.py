@@ -253,7 +253,7 @@ def test_a_job_whose_holders_all_die_fails_with_the_cause(
     assert "WorkerDiedError" in errors[0], errors
     assert "SIGKILL" in errors[0], errors
     assert all(r is not None for r in failed)  # every job accounted for
-    assert sum(not math.isnan(s) for s in result["context_recall"]) == 9
+    assert sum(s is not None and not math.isnan(s) for s in result["context_recall"]) == 9
 
 
 def test_a_keyboard_interrupt_from_on_result_keeps_the_partial_results(
@@ -312,7 +312,7 @@ def test_auto_stays_in_process_quietly_when_metrics_cannot_cross(
     monkeypatch.setattr(workers_module, "AUTO_SLOTS_PER_PROCESS", 1)
     monkeypatch.setattr(workers_module, "available_cores", lambda: 2)
     calls: list[int] = []
-    original = run_module.score_in_processes
+    original = workers_module.score_in_processes
 
     def spy(*args: Any, processes: int, **kwargs: Any) -> None:
         calls.append(processes)
