@@ -5,7 +5,8 @@ overlap) spends about 2 ms of CPU per request, on the same cores as the client i
 with two cores, a client that scales to both has none left. This server answers the same
 way (``BenchJudge``, same completion format as ``JudgeServer``) but costs a fraction of that:
 
-* one asyncio loop in its own process, HTTP/1.1 keep-alive, the protocol read by hand;
+* one asyncio loop in its own process, HTTP/1.1 keep-alive, the protocol read by hand
+  (an ``asyncio.Protocol``: no stream or task per request);
 * every answer memoised by the exact request body, so a timed round that repeats an untimed
   warm-up round with the same dataset costs parsing the headers and one dict lookup per
   request (misses are counted and reported: a timed round should have none);
@@ -81,44 +82,61 @@ class _Server:
         cpu = time.process_time()
         return json.dumps({"requests": self.requests, "misses": self.misses, "cpu_s": cpu}).encode()
 
-    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """One keep-alive connection: requests in order, each answered after the latency."""
-        try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                line, _, rest = head.partition(b"\r\n")
-                length = 0
-                for header in rest.split(b"\r\n"):
-                    name, _, value = header.partition(b":")
-                    if name.strip().lower() == b"content-length":
-                        length = int(value)
-                body = await reader.readexactly(length) if length else b""
-                if line.startswith(b"GET /stats"):
-                    data = self.stats()
-                else:
-                    self.requests += 1
-                    data = self.answer(body)
-                    if self.latency:
-                        await asyncio.sleep(self.latency)
-                writer.write(
-                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
-                    + str(len(data)).encode()
-                    + b"\r\n\r\n"
-                    + data
-                )
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
-            pass
-        finally:
-            writer.close()
+
+class _Connection(asyncio.Protocol):
+    """One keep-alive connection, read by hand: no stream or task per request."""
+
+    def __init__(self, server: _Server) -> None:
+        self.server = server
+        self.buffer = b""
+        self.transport: asyncio.Transport | None = None
+        self.loop = asyncio.get_running_loop()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        while True:
+            end = self.buffer.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            head = self.buffer[:end]
+            at = head.lower().find(b"content-length:")
+            stop = head.find(b"\r\n", at)
+            length = int(head[at + 15 : stop if stop >= 0 else None]) if at >= 0 else 0
+            if len(self.buffer) < end + 4 + length:
+                return
+            body = self.buffer[end + 4 : end + 4 + length]
+            self.buffer = self.buffer[end + 4 + length :]
+            if head.startswith(b"GET /stats"):
+                self.send(self.server.stats())
+                continue
+            self.server.requests += 1
+            data = self.server.answer(body)
+            if self.server.latency:
+                self.loop.call_later(self.server.latency, self.send, data)
+            else:
+                self.send(data)
+
+    def send(self, data: bytes) -> None:
+        """Write one response (answers of one connection go out in request order)."""
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+                + str(len(data)).encode()
+                + b"\r\n\r\n"
+                + data
+            )
 
 
 async def _main(latency: float) -> None:
     server = _Server(latency)
-    listener = await asyncio.start_server(server.serve, "127.0.0.1", 0, backlog=512)
+    loop = asyncio.get_running_loop()
+    listener = await loop.create_server(lambda: _Connection(server), "127.0.0.1", 0, backlog=512)
     port = listener.sockets[0].getsockname()[1]
     print(port, flush=True)
-    loop = asyncio.get_running_loop()
     await loop.run_in_executor(None, sys.stdin.read)  # serve until the parent closes stdin
     os._exit(0)  # open keep-alive connections need no goodbye
 

@@ -61,7 +61,9 @@ def scale_rows(samples: int, prefix: str = "") -> list[dict[str, Any]]:
                 f"{prefix}The cafeteria of building {i % 5} serves soup number {i}.",
                 f"{prefix}Lab {i % 7} also tested variant {i}-b in week {i + 1}.",
             ],
-            "reference": f"{prefix}Prototype {i} was built in lab {i % 7}. It was tested in week {i}.",
+            "reference": (
+                f"{prefix}Prototype {i} was built in lab {i % 7}. It was tested in week {i}."
+            ),
         }
         for i in range(samples)
     ]

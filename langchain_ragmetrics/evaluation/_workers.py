@@ -174,11 +174,13 @@ class _PullBatch(_Batch):
     ``refill(block)`` is called without the batch lock: when the batch has run dry
     (``block``: it should not return before asking) or is running low (``low`` jobs or
     fewer left, so the next ones arrive before they are needed). Jobs come in through
-    :meth:`add`; :meth:`close` says no more will.
+    :meth:`add`; :meth:`close` says no more will. ``refill`` returns True when it did either
+    before returning (the parent's feed is local), False when the answer comes later (a
+    worker's request travels to the parent): then the taking thread waits for it.
     """
 
     def __init__(
-        self, spawn: Callable[[], None], refill: Callable[[bool], None], *, low: int = 0
+        self, spawn: Callable[[], None], refill: Callable[[bool], bool], *, low: int = 0
     ) -> None:
         self.job_list: list[Job] = []
         super().__init__(self.job_list, spawn)
@@ -224,7 +226,8 @@ class _PullBatch(_Batch):
                     break
                 if self.closed:
                     return None
-            self.refill(True)
+            if self.refill(True):
+                continue  # jobs came in synchronously (or none will): take again at once
             with self.lock:
                 if self.cursor >= len(self.job_list) and not self.closed and not self.stop.is_set():
                     self.arrived.wait(_POLL_S)
@@ -325,14 +328,15 @@ class _WorkerSide:
         with self.sending:
             self.conn.send(message)
 
-    def refill(self, block: bool) -> None:
+    def refill(self, block: bool) -> bool:
         """Ask the parent for more jobs, unless a request is on its way already."""
         del block
         with self.asking:
             if self.asked:
-                return
+                return False
             self.asked = True
         self.send("more", self.chunk)
+        return False
 
     def listen(self) -> None:
         """Handle the parent's messages until ``stop`` or end of file (a thread of its own)."""
@@ -545,15 +549,16 @@ class _Pool:
         """The parent's threads score jobs from the feed, one at a time (a thread of its own)."""
         engine = self.engine
 
-        def refill(block: bool) -> None:
-            if not block:
-                return
+        def refill(block: bool) -> bool:
+            if not block:  # one job at a time, taken when a slot is free: none hoarded
+                return True
             key = self.feed.take_own()
             if key is None:
                 batch.close()
             else:
                 row, col = key
                 batch.add([Job(self.samples[row], self.metrics[col], key)])
+            return True
 
         def deliver(job: Job, result: MetricResult) -> None:
             row, col = job.tag
