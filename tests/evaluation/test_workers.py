@@ -7,6 +7,7 @@ function of this module that the spawned child imports. No test waits on luck.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import math
@@ -19,6 +20,7 @@ import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -27,6 +29,8 @@ from langchain_openai import ChatOpenAI
 
 from langchain_ragmetrics import ContextPrecision, ContextRecall, MetricResult, VerdictCache
 from langchain_ragmetrics._cli._common import ExitCode
+from langchain_ragmetrics._cli._evaluate import _workers_arg
+from langchain_ragmetrics._engine import ScoringEngine
 from langchain_ragmetrics.evaluation import _run as run_module
 from langchain_ragmetrics.evaluation import _workers as workers_module
 from langchain_ragmetrics.evaluation import evaluate
@@ -465,3 +469,32 @@ def test_a_recipe_shares_concurrency_and_rate_among_workers(
     built = pickle.loads(pickle.dumps(share)).build_metrics()
     assert built[0].llm is built[1].llm
     assert built[0].llm.openai_api_base == make_judge().openai_api_base
+
+
+def test_a_ready_workers_share_of_the_rate_leaves_the_parents_limiter(
+    make_judge: Callable[..., Any],
+) -> None:
+    engine = ScoringEngine(max_concurrency=8, rate_limit_per_minute=600)
+    recipe = ScoringRecipe(
+        [ContextRecall(llm=make_judge())], max_concurrency=8, rate_limit_per_minute=600
+    )
+    pool = workers_module._Pool(
+        samples=[], metrics=[ContextRecall()], engine=engine, recipe=recipe, processes=2,
+        stop=threading.Event(),
+    )  # fmt: skip
+    worker = SimpleNamespace(ready=True, rate=pool.share_recipe.rate_limit_per_minute)
+    assert worker.rate == 300
+    pool._rate_to(worker)  # type: ignore[arg-type]
+    assert engine.limiter.requests_per_second == pytest.approx(5.0)  # 600 a minute in all
+    assert engine.limiter.available_tokens <= engine.limiter.max_bucket_size == 5.0
+    worker.ready = False  # it died: its share comes back
+    pool._rate_to(worker)  # type: ignore[arg-type]
+    assert engine.limiter.requests_per_second == pytest.approx(10.0)
+
+
+def test_the_cli_takes_auto_or_a_number_of_workers() -> None:
+    assert _workers_arg("auto") == "auto"
+    assert _workers_arg("3") == 3
+    for bad in ("0", "two"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            _workers_arg(bad)
