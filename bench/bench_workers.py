@@ -9,14 +9,18 @@ and reports its wall time, the CPU time of itself and its worker processes (reap
 counted), the judge requests it caused and the judge's CPU for them. Configurations
 alternate within each repeat so a busy machine slows them alike; load averages are printed.
 
-* **scale**: 2,000 distinct samples x ContextRecall + ContextPrecision = 4,000 jobs at 64
-  concurrent jobs, 50 ms judge: ``workers=1`` vs ``workers=2`` (the caller plus one spawned
-  process; its start-up is inside the timed call, as a user pays it). Target: 2 processes
-  score >= 1.8x what one does.
+* **scale**: 1,000 distinct generated samples (``make_dataset.build``, ~600-character
+  contexts, a third in Japanese) x the 4 LLM-judged metrics = 4,000 jobs (about 5,000 judge
+  requests) at 64 concurrent jobs, 50 ms judge: ``workers=1`` vs ``workers=2`` (the caller
+  plus one spawned process; its start-up is inside the timed call, as a user pays it). Target:
+  2 processes score >= 1.8x what one does. Realistic texts on purpose: with tiny rows a job
+  costs the client ~2 ms of CPU, and the judge's own CPU and a worker's start-up (on the same
+  two cores) would weigh as much as the work being spread.
 * **check**: the issue's check: 200 distinct generated samples x the 4 LLM-judged metrics
   (about 1,000 judge requests), 16 at a time, 100 ms judge: ``workers=1`` and the default
   (``workers="auto"``). Ideal = requests x latency / 16. Target: the default >= 90 % of ideal.
-* ``--ray-python``: also ``evaluate_ray`` on a local Ray with 2 actors on the scale data.
+* ``--ray-python``: also ``evaluate_ray`` on a local Ray with 2 actors on the scale data
+  (ContextRecall and ContextPrecision).
 
 Usage: ``python bench/bench_workers.py [--tiny] [--repeats N] [--only scale|check]
 [--ray-python /work/venv-ray/bin/python]``
@@ -41,32 +45,14 @@ BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 sys.path[:0] = [str(BENCH), str(REPO)]
 
-SCALE_METRICS = ["context_recall", "context_precision"]
+SCALE_METRICS = ["context_recall", "context_precision"]  # evaluate_ray's
+SCALE_SEED = 18  # the scale data differs from the check's (make_dataset's own seed)
 SCALE_CONCURRENCY = 64
 SCALE_LATENCY = 0.05
 CHECK_CONCURRENCY = 16
 CHECK_LATENCY = 0.1
 SPEEDUP_TARGET = 1.8
 IDEAL_TARGET = 0.90
-
-
-def scale_rows(samples: int, prefix: str = "") -> list[dict[str, Any]]:
-    """Distinct samples (no two share a text, so no cache or memo of ours can hit)."""
-    return [
-        {
-            "row": i + 1,
-            "question": f"{prefix}Which lab built prototype {i} of the device?",
-            "contexts": [
-                f"{prefix}Prototype {i} of the device was built in lab {i % 7} during week {i}.",
-                f"{prefix}The cafeteria of building {i % 5} serves soup number {i}.",
-                f"{prefix}Lab {i % 7} also tested variant {i}-b in week {i + 1}.",
-            ],
-            "reference": (
-                f"{prefix}Prototype {i} was built in lab {i % 7}. It was tested in week {i}."
-            ),
-        }
-        for i in range(samples)
-    ]
 
 
 def _cpu_s() -> float:
@@ -85,12 +71,12 @@ def _judge_stats(base_url: str) -> dict[str, Any]:
 # --------------------------------------------------------------------------- driver (child)
 
 
-def _metrics(kind: str, base_url: str) -> list[Any]:
+def _metrics(base_url: str) -> list[Any]:
     from _data import judge_client
 
     from langchain_ragmetrics.evaluation import metric_from_name, metric_names
 
-    names = SCALE_METRICS if kind == "scale" else metric_names(judged=True)
+    names = metric_names(judged=True)
     return [
         metric_from_name(n, llm=judge_client(base_url, "ours", n, max_retries=0)) for n in names
     ]
@@ -104,8 +90,8 @@ def drive(kind: str, base_url: str, dataset: Path, workers: str) -> dict[str, An
     rows, warm = data["rows"], data["warm"]
     concurrency = SCALE_CONCURRENCY if kind == "scale" else CHECK_CONCURRENCY
     chosen: int | str = workers if workers == "auto" else int(workers)
-    evaluate(warm, _metrics(kind, base_url), workers=1, show_progress=False)
-    metrics = _metrics(kind, base_url)
+    evaluate(warm, _metrics(base_url), workers=1, show_progress=False)
+    metrics = _metrics(base_url)
     stamps: list[float] = []
     judge = _judge_stats(base_url)
     cpu, start = _cpu_s(), time.perf_counter()
@@ -282,18 +268,19 @@ def main() -> None:
     verdicts = []
     with tempfile.TemporaryDirectory() as tmp:
         if args.only in (None, "scale"):
-            samples = 100 if args.tiny else 2000
+            samples = 50 if args.tiny else 1000
+            generated = build(samples + 4, seed=SCALE_SEED)
             dataset = Path(tmp) / "scale.json"
-            data = {"rows": scale_rows(samples), "warm": scale_rows(4, "warm-up ")}
-            dataset.write_text(json.dumps(data), encoding="utf-8")
+            data = {"rows": generated[:samples], "warm": generated[samples:]}
+            dataset.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
             configs = [("workers=1", sys.executable, "1"), ("workers=2", sys.executable, "2")]
             if args.ray_python:
                 configs.append(("evaluate_ray, 2 actors x 32", args.ray_python, "ray"))
             runs = measure("scale", configs, dataset, SCALE_LATENCY, repeats)
             title = (
-                f"scale: {samples} distinct samples x {len(SCALE_METRICS)} metrics = "
-                f"{samples * len(SCALE_METRICS)} jobs, {SCALE_CONCURRENCY} concurrent jobs in "
-                f"total, {SCALE_LATENCY * 1000:.0f} ms judge, medians of {repeats}"
+                f"scale: {samples} distinct generated samples x 4 LLM-judged metrics = "
+                f"{samples * 4} jobs, {SCALE_CONCURRENCY} concurrent jobs in total, "
+                f"{SCALE_LATENCY * 1000:.0f} ms judge, medians of {repeats}"
             )
             med = report(title, runs, SCALE_CONCURRENCY, SCALE_LATENCY)
             speedup = med["workers=1"]["wall"] / med["workers=2"]["wall"]  # type: ignore[operator]

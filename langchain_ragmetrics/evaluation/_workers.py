@@ -423,6 +423,8 @@ class _Worker:
     lending: threading.Event = field(default_factory=threading.Event)
     """Set to stop lending slots to this worker."""
     sending: threading.Lock = field(default_factory=threading.Lock)
+    loans: threading.Lock = field(default_factory=threading.Lock)
+    """Guards ``granted`` against the worker's exit while a slot is being lent."""
 
     def send(self, *message: Any) -> bool:
         """Send a message to the worker (False when it is gone)."""
@@ -634,22 +636,23 @@ class _Pool:
         while worker.granted < worker.share and not worker.lending.is_set():
             if not gate.acquire_resumed(timeout=_POLL_S):  # ahead of the parent's new jobs
                 continue
-            if worker.lending.is_set() or not worker.send("grant"):
-                gate.slots.release()
-                return
-            worker.granted += 1
+            with worker.loans:  # the worker's exit takes back exactly what was granted
+                if worker.lending.is_set() or not worker.send("grant"):
+                    gate.slots.release()
+                    return
+                worker.granted += 1
 
     def _retire(self, worker: _Worker) -> None:
         """A worker exited: its slots and rate go back to the parent, its jobs to the feed."""
         worker.process.join(_JOIN_S)
         self.workers.remove(worker)
-        worker.lending.set()
+        with worker.loans:
+            worker.lending.set()
+            granted, worker.granted = worker.granted, 0
         worker.conn.close()
         worker.control.close()
-        for _ in range(worker.granted):
-            with contextlib.suppress(ValueError):
-                self.engine.gate.slots.release()
-        worker.granted = 0
+        for _ in range(granted):
+            self.engine.gate.slots.release()
         if worker.ready:
             worker.ready = False
             self._rate_to(worker)
