@@ -25,6 +25,9 @@ if TYPE_CHECKING:
 
 __all__ = ["JudgeRecipe", "ScoringRecipe"]
 
+_LIVE_FIELDS = ("http_client", "http_async_client", "rate_limiter", "callbacks")
+"""Chat-model fields that hold live objects, which ``dumpd`` silently leaves out."""
+
 
 class JudgeRecipe(BaseModel):
     """How to build a judge in another process: never a live client.
@@ -54,7 +57,9 @@ class JudgeRecipe(BaseModel):
         """The recipe of a live chat model (LangChain-serializable ones: ChatOpenAI and most).
 
         Raises:
-            ValueError: The model cannot be serialized by LangChain.
+            ValueError: The model cannot be serialized by LangChain, or holds live objects a
+                serialized model would silently lose (its own HTTP client, rate limiter or
+                callbacks).
         """
         from langchain_core.load import dumpd
 
@@ -65,6 +70,14 @@ class JudgeRecipe(BaseModel):
                 f"the judge {type(llm).__name__} cannot be rebuilt in another process (LangChain "
                 "cannot serialize it); use a serializable chat model such as ChatOpenAI, or "
                 "workers=1"
+            )
+            raise ValueError(msg)
+        live = [name for name in _LIVE_FIELDS if getattr(llm, name, None) is not None]
+        if live:
+            msg = (
+                f"the judge {type(llm).__name__}'s {', '.join(live)} cannot be sent to another "
+                "process (LangChain leaves live objects out of a serialized model, so the "
+                "rebuilt judge would differ); drop it from the judge, or use workers=1"
             )
             raise ValueError(msg)
         secrets: dict[str, SecretStr] = {}

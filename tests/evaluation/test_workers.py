@@ -498,3 +498,15 @@ def test_the_cli_takes_auto_or_a_number_of_workers() -> None:
     for bad in ("0", "two"):
         with pytest.raises(argparse.ArgumentTypeError):
             _workers_arg(bad)
+
+
+def test_a_judge_with_live_parts_is_not_rebuilt_without_them(
+    make_judge: Callable[..., Any],
+) -> None:
+    from langchain_core.rate_limiters import InMemoryRateLimiter
+
+    limited = make_judge(rate_limiter=InMemoryRateLimiter(requests_per_second=5))
+    with pytest.raises(ValueError, match="rate_limiter cannot be sent to another process"):
+        JudgeRecipe.from_llm(limited)
+    with pytest.raises(ValueError, match="rate_limiter cannot be sent"):
+        evaluate(rows(4), [ContextRecall(llm=limited)], workers=2, show_progress=False)
