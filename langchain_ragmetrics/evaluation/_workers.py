@@ -121,13 +121,16 @@ def worker_count(
     a slot). ``"auto"`` uses more than one only where another process can pay off: more than
     one core, at least :data:`AUTO_MIN_JOBS` jobs per process, at least
     :data:`AUTO_SLOTS_PER_PROCESS` slots per process (fewer concurrent jobs leave the judge,
-    not our CPU, the bottleneck) and no rate limit one process can meet on its own.
+    not our CPU, the bottleneck), no rate limit one process can meet on its own, and not
+    inside a daemonic process (a ``multiprocessing`` pool's worker may not start children).
 
     Raises:
         ValueError: ``workers`` is neither ``"auto"`` nor a whole number of at least 1.
     """
     if workers == "auto":
         if rate_limit_per_minute is not None and rate_limit_per_minute < AUTO_MIN_RATE_PER_MINUTE:
+            return 1
+        if multiprocessing.current_process().daemon:  # may not have children of its own
             return 1
         cores = available_cores() if cores is None else cores
         return max(1, min(cores, jobs // AUTO_MIN_JOBS, max_concurrency // AUTO_SLOTS_PER_PROCESS))

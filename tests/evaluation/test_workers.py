@@ -510,3 +510,11 @@ def test_a_judge_with_live_parts_is_not_rebuilt_without_them(
         JudgeRecipe.from_llm(limited)
     with pytest.raises(ValueError, match="rate_limiter cannot be sent"):
         evaluate(rows(4), [ContextRecall(llm=limited)], workers=2, show_progress=False)
+
+
+def test_auto_stays_at_one_inside_a_daemonic_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    this = multiprocessing.current_process()
+    monkeypatch.setitem(this._config, "daemon", True)  # type: ignore[attr-defined]
+    assert this.daemon  # as in a multiprocessing pool's worker, which may not have children
+    assert worker_count("auto", jobs=1000, max_concurrency=16, cores=2) == 1
+    assert worker_count(2, jobs=1000, max_concurrency=16, cores=2) == 2  # asked for: tried
