@@ -8,8 +8,11 @@ feed as each side asks for them, the parent one at a time and each worker a few 
 (a quarter of its concurrency, asked for before it runs dry), so a worker's start-up is
 never on the critical path, a slow worker takes fewer jobs, and the sides finish together.
 
-Each worker gets a :class:`~langchain_ragmetrics.evaluation._recipe.ScoringRecipe` (never a
-live client), builds its judges and engine once, and streams results back over its own pipe:
+Scoring itself is the engine's on both sides: the job threads of :class:`ScoringEngine` (its
+``_work`` loop: slots, backoff hand-over, timeouts) take jobs from a :class:`_PullBatch`, an
+engine batch whose jobs arrive while it runs. Each worker gets a
+:class:`~langchain_ragmetrics.evaluation._recipe.ScoringRecipe` (never a live client), builds
+its judges and engine once, and streams results back over its own pipe:
 the caller's thread keeps the progress bar, ``on_result`` and the results, in input order
 whatever order they arrive in.
 
