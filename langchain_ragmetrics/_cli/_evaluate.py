@@ -43,6 +43,11 @@ EXIT_CODES: tuple[ExitCode, ...] = (
 _OUTPUT_SUFFIXES = (".jsonl", ".csv")
 
 
+def _workers_arg(text: str) -> int | str:
+    """``--workers``: ``auto`` or a whole number of at least 1."""
+    return "auto" if text.strip().lower() == "auto" else positive_int(text)
+
+
 def register(commands: Any) -> None:
     """Add the ``evaluate`` sub-command to ``commands`` (an argparse sub-parsers action)."""
     from langchain_ragmetrics.evaluation import metric_classes
@@ -72,11 +77,12 @@ def register(commands: Any) -> None:
     )
     evaluate.add_argument(
         "--workers",
-        type=positive_int,
+        type=_workers_arg,
         default=None,
-        help="processes scoring the rows, sharing --concurrency (default: 1; more helps a fast "
-        "judge at high concurrency use every core, see docs/scaling.md); with --ray, the "
-        "number of Ray actors, each with --concurrency jobs (default: 2)",
+        help="processes scoring the rows, this one included, sharing --concurrency: a number, "
+        "or auto (the default: more than one only with several cores, 400+ jobs and 8+ "
+        "concurrent jobs per process, see docs/offline/scaling.md); with --ray, the number "
+        "of Ray actors, each with --concurrency jobs (default: 2)",
     )
     evaluate.add_argument(
         "--ray",
@@ -417,7 +423,7 @@ def _evaluate_command(args: argparse.Namespace) -> int:  # noqa: PLR0915 - one l
             llm=llm,
             language=language,
             max_concurrency=args.concurrency,
-            workers=args.workers or 1,
+            workers=args.workers or "auto",
             timeout=args.timeout,
             show_progress=not args.no_progress,
             cache=cache,
@@ -506,7 +512,7 @@ def _evaluate_on_ray(
             base_url=args.base_url or os.environ.get("OPENAI_BASE_URL"),
             api_key=os.environ.get("OPENAI_API_KEY"),
             language=language,
-            num_actors=args.workers or 2,
+            num_actors=args.workers if isinstance(args.workers, int) else 2,
             max_concurrency=args.concurrency,
             timeout=args.timeout,
             cache=cache,

@@ -8,7 +8,6 @@ receiving process builds one judge per distinct recipe and one engine, once.
 
 from __future__ import annotations
 
-import math
 import pickle
 import warnings
 from collections.abc import Sequence
@@ -25,6 +24,9 @@ if TYPE_CHECKING:
     from langchain_core.runnables import RunnableConfig
 
 __all__ = ["JudgeRecipe", "ScoringRecipe"]
+
+_LIVE_FIELDS = ("http_client", "http_async_client", "rate_limiter", "callbacks")
+"""Chat-model fields that hold live objects, which ``dumpd`` silently leaves out."""
 
 
 class JudgeRecipe(BaseModel):
@@ -55,7 +57,9 @@ class JudgeRecipe(BaseModel):
         """The recipe of a live chat model (LangChain-serializable ones: ChatOpenAI and most).
 
         Raises:
-            ValueError: The model cannot be serialized by LangChain.
+            ValueError: The model cannot be serialized by LangChain, or holds live objects a
+                serialized model would silently lose (its own HTTP client, rate limiter or
+                callbacks).
         """
         from langchain_core.load import dumpd
 
@@ -66,6 +70,14 @@ class JudgeRecipe(BaseModel):
                 f"the judge {type(llm).__name__} cannot be rebuilt in another process (LangChain "
                 "cannot serialize it); use a serializable chat model such as ChatOpenAI, or "
                 "workers=1"
+            )
+            raise ValueError(msg)
+        live = [name for name in _LIVE_FIELDS if getattr(llm, name, None) is not None]
+        if live:
+            msg = (
+                f"the judge {type(llm).__name__}'s {', '.join(live)} cannot be sent to another "
+                "process (LangChain leaves live objects out of a serialized model, so the "
+                "rebuilt judge would differ); drop it from the judge, or use workers=1"
             )
             raise ValueError(msg)
         secrets: dict[str, SecretStr] = {}
@@ -167,10 +179,14 @@ class ScoringRecipe:
             raise ValueError(msg) from exc
 
     def split(self, parts: int) -> ScoringRecipe:
-        """This recipe with concurrency and rate divided among ``parts`` processes."""
+        """This recipe with concurrency and rate divided among ``parts`` processes.
+
+        Concurrency is rounded down (at least 1), so ``parts - 1`` shares leave at least one
+        share of the slots to the process that hands them out.
+        """
         share = object.__new__(ScoringRecipe)
         share.__dict__.update(self.__dict__)
-        share.max_concurrency = max(1, math.ceil(self.max_concurrency / parts))
+        share.max_concurrency = max(1, self.max_concurrency // parts)
         if self.rate_limit_per_minute is not None:
             share.rate_limit_per_minute = self.rate_limit_per_minute / parts
         return share

@@ -27,7 +27,12 @@ from langchain_ragmetrics.evaluation._recipe import ScoringRecipe
 from langchain_ragmetrics.evaluation._registry import metric_from_name
 from langchain_ragmetrics.evaluation._result import EvaluationResult, EvaluationRow, column_names
 from langchain_ragmetrics.evaluation._saved import run_info
-from langchain_ragmetrics.evaluation._workers import score_in_processes, worker_count
+from langchain_ragmetrics.evaluation._workers import (
+    Workers,
+    needs_main,
+    score_in_processes,
+    worker_count,
+)
 from langchain_ragmetrics.metrics import BaseRagMetric, JudgedMetric
 
 if TYPE_CHECKING:
@@ -159,23 +164,44 @@ class _Run:
         self._task: asyncio.Task[Any] | None = None
         self._progress: Progress | None = None
         self.workers = 1
+        """Processes scoring the jobs, this one included."""
         self.recipe: ScoringRecipe | None = None
-        """Set when the jobs run in worker processes (``workers > 1``)."""
+        """Set when worker processes share the jobs (``workers > 1``)."""
 
-    def use_workers(self, workers: int, *, rate_limit_per_minute: float | None) -> None:
-        """Run the jobs in ``workers`` processes (1: on this process's threads)."""
-        self.workers = worker_count(workers, len(self.data.samples))
-        if self.workers == 1:
-            return
+    def use_workers(self, workers: Workers, *, rate_limit_per_minute: float | None) -> None:
+        """Decide how many processes score the jobs and, for more than one, make the recipe.
+
+        ``"auto"`` falls back to this process alone, without a word, when the metrics cannot
+        be sent to a worker (a judge LangChain cannot serialize, config callbacks) or when a
+        worker would have to re-run the caller's script (a metric class defined there: the
+        script may lack the ``if __name__ == "__main__":`` guard); an explicit number raises
+        in the first case and relies on the guard in the second.
+        """
         engine = self.engine
-        self.recipe = ScoringRecipe(
-            self.metrics,
+        count = worker_count(
+            workers,
+            jobs=len(self.data.samples) * len(self.metrics),
             max_concurrency=engine.max_concurrency,
-            timeout=engine.timeout,
-            rate_limit_per_minute=rate_limit_per_minute,
-            raise_exceptions=engine.raise_exceptions,
-            config=engine.config,
+            rate_limit_per_minute=rate_limit_per_minute if workers == "auto" else None,
         )
+        if count == 1:
+            return
+        try:
+            recipe = ScoringRecipe(
+                self.metrics,
+                max_concurrency=engine.max_concurrency,
+                timeout=engine.timeout,
+                rate_limit_per_minute=rate_limit_per_minute,
+                raise_exceptions=engine.raise_exceptions,
+                config=engine.config,
+            )
+        except ValueError:
+            if workers == "auto":
+                return
+            raise
+        if workers == "auto" and needs_main(recipe):
+            return
+        self.workers, self.recipe = count, recipe
 
     def jobs(self) -> list[Job]:
         """Sample-major job list, so an interrupted run leaves whole rows behind it."""
@@ -217,11 +243,12 @@ class _Run:
         start = time.perf_counter()
         try:
             if self.recipe is not None:
-                count = worker_count(self.workers, len(self.data.samples))
                 score_in_processes(
                     self.data.samples,
+                    self.metrics,
+                    self.engine,
                     self.recipe,
-                    workers=count,
+                    processes=self.workers,
                     on_result=self._record_at,
                     stop=self._stop,
                 )
@@ -340,7 +367,7 @@ def evaluate(
     llm: BaseChatModel | None = None,
     language: str | None = None,
     max_concurrency: int = 16,
-    workers: int = 1,
+    workers: Workers = "auto",
     timeout: float | None = None,
     rate_limit_per_minute: float | None = None,
     show_progress: bool = True,
@@ -371,14 +398,18 @@ def evaluate(
         max_concurrency: Jobs at work at the same time (one judge request each, or up to the
             metric's ``max_parallel_calls`` for ``per_context`` metrics); a job sleeping out a
             retry backoff does not count. With ``workers`` it is the total, shared among them.
-        workers: Processes scoring the jobs. 1 (the default) scores on this process's threads,
-            which suffices while the judge is the bottleneck (slow or rate-limited, the usual
-            case) and starts at once. More spreads the rows over that many spawned processes
-            (about a second each to start; rows are interleaved so each gets an equal share)
-            so a fast judge at high concurrency is not capped by one core: pick up to the
-            cores you have for thousands of jobs. Metrics and judges cross as a recipe (a
-            judge LangChain can serialize, such as ``ChatOpenAI``); a script that uses it
-            needs the ``if __name__ == "__main__":`` guard. See docs/scaling.md.
+        workers: Processes scoring the jobs, this one included. This process starts scoring
+            at once on its threads while the others start (a second or two each), and every
+            process pulls jobs from one feed as it frees up, so extra processes never delay a
+            run's start and a slow one takes fewer jobs. ``"auto"`` (the default) uses more
+            than one only where that can pay off: more than one core, at least 400 jobs and 8
+            of ``max_concurrency``'s slots per process, no rate limit under 3,000 a minute,
+            and metrics that can cross to another process (else it quietly stays at 1). 1
+            keeps everything in this process; a number above 1 asks for that many (a metric
+            or judge that cannot cross is then an error). Metrics and judges cross as a
+            recipe (a judge LangChain can serialize, such as ``ChatOpenAI``); a metric class
+            defined in the running script needs its ``if __name__ == "__main__":`` guard. See
+            docs/offline/scaling.md.
         timeout: Seconds before one job is abandoned (it becomes NaN); None for no limit.
         rate_limit_per_minute: Upper bound on judge requests per minute, retries included
             (langchain-core's ``InMemoryRateLimiter``); None for no limit.
@@ -413,8 +444,9 @@ def evaluate(
         PreflightError: A judge cannot do structured output, or failed the pre-flight call.
         BatchError: ``batch_api``: a judge the Batch API cannot serve, nothing to cancel, or
             the service refused a file or a batch.
-        ValueError: ``workers`` is below 1, or (``workers > 1``) a metric, its judge or the
-            config's callbacks cannot be sent to another process.
+        ValueError: ``workers`` is not ``"auto"`` or a number of at least 1, or (a number
+            above 1) a metric, its judge or the config's callbacks cannot be sent to another
+            process.
     """
     run = _prepare(
         dataset,
@@ -431,7 +463,7 @@ def evaluate(
         cache=cache,
     )
     if batch_api is not False:
-        if workers != 1:
+        if workers not in (1, "auto"):
             msg = "`workers` spreads direct judge calls over processes; with `batch_api` the "
             msg += "Batch API does the work: leave `workers` at 1"
             raise ValueError(msg)

@@ -1,21 +1,37 @@
-"""``evaluate(..., workers=N)``: the jobs of one run spread over N worker processes.
+"""``evaluate(..., workers=N)``: the parent and N - 1 worker processes pull jobs from one feed.
 
 One process spends most of a run's CPU on building prompts, parsing answers and HTTP
-plumbing under one interpreter lock; N spawned processes use N cores. Each worker gets a
+plumbing under one interpreter lock; more processes use more cores. The calling process
+scores at once on its own threads, exactly as with one process, while the workers start
+(spawning one and importing LangChain takes a second or two): jobs are handed out from one
+feed as each side asks for them, the parent one at a time and each worker a few at a time
+(a quarter of its concurrency, asked for before it runs dry), so a worker's start-up is
+never on the critical path, a slow worker takes fewer jobs, and the sides finish together.
+
+Scoring itself is the engine's on both sides: the job threads of :class:`ScoringEngine` (its
+``_work`` loop: slots, backoff hand-over, timeouts) take jobs from a :class:`_PullBatch`, an
+engine batch whose jobs arrive while it runs. Each worker gets a
 :class:`~langchain_ragmetrics.evaluation._recipe.ScoringRecipe` (never a live client), builds
-its judges and engine once, and scores an interleaved share of the rows (row ``k``, ``k+N``
-...), so shares cost about the same. Results stream back over one pipe per worker as they
-finish: the caller's thread keeps the progress bar, ``on_result`` and the results, in input
-order whatever order they arrive in.
+its judges and engine once, and streams results back over its own pipe:
+the caller's thread keeps the progress bar, ``on_result`` and the results, in input order
+whatever order they arrive in.
+
+Limits stay totals. ``max_concurrency`` is one budget of slots: the parent starts with all of
+them, and when a worker is ready the parent hands it its share (``max_concurrency // N``)
+one slot at a time, each as one of its own jobs finishes (taken ahead of the parent's new
+jobs); so at no moment are more jobs at work than ``max_concurrency``, and a worker that never
+comes up costs the parent nothing. ``rate_limit_per_minute`` is divided the same way: a ready
+worker meters its share of the rate (starting with an empty bucket) and the parent's own
+limiter drops by as much.
 
 Why processes of our own rather than ``ProcessPoolExecutor``: a worker that dies breaks a
-whole pool and every pending future with it, and a killed process can leave a shared queue's
-lock held. Here each worker has its own pipe and its death is seen on its sentinel: the
-results it delivered are kept, its unfinished jobs go to a replacement (once), and only then
-fail with the cause. (No ``multiprocessing.Event`` either: setting one waits for sleepers
-that a dead worker never wakes.) Ctrl-C asks every worker to stop, collects what they
-finished, and ends them; workers ignore SIGINT themselves, so a terminal's Ctrl-C reaches
-the parent only.
+whole pool and every pending future with it. Here each worker has its own pair of pipes and
+its death is seen on its sentinel: the results it delivered are kept, its unfinished jobs go
+back to the feed (once; a job whose second holder dies too fails with the cause) and its
+slots and rate share go back to the parent. Ctrl-C asks every worker to stop, collects what
+they finished, and ends them; workers ignore SIGINT themselves, so a terminal's Ctrl-C reaches
+the parent only. A worker does not re-run the caller's script when nothing it needs is defined
+there (the usual case), so no ``if __name__ == "__main__":`` guard is needed then.
 """
 
 from __future__ import annotations
@@ -23,204 +39,675 @@ from __future__ import annotations
 import contextlib
 import math
 import multiprocessing
+import multiprocessing.spawn
+import os
 import pickle
+import queue
 import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
-from langchain_ragmetrics._engine import Job
+from langchain_ragmetrics._engine import Job, ScoringEngine, _Batch, _JobTimeoutError
 from langchain_ragmetrics._schema import MetricResult, RagSample
 
 if TYPE_CHECKING:
     from multiprocessing.process import BaseProcess
 
     from langchain_ragmetrics.evaluation._recipe import ScoringRecipe
+    from langchain_ragmetrics.metrics import BaseRagMetric
 
-__all__ = ["WORKER_RESTARTS", "Task", "score_in_processes", "worker_count"]
+__all__ = [
+    "AUTO_MIN_JOBS",
+    "AUTO_SLOTS_PER_PROCESS",
+    "WORKER_RESTARTS",
+    "Workers",
+    "available_cores",
+    "needs_main",
+    "score_in_processes",
+    "worker_count",
+]
 
-Task = tuple[int, int, RagSample]
-"""One job for a worker: (row position, metric column, sample)."""
+Workers = int | Literal["auto"]
+"""``evaluate``'s ``workers``: a number of processes, or ``"auto"``."""
 
 WORKER_RESTARTS = 1
-"""How many times the unfinished jobs of a dead worker go to a replacement before they fail."""
+"""How many times a dead worker's unfinished job goes back to the feed before it fails."""
 
-_POLL_S = 0.2  # bounded waits keep the caller's thread interruptible by Ctrl-C
+AUTO_MIN_JOBS = 400
+"""``workers="auto"`` adds a process per this many jobs at most (shorter runs stay in one)."""
+
+AUTO_SLOTS_PER_PROCESS = 8
+"""``workers="auto"`` gives every process at least this many of ``max_concurrency``'s slots."""
+
+AUTO_MIN_RATE_PER_MINUTE = 3000.0
+"""Below this ``rate_limit_per_minute`` one process keeps up (half a core): auto stays at 1."""
+
+_POLL_S = 0.2  # bounded waits keep threads interruptible and watching for stop
 _STOP_GRACE_S = 5.0  # how long stopping workers may take to hand over what they finished
 _JOIN_S = 5.0
+_SPAWN_LOCK = threading.Lock()
+
+Key = tuple[int, int]
+"""One job: (row position, metric column)."""
 
 
-def worker_count(workers: int, rows: int) -> int:
-    """The processes actually used: never more than rows (1 means in-process)."""
+# --------------------------------------------------------------------------- how many
+
+
+def available_cores() -> int:
+    """The CPUs this process may run on (its affinity mask where the platform has one)."""
+    counter = getattr(os, "process_cpu_count", None)  # Python 3.13+
+    if callable(counter):
+        count = counter()
+        return int(count) if count else 1
+    with contextlib.suppress(AttributeError, OSError):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def worker_count(
+    workers: Workers,
+    *,
+    jobs: int,
+    max_concurrency: int,
+    rate_limit_per_minute: float | None = None,
+    cores: int | None = None,
+) -> int:
+    """The processes a run uses, the caller's included (1 means in-process only).
+
+    An explicit number is capped by the jobs and by ``max_concurrency`` (every process needs
+    a slot). ``"auto"`` uses more than one only where another process can pay off: more than
+    one core, at least :data:`AUTO_MIN_JOBS` jobs per process, at least
+    :data:`AUTO_SLOTS_PER_PROCESS` slots per process (fewer concurrent jobs leave the judge,
+    not our CPU, the bottleneck), no rate limit one process can meet on its own, and not
+    inside a daemonic process (a ``multiprocessing`` pool's worker may not start children).
+
+    Raises:
+        ValueError: ``workers`` is neither ``"auto"`` nor a whole number of at least 1.
+    """
+    if workers == "auto":
+        if rate_limit_per_minute is not None and rate_limit_per_minute < AUTO_MIN_RATE_PER_MINUTE:
+            return 1
+        if multiprocessing.current_process().daemon:  # may not have children of its own
+            return 1
+        cores = available_cores() if cores is None else cores
+        return max(1, min(cores, jobs // AUTO_MIN_JOBS, max_concurrency // AUTO_SLOTS_PER_PROCESS))
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        msg = f"`workers` must be a whole number of at least 1, got {workers!r}"
+        msg = f'`workers` must be a whole number of at least 1 or "auto", got {workers!r}'
         raise ValueError(msg)
-    return max(1, min(workers, rows))
+    return max(1, min(workers, jobs, max_concurrency))
 
 
-def _worker_main(
-    recipe: ScoringRecipe, tasks: list[Task], conn: Connection, control: Connection
+def needs_main(recipe: ScoringRecipe) -> bool:
+    """Whether the recipe refers to something defined in the caller's script (``__main__``).
+
+    Only then must a worker re-run the script to unpickle it (which needs the script's
+    ``if __name__ == "__main__":`` guard); otherwise workers skip it.
+    """
+    return b"__main__" in pickle.dumps(recipe)
+
+
+@contextlib.contextmanager
+def _main_left_alone() -> Iterator[None]:
+    """Spawn without re-running the caller's script in the child (it needs nothing from it)."""
+    original = multiprocessing.spawn.get_preparation_data
+
+    def preparation(name: str) -> dict[str, Any]:
+        data: dict[str, Any] = original(name)
+        data.pop("init_main_from_name", None)
+        data.pop("init_main_from_path", None)
+        return data
+
+    with _SPAWN_LOCK:
+        multiprocessing.spawn.get_preparation_data = preparation
+        try:
+            yield
+        finally:
+            multiprocessing.spawn.get_preparation_data = original
+
+
+# --------------------------------------------------------------------------- pulling jobs
+
+
+class _PullBatch(_Batch):
+    """An engine batch whose jobs arrive while it runs: ``refill`` asks for more when low.
+
+    ``refill(block)`` is called without the batch lock: when the batch has run dry
+    (``block``: it should not return before asking) or is running low (``low`` jobs or
+    fewer left, so the next ones arrive before they are needed). Jobs come in through
+    :meth:`add`; :meth:`close` says no more will. ``refill`` returns True when it did either
+    before returning (the parent's feed is local), False when the answer comes later (a
+    worker's request travels to the parent): then the taking thread waits for it.
+    """
+
+    def __init__(
+        self, spawn: Callable[[], None], refill: Callable[[bool], bool], *, low: int = 0
+    ) -> None:
+        self.job_list: list[Job] = []
+        super().__init__(self.job_list, spawn)
+        self.refill = refill
+        self.low = low
+        self.closed = False
+        self.arrived = threading.Condition(self.lock)
+
+    @property
+    def exhausted(self) -> bool:
+        """No job is left to start, and none will come."""
+        return self.stop.is_set() or (self.closed and self.cursor >= len(self.job_list))
+
+    @property
+    def finished(self) -> bool:
+        """Every job that came was settled, and none will come."""
+        with self.lock:
+            return self.closed and len(self.done) == len(self.job_list)
+
+    def add(self, jobs: Sequence[Job]) -> None:
+        with self.lock:
+            self.job_list.extend(jobs)
+            self.arrived.notify_all()
+
+    def close(self) -> None:
+        with self.lock:
+            self.closed = True
+            self.arrived.notify_all()
+        self.outbox.put((-1, _WakeUpError()))  # the waiting loop re-checks ``finished`` now
+
+    def take(self, admission: Any) -> int | None:
+        """The next job for a worker thread holding a slot; waits for more while none is left."""
+        while True:
+            with self.lock:
+                if self.stop.is_set():
+                    return None
+                if self.cursor < len(self.job_list):
+                    index = self.cursor
+                    self.cursor += 1
+                    deadline = math.inf if admission.deadline is None else admission.deadline
+                    self.running[index] = (deadline, admission)
+                    left = len(self.job_list) - self.cursor
+                    break
+                if self.closed:
+                    return None
+            if self.refill(True):
+                continue  # jobs came in synchronously (or none will): take again at once
+            with self.lock:
+                if self.cursor >= len(self.job_list) and not self.closed and not self.stop.is_set():
+                    self.arrived.wait(_POLL_S)
+        if left <= self.low:
+            self.refill(False)
+        return index
+
+
+class _WakeUpError(Exception):
+    """Put in a batch's outbox to wake its waiting loop (not a job's outcome)."""
+
+
+def _drive(
+    engine: ScoringEngine,
+    batch: _PullBatch,
+    deliver: Callable[[Job, MetricResult], None],
+    threads: int,
 ) -> None:
-    """A worker process: build the metrics and engine from the recipe, score, stream results."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
+    """``ScoringEngine.run`` for a batch whose jobs arrive while it runs."""
+    import contextvars
+
+    context = contextvars.copy_context()
+    observed = engine._observed()
+
+    def spawn() -> None:
+        threading.Thread(
+            target=context.copy().run,
+            args=(engine._work, batch, observed),
+            name="ragmetrics-job",
+            daemon=True,
+        ).start()
+
+    batch.spawn = spawn
+    batch.waiting = threads
+    for _ in range(threads):
+        spawn()
     try:
-        metrics = recipe.build_metrics()
-        engine = recipe.build_engine()
-        halt = threading.Event()
+        while True:
+            if batch.stop.is_set():
+                _deliver_waiting(engine, batch, deliver)
+                return
+            if batch.finished and batch.outbox.empty():
+                return
+            late, wait_s = batch.overdue()
+            for index, admission in late:
+                if batch.settle(index, _JobTimeoutError()):
+                    admission.close()
+                    batch.spare()
+            try:
+                index, outcome = batch.outbox.get(timeout=wait_s)
+            except queue.Empty:
+                continue
+            if index < 0:
+                continue
+            job = batch.job_list[index]
+            deliver(job, engine._finish(job, outcome, None))
+    finally:
+        batch.stop.set()
 
-        def watch() -> None:  # any message, or the parent gone (EOF), means stop
-            with contextlib.suppress(EOFError, OSError):
-                control.recv()
-            halt.set()
 
-        threading.Thread(target=watch, name="ragmetrics-stop", daemon=True).start()
-        jobs = [Job(sample, metrics[col], (row, col)) for row, col, sample in tasks]
+def _deliver_waiting(
+    engine: ScoringEngine, batch: _PullBatch, deliver: Callable[[Job, MetricResult], None]
+) -> None:
+    while True:
+        try:
+            index, outcome = batch.outbox.get_nowait()
+        except queue.Empty:
+            return
+        if index >= 0:
+            job = batch.job_list[index]
+            deliver(job, engine._finish(job, outcome, None))
 
-        def send(job: Job, result: MetricResult) -> None:
-            row, col = job.tag
-            conn.send(("result", row, col, result))
 
-        engine.run(jobs, on_result=send, stop=halt)
-        conn.send(("done",))
+# --------------------------------------------------------------------------- the worker
+
+
+class _WorkerSide:
+    """A worker process's end of the protocol: its engine, its batch, its pipes."""
+
+    def __init__(self, recipe: ScoringRecipe, conn: Connection, control: Connection) -> None:
+        self.conn = conn
+        self.control = control
+        self.sending = threading.Lock()
+        self.metrics = recipe.build_metrics()
+        self.engine = recipe.build_engine()
+        self.slots = self.engine.max_concurrency
+        for _ in range(self.slots):  # every slot is the parent's until it grants it
+            self.engine.gate.slots.acquire()
+        if self.engine.limiter is not None:
+            self.engine.limiter.available_tokens = 0.0  # no burst on top of the parent's bucket
+        self.chunk = max(1, math.ceil(self.slots / 4))
+        self.asking = threading.Lock()
+        self.asked = False
+        self.batch = _PullBatch(lambda: None, self.refill, low=self.chunk)
+        self.granted = threading.Event()
+
+    def send(self, *message: Any) -> None:
+        with self.sending:
+            self.conn.send(message)
+
+    def refill(self, block: bool) -> bool:
+        """Ask the parent for more jobs, unless a request is on its way already."""
+        del block
+        with self.asking:
+            if self.asked:
+                return False
+            self.asked = True
+        self.send("more", self.chunk)
+        return False
+
+    def listen(self) -> None:
+        """Handle the parent's messages until ``stop`` or end of file (a thread of its own)."""
+        batch = self.batch
+        try:
+            while True:
+                message = self.control.recv()
+                kind = message[0]
+                if kind == "grant":
+                    self.engine.gate.slots.release()
+                    self.granted.set()
+                elif kind == "jobs":
+                    jobs = [Job(s, self.metrics[c], (r, c)) for r, c, s in message[1]]
+                    with self.asking:
+                        self.asked = False
+                    batch.add(jobs)
+                elif kind == "end":
+                    batch.close()
+                else:
+                    break
+        except (EOFError, OSError):
+            pass
+        batch.stop.set()
+        self.granted.set()
+        with batch.lock:
+            batch.arrived.notify_all()
+
+    def deliver(self, job: Job, result: MetricResult) -> None:
+        row, col = job.tag
+        self.send("result", row, col, result)
+
+    def run(self) -> None:
+        threading.Thread(target=self.listen, name="ragmetrics-control", daemon=True).start()
+        self.send("ready")
+        self.granted.wait()  # no job is asked for before this process may run one
+        if not self.batch.stop.is_set():
+            self.refill(True)
+            _drive(self.engine, self.batch, self.deliver, self.slots)
+        self.send("done")
+
+
+def _worker_main(recipe: ScoringRecipe, conn: Connection, control: Connection) -> None:
+    """A worker process: build metrics and engine, then score the jobs the parent hands out.
+
+    To the parent (``conn``): ``ready``, ``more n``, ``result row col result``, ``raise exc``,
+    ``done``. From the parent (``control``): ``grant`` (one more slot), ``jobs [...]``,
+    ``end`` (no more jobs), ``stop``; end of file means stop too.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
+    side: _WorkerSide | None = None
+    try:
+        side = _WorkerSide(recipe, conn, control)
+        side.run()
     except BaseException as exc:
         try:
             pickle.dumps(exc)
         except Exception:
             exc = RuntimeError(f"{type(exc).__name__}: {exc}")
         with contextlib.suppress(OSError):
-            conn.send(("raise", exc))
+            if side is not None:
+                side.send("raise", exc)
+            else:
+                conn.send(("raise", exc))
     finally:
         conn.close()
 
 
-@dataclass
-class _Share:
-    """The jobs one worker process owns, and its state."""
+# --------------------------------------------------------------------------- the parent
 
-    tasks: list[Task]
-    attempt: int
+
+@dataclass
+class _Worker:
+    """One worker process as the parent sees it."""
+
     process: BaseProcess
     conn: Connection
     control: Connection
+    share: int
+    rate: float | None
+    ready: bool = False
     done: bool = False
-    delivered: set[tuple[int, int]] = field(default_factory=set)
+    granted: int = 0
+    holding: set[Key] = field(default_factory=set)
+    lending: threading.Event = field(default_factory=threading.Event)
+    """Set to stop lending slots to this worker."""
+    sending: threading.Lock = field(default_factory=threading.Lock)
+    loans: threading.Lock = field(default_factory=threading.Lock)
+    """Guards ``granted`` against the worker's exit while a slot is being lent."""
+
+    def send(self, *message: Any) -> bool:
+        """Send a message to the worker (False when it is gone)."""
+        try:
+            with self.sending:
+                self.control.send(message)
+        except (OSError, ValueError):
+            return False
+        return True
+
+
+class _Feed:
+    """The jobs not handed out yet, and which worker holds which of the others."""
+
+    def __init__(self, keys: Sequence[Key]) -> None:
+        self.pending: deque[Key] = deque(keys)
+        self.lock = threading.Condition()
+        self.held = 0  # jobs a worker holds, unfinished
+        self.handed: dict[Key, int] = {}  # times a job went to a worker
+        self.stopped = False
+
+    def take_own(self) -> Key | None:
+        """A job for the parent; waits while the feed is empty but a worker still holds jobs."""
+        with self.lock:
+            while not self.pending and self.held and not self.stopped:
+                self.lock.wait(_POLL_S)
+            return self.pending.popleft() if self.pending and not self.stopped else None
+
+    def take_for(self, worker: _Worker, count: int) -> list[Key]:
+        with self.lock:
+            keys = [self.pending.popleft() for _ in range(min(count, len(self.pending)))]
+            for key in keys:
+                self.handed[key] = self.handed.get(key, 0) + 1
+            worker.holding.update(keys)
+            self.held += len(keys)
+            return keys
+
+    def finished(self, worker: _Worker, key: Key) -> None:
+        with self.lock:
+            if key in worker.holding:
+                worker.holding.discard(key)
+                self.held -= 1
+                if not self.held:
+                    self.lock.notify_all()
+
+    def reclaim(self, worker: _Worker, restarts: int) -> list[Key]:
+        """A dead worker's jobs go back to the front of the feed; returns those that fail."""
+        with self.lock:
+            back = sorted(k for k in worker.holding if self.handed.get(k, 0) <= restarts)
+            failed = sorted(k for k in worker.holding if self.handed.get(k, 0) > restarts)
+            self.held -= len(worker.holding)
+            worker.holding.clear()
+            self.pending.extendleft(reversed(back))
+            self.lock.notify_all()
+            return failed
+
+    def stop(self) -> None:
+        with self.lock:
+            self.stopped = True
+            self.lock.notify_all()
+
+
+Event = tuple[Any, ...]
 
 
 class _Pool:
-    """The worker processes of one run and the results they delivered."""
+    """The parent's side: its own scoring, the workers, and the results of both."""
 
     def __init__(
         self,
+        *,
+        samples: Sequence[RagSample],
+        metrics: Sequence[BaseRagMetric],
+        engine: ScoringEngine,
         recipe: ScoringRecipe,
-        on_result: Callable[[int, int, MetricResult], None],
+        processes: int,
+        stop: threading.Event,
     ) -> None:
-        self.context = multiprocessing.get_context("spawn")
+        self.samples = samples
+        self.metrics = metrics
+        self.engine = engine
         self.recipe = recipe
-        self.on_result = on_result
-        self.stopping = False
-        self.active: list[_Share] = []
-        self.received: set[tuple[int, int]] = set()
+        self.stop = stop
+        self.context = multiprocessing.get_context("spawn")
+        self.feed = _Feed([(r, c) for r in range(len(samples)) for c in range(len(metrics))])
+        self.events: queue.SimpleQueue[Event] = queue.SimpleQueue()
+        self.workers: list[_Worker] = []
+        self.closing = threading.Event()
+        self.halt = threading.Event()
+        self.share_recipe = recipe.split(processes)
+        self.processes = processes
+        self.limiter = engine.limiter
+        self.own: _PullBatch | None = None
 
-    def start(self, tasks: list[Task], attempt: int) -> None:
-        """Start one worker for ``tasks``."""
-        # One pipe each way per worker: a killed worker can leave no shared lock held.
-        receiver, sender = self.context.Pipe(duplex=False)
-        listener, control = self.context.Pipe(duplex=False)
-        process = self.context.Process(
-            target=_worker_main,
-            args=(self.recipe, tasks, sender, listener),
-            name="ragmetrics-worker",
-            daemon=True,
-        )
-        process.start()
-        sender.close()  # the child holds its own copies: EOF here once it exits
-        listener.close()
-        self.active.append(_Share(tasks, attempt, process, receiver, control))
+    # ------------------------------------------------------------ start
 
-    def _handle(self, share: _Share, message: tuple[Any, ...]) -> None:
-        kind = message[0]
-        if kind == "result":
-            _, row, col, result = message
-            share.delivered.add((row, col))
-            if (row, col) not in self.received:  # a job is recorded once, whoever sent it
-                self.received.add((row, col))
-                self.on_result(row, col, result)
-        elif kind == "done":
-            share.done = True
-        elif kind == "raise":
-            raise message[1]
+    def start_workers(self) -> None:
+        keep_main = needs_main(self.recipe)
+        for _ in range(self.processes - 1):
+            receiver, sender = self.context.Pipe(duplex=False)
+            listener, control = self.context.Pipe(duplex=False)
+            process = self.context.Process(
+                target=_worker_main,
+                args=(self.share_recipe, sender, listener),
+                name="ragmetrics-worker",
+                daemon=True,
+            )
+            if keep_main:
+                process.start()
+            else:
+                with _main_left_alone():
+                    process.start()
+            sender.close()  # the child holds its own copies: EOF here once it exits
+            listener.close()
+            share = self.share_recipe
+            worker = _Worker(
+                process, receiver, control, share.max_concurrency, share.rate_limit_per_minute
+            )
+            self.workers.append(worker)
 
-    def _read(self, share: _Share) -> None:
-        """Handle every message the worker has sent so far."""
+    # ------------------------------------------------------------ the parent's own jobs
+
+    def run_own(self) -> None:
+        """The parent's threads score jobs from the feed, one at a time (a thread of its own)."""
+        engine = self.engine
+
+        def refill(block: bool) -> bool:
+            if not block:  # one job at a time, taken when a slot is free: none hoarded
+                return True
+            key = self.feed.take_own()
+            if key is None:
+                batch.close()
+            else:
+                row, col = key
+                batch.add([Job(self.samples[row], self.metrics[col], key)])
+            return True
+
+        def deliver(job: Job, result: MetricResult) -> None:
+            row, col = job.tag
+            self.events.put(("result", row, col, result))
+
+        batch = self.own = _PullBatch(lambda: None, refill)
         try:
-            while share.conn.poll():
-                self._handle(share, share.conn.recv())
+            _drive(engine, batch, deliver, engine.max_concurrency)
+        except BaseException as exc:
+            self.events.put(("raise", exc))
+
+    # ------------------------------------------------------------ workers' messages
+
+    def serve(self) -> None:
+        """Answer the workers (a thread of its own): jobs on request, results, deaths."""
+        while self.workers and not self.closing.is_set():
+            handles: list[Any] = [w.conn for w in self.workers if not w.done]
+            handles += [w.process.sentinel for w in self.workers]
+            ready = set(wait(handles, _POLL_S))
+            for worker in list(self.workers):
+                if not worker.done and worker.conn in ready:
+                    self._read(worker)
+                if worker.process.sentinel in ready:
+                    if not worker.done:
+                        self._read(worker)
+                    self._retire(worker)
+
+    def _read(self, worker: _Worker) -> None:
+        try:
+            while worker.conn.poll():
+                self._handle(worker, worker.conn.recv())
         except (EOFError, OSError, pickle.UnpicklingError):  # died mid-message: nothing more
             return
 
-    def pump(self, timeout: float) -> None:
-        """Wait up to ``timeout`` for results or exits; handle them; replace dead workers."""
-        handles: list[Any] = [s.conn for s in self.active if not s.done]
-        handles += [s.process.sentinel for s in self.active]
-        ready = set(wait(handles, timeout))
-        for share in list(self.active):
-            if not share.done and share.conn in ready:
-                self._read(share)
-            if share.process.sentinel in ready:  # exited: read what is left, then retire it
-                if not share.done:
-                    self._read(share)
-                self._retire(share)
+    def _handle(self, worker: _Worker, message: tuple[Any, ...]) -> None:
+        kind = message[0]
+        if kind == "result":
+            _, row, col, result = message
+            self.feed.finished(worker, (row, col))
+            self.events.put(("result", row, col, result))
+        elif kind == "more":
+            stopped = self.halt.is_set() or self.stop.is_set()
+            keys = [] if stopped else self.feed.take_for(worker, message[1])
+            if keys:
+                worker.send("jobs", [(r, c, self.samples[r]) for r, c in keys])
+            else:
+                worker.send("end")
+        elif kind == "ready":
+            worker.ready = True
+            self._rate_to(worker)
+            threading.Thread(
+                target=self._lend, args=(worker,), name="ragmetrics-lend", daemon=True
+            ).start()
+        elif kind == "done":
+            worker.done = True
+        elif kind == "raise":
+            self.events.put(("raise", message[1]))
 
-    def _retire(self, share: _Share) -> None:
-        """A worker is finished or dead: its unfinished jobs go to a replacement, or fail."""
-        share.process.join(_JOIN_S)
-        self.active.remove(share)
-        share.conn.close()
-        share.control.close()
-        if self.stopping:
-            return  # stopped on purpose: unfinished jobs stay "not run"
-        missing = [t for t in share.tasks if (t[0], t[1]) not in self.received]
-        if not missing:
+    def _rate_to(self, worker: _Worker) -> None:
+        """The parent's limiter gives up the worker's share of the rate (or takes it back)."""
+        limiter = self.limiter
+        if limiter is None or worker.rate is None:
             return
-        if share.attempt < WORKER_RESTARTS:
-            self.start(missing, share.attempt + 1)
+        sign = 1 if worker.ready else -1
+        per_second = max(1e-9, limiter.requests_per_second - sign * worker.rate / 60.0)
+        limiter.requests_per_second = per_second
+        limiter.max_bucket_size = max(1.0, per_second)
+        limiter.available_tokens = min(limiter.available_tokens, limiter.max_bucket_size)
+
+    def _lend(self, worker: _Worker) -> None:
+        """Move the worker's share of the slots from the parent to it, one as each frees."""
+        gate = self.engine.gate
+        while worker.granted < worker.share and not worker.lending.is_set():
+            if not gate.acquire_resumed(timeout=_POLL_S):  # ahead of the parent's new jobs
+                continue
+            with worker.loans:  # the worker's exit takes back exactly what was granted
+                if worker.lending.is_set() or not worker.send("grant"):
+                    gate.slots.release()
+                    return
+                worker.granted += 1
+
+    def _retire(self, worker: _Worker) -> None:
+        """A worker exited: its slots and rate go back to the parent, its jobs to the feed."""
+        worker.process.join(_JOIN_S)
+        self.workers.remove(worker)
+        with worker.loans:
+            worker.lending.set()
+            granted, worker.granted = worker.granted, 0
+        worker.conn.close()
+        worker.control.close()
+        for _ in range(granted):
+            self.engine.gate.slots.release()
+        if worker.ready:
+            worker.ready = False
+            self._rate_to(worker)
+        if self.closing.is_set():
             return
-        code = share.process.exitcode
-        why = _exit_cause(code)
-        for row, col, _ in missing:
-            self.received.add((row, col))
+        failed = self.feed.reclaim(worker, WORKER_RESTARTS)
+        why = _exit_cause(worker.process.exitcode)
+        for row, col in failed:
             error = (
                 f"WorkerDiedError: the worker process scoring this job {why} before finishing "
-                f"it ({share.attempt + 1} processes tried)"
+                f"it ({WORKER_RESTARTS + 1} processes tried)"
             )
-            name = self.recipe.metrics[col].metric_name
-            self.on_result(row, col, MetricResult(metric=name, score=math.nan, error=error))
+            name = self.metrics[col].metric_name
+            result = MetricResult(metric=name, score=math.nan, error=error)
+            self.events.put(("result", row, col, result))
 
-    def close(self) -> None:
-        """Ask every worker to stop, collect what they finished, then end them."""
-        self.stopping = True
-        for share in self.active:
-            with contextlib.suppress(OSError):
-                share.control.send("stop")
+    # ------------------------------------------------------------ stop
+
+    def close(self, record: Callable[[int, int, MetricResult], None]) -> None:
+        """Stop everyone, collect what workers finished (on stop), then end them."""
+        self.halt.set()
+        if self.own is not None:
+            self.own.stop.set()
+        self.feed.stop()
+        workers = list(self.workers)
+        for worker in workers:
+            worker.lending.set()
+            worker.send("stop")
         deadline = time.monotonic() + _STOP_GRACE_S
-        try:
-            while any(not s.done for s in self.active) and time.monotonic() < deadline:
-                self.pump(min(_POLL_S, max(0.0, deadline - time.monotonic())))
-        finally:
-            for share in self.active:
-                if share.process.is_alive():
-                    share.process.terminate()
-            for share in self.active:
-                share.process.join(_JOIN_S)
-                if share.process.is_alive():
-                    share.process.kill()
-                    share.process.join(_JOIN_S)
-                share.conn.close()
-                share.control.close()
-            self.active.clear()
+        while time.monotonic() < deadline and any(
+            w.holding and w.ready and not w.done and w.process.is_alive() for w in workers
+        ):
+            time.sleep(0.01)  # the serving thread reads their last results meanwhile
+        self.closing.set()
+        for worker in workers:
+            if worker.process.is_alive():
+                worker.process.terminate()
+        for worker in workers:
+            worker.process.join(_JOIN_S)
+            if worker.process.is_alive():
+                worker.process.kill()
+                worker.process.join(_JOIN_S)
+        while True:
+            try:
+                event = self.events.get_nowait()
+            except queue.Empty:
+                break
+            if event[0] == "result":
+                record(*event[1:])
 
 
 def _exit_cause(code: int | None) -> str:
@@ -232,27 +719,51 @@ def _exit_cause(code: int | None) -> str:
 
 def score_in_processes(
     samples: Sequence[RagSample],
+    metrics: Sequence[BaseRagMetric],
+    engine: ScoringEngine,
     recipe: ScoringRecipe,
     *,
-    workers: int,
+    processes: int,
     on_result: Callable[[int, int, MetricResult], None],
     stop: threading.Event,
 ) -> None:
-    """Score every (row x metric) job in ``workers`` processes; results go to ``on_result``.
+    """Score every (row x metric) job here and in ``processes - 1`` workers; see the module.
 
     ``on_result`` runs on the calling thread with (row, column, result), once per job. Setting
-    ``stop`` (or Ctrl-C, which propagates) ends the run: what workers finished is collected,
-    the rest stays unscored.
+    ``stop`` (or Ctrl-C, which propagates) ends the run: what was finished is collected, the
+    rest stays unscored.
     """
-    share = recipe.split(workers)
-    columns = range(len(recipe.metrics))
-    pool = _Pool(share, on_result)
+    pool = _Pool(
+        samples=samples,
+        metrics=metrics,
+        engine=engine,
+        recipe=recipe,
+        processes=processes,
+        stop=stop,
+    )
+    total = len(samples) * len(metrics)
+    received: set[Key] = set()
+
+    def record(row: int, col: int, result: MetricResult) -> None:
+        if (row, col) not in received:  # a job is recorded once, whoever sent it
+            received.add((row, col))
+            on_result(row, col, result)
+
+    own = threading.Thread(target=pool.run_own, name="ragmetrics-own", daemon=True)
+    serving = threading.Thread(target=pool.serve, name="ragmetrics-feed", daemon=True)
+    own.start()  # the parent's jobs are under way before the first worker is spawned
     try:
-        for k in range(workers):
-            rows = range(k, len(samples), workers)
-            pool.start([(row, col, samples[row]) for row in rows for col in columns], 0)
-        total = len(samples) * len(columns)
-        while pool.active and len(pool.received) < total and not stop.is_set():
-            pool.pump(_POLL_S)
+        pool.start_workers()
+        serving.start()
+        while len(received) < total and not stop.is_set():
+            try:
+                event = pool.events.get(timeout=_POLL_S)
+            except queue.Empty:
+                continue
+            if event[0] == "raise":
+                raise event[1]
+            record(*event[1:])
     finally:
-        pool.close()
+        pool.close(record)
+        if serving.ident is not None:
+            serving.join(_JOIN_S)

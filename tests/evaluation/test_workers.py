@@ -1,7 +1,14 @@
-"""``evaluate(..., workers=N)``: the same results from N spawned processes, whatever happens."""
+"""``evaluate(..., workers=N)``: the parent and its workers share one feed of jobs.
+
+Where a test needs one side to score (or not), it holds the other at a seam: the parent's own
+scoring (``_Pool.run_own``) waits for an event, or the worker's entry point is replaced by a
+function of this module that the spawned child imports. No test waits on luck.
+"""
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import json
 import math
 import multiprocessing
@@ -13,6 +20,7 @@ import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -21,9 +29,13 @@ from langchain_openai import ChatOpenAI
 
 from langchain_ragmetrics import ContextPrecision, ContextRecall, MetricResult, VerdictCache
 from langchain_ragmetrics._cli._common import ExitCode
+from langchain_ragmetrics._cli._evaluate import _workers_arg
+from langchain_ragmetrics._engine import ScoringEngine
+from langchain_ragmetrics.evaluation import _run as run_module
 from langchain_ragmetrics.evaluation import _workers as workers_module
 from langchain_ragmetrics.evaluation import evaluate
 from langchain_ragmetrics.evaluation._recipe import JudgeRecipe, ScoringRecipe
+from langchain_ragmetrics.evaluation._workers import worker_count
 from tests._support.judges import payload
 from tests._support.lexical_judge import lexical_judge
 from tests._support.openai_server import JudgeRequest, JudgeServer
@@ -60,14 +72,75 @@ def scores(result: Any, metric: str) -> list[float]:
     return [round(s, 6) for s in result[metric]]
 
 
-def test_workers_give_the_same_results_in_input_order(
-    judge_server: JudgeServer, make_judge: Callable[..., Any]
+HOLD_S = 120.0  # an upper bound on waiting for a spawned worker, never reached when all is well
+
+
+def hold_parent(monkeypatch: pytest.MonkeyPatch, until: threading.Event | None) -> None:
+    """The parent's own scoring starts only once ``until`` is set (None: it scores nothing)."""
+    original = workers_module._Pool.run_own
+
+    def run_own(self: Any) -> None:
+        if until is None:
+            return
+        until.wait(HOLD_S)
+        original(self)
+
+    monkeypatch.setattr(workers_module._Pool, "run_own", run_own)
+
+
+def watch_workers(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """Record what the parent hears from its workers: results, and workers that exited."""
+    seen: dict[str, Any] = {
+        "results": 0,
+        "first_result": threading.Event(),
+        "retired": threading.Event(),
+        "exit_codes": [],
+    }
+    handle, retire = workers_module._Pool._handle, workers_module._Pool._retire
+
+    def on_message(self: Any, worker: Any, message: tuple[Any, ...]) -> None:
+        handle(self, worker, message)
+        if message[0] == "result":
+            seen["results"] += 1
+            seen["first_result"].set()
+
+    def on_retire(self: Any, worker: Any) -> None:
+        retire(self, worker)
+        seen["exit_codes"].append(worker.process.exitcode)
+        seen["retired"].set()
+
+    monkeypatch.setattr(workers_module._Pool, "_handle", on_message)
+    monkeypatch.setattr(workers_module._Pool, "_retire", on_retire)
+    return seen
+
+
+def never_ready(recipe: ScoringRecipe, conn: Any, control: Any) -> None:
+    """A worker that never comes up: it waits for the parent to stop it (spawned child)."""
+    del recipe, conn
+    with contextlib.suppress(EOFError, OSError):
+        control.recv()
+
+
+def dies_on_first_jobs(recipe: ScoringRecipe, conn: Any, control: Any) -> None:
+    """A worker that SIGKILLs itself the moment its first jobs arrive (spawned child)."""
+
+    def add(self: Any, jobs: Any) -> None:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    workers_module._PullBatch.add = add  # type: ignore[method-assign]
+    workers_module._worker_main(recipe, conn, control)
+
+
+def test_the_parent_and_a_worker_give_the_same_results_in_input_order(
+    judge_server: JudgeServer, make_judge: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     judge_server.script = lexical_judge()
     data = rows(12)
-    seen: list[tuple[int, str]] = []
-    one = evaluate(data, METRICS, llm=make_judge(), show_progress=False)
+    one = evaluate(data, METRICS, llm=make_judge(), workers=1, show_progress=False)
     requests_one = judge_server.count()
+    seen = watch_workers(monkeypatch)
+    hold_parent(monkeypatch, seen["first_result"])  # both sides score: the worker first
+    delivered: list[tuple[int, str]] = []
     two = evaluate(
         data,
         METRICS,
@@ -75,128 +148,223 @@ def test_workers_give_the_same_results_in_input_order(
         workers=2,
         max_concurrency=4,
         show_progress=False,
-        on_result=lambda row, name, _: seen.append((row, name)),
+        on_result=lambda row, name, _: delivered.append((row, name)),
     )
+    assert seen["results"] >= 1  # the worker scored some
     assert type(two) is type(one)
     assert two.metrics == one.metrics
     for name in one.metrics:
         assert scores(two, name) == scores(one, name)
         assert not any(math.isnan(s) for s in scores(two, name))
     assert [r.sample.question for r in two.rows] == [r["question"] for r in data]
-    assert sorted(seen) == sorted((r, m) for r in range(12) for m in one.metrics)  # once each
+    assert sorted(delivered) == sorted((r, m) for r in range(12) for m in one.metrics)  # once
     assert two.usage.judge_calls == one.usage.judge_calls == requests_one
     assert judge_server.count() == 2 * requests_one  # no job scored twice
     assert not two.interrupted
     assert not multiprocessing.active_children()
 
 
-def test_the_verdict_cache_is_shared_across_workers(
-    tmp_path: Path, judge_server: JudgeServer, make_judge: Callable[..., Any]
+def test_the_parent_scores_every_job_when_no_worker_comes_up(
+    judge_server: JudgeServer, make_judge: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    judge_server.script = lexical_judge()
+    monkeypatch.setattr(workers_module, "_worker_main", never_ready)
+    started: list[int] = []
+    original = workers_module._Pool.start_workers
+
+    def start_workers(self: Any) -> None:
+        original(self)
+        started.extend(w.process.pid for w in self.workers)
+
+    monkeypatch.setattr(workers_module._Pool, "start_workers", start_workers)
+    result = evaluate(
+        rows(10), METRICS, llm=make_judge(), workers=3, max_concurrency=6, show_progress=False
+    )
+    assert len(started) == 2  # two workers were started, and neither ever asked for a job
+    assert all(r.status(m) == "scored" for r in result.rows for m in result.metrics)
+    assert judge_server.count() == 20
+    assert not result.interrupted
+    assert not multiprocessing.active_children()  # the waiting workers were ended
+
+
+def test_the_verdict_cache_is_shared_across_processes(
+    tmp_path: Path,
+    judge_server: JudgeServer,
+    make_judge: Callable[..., Any],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     judge_server.script = lexical_judge()
     path = tmp_path / "verdicts.sqlite3"
     data = rows(6)
-    first = evaluate(data, METRICS, llm=make_judge(), cache=path, workers=2, show_progress=False)
+    with monkeypatch.context() as patch:
+        hold_parent(patch, None)  # the worker scores every job and fills the file
+        first = evaluate(
+            data, METRICS, llm=make_judge(), cache=path, workers=2, show_progress=False
+        )
     assert first.usage.cache_misses == judge_server.count() == 12
-    again = evaluate(
-        data, METRICS, llm=make_judge(), cache=VerdictCache(path), workers=2, show_progress=False
-    )
-    assert judge_server.count() == 12  # every answer came from the file the workers share
+    here = evaluate(data, METRICS, llm=make_judge(), cache=VerdictCache(path), workers=1)
+    assert here.usage.cache_hits == 12  # this process reads what the worker wrote
+    hold_parent(monkeypatch, None)
+    again = evaluate(data, METRICS, llm=make_judge(), cache=path, workers=2, show_progress=False)
     assert again.usage.cache_hits == 12
+    assert judge_server.count() == 12  # every later answer came from the shared file
     assert scores(again, "context_recall") == scores(first, "context_recall")
 
 
-def hold_after(answered: int, release: threading.Event) -> Callable[[JudgeRequest], Any]:
-    """Answer the first ``answered`` requests lexically, hold the rest until ``release``."""
-    lexical = lexical_judge()
-    lock = threading.Lock()
-    count = 0
-
-    def script(req: JudgeRequest) -> Any:
-        nonlocal count
-        with lock:
-            count += 1
-            mine = count
-        if mine <= answered:
-            return lexical(req)
-        release.wait(30)
-        return lexical(req)
-
-    return script
-
-
-def kill_one_worker(done: list[int]) -> Callable[[int, str, MetricResult], None]:
-    """An ``on_result`` that SIGKILLs one worker when the first result arrives."""
-
-    def on_result(_row: int, _name: str, _result: MetricResult) -> None:
-        if not done:
-            victim = multiprocessing.active_children()[0]
-            done.append(victim.pid or 0)
-            os.kill(victim.pid or 0, signal.SIGKILL)
-            victim.join(10)
-
-    return on_result
-
-
-def test_a_killed_workers_jobs_go_to_a_replacement_and_are_scored_once(
-    judge_server: JudgeServer, make_judge: Callable[..., Any]
-) -> None:
-    release = threading.Event()
-    judge_server.script = hold_after(1, release)
-    data = rows(10)
-    killed: list[int] = []
-    on_kill = kill_one_worker(killed)
-
-    def on_result(row: int, name: str, result: MetricResult) -> None:
-        on_kill(row, name, result)
-        release.set()  # the victim died holding a request: let everyone go on
-
-    delivered: list[tuple[int, str]] = []
-    result = evaluate(
-        data,
-        [ContextRecall()],
-        llm=make_judge(),
-        workers=2,
-        max_concurrency=2,
-        show_progress=False,
-        on_result=lambda r, n, res: (delivered.append((r, n)), on_result(r, n, res)),
-    )
-    assert killed
-    assert sorted(delivered) == [(r, "context_recall") for r in range(10)]  # once each
-    assert not any(math.isnan(s) for s in result["context_recall"]), [
-        row.results["context_recall"] for row in result.rows
-    ]
-    assert not result.interrupted
-
-
-def test_a_job_whose_workers_all_die_fails_with_the_cause(
+def test_a_dead_workers_jobs_go_back_to_the_feed_and_are_scored_once(
     judge_server: JudgeServer, make_judge: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(workers_module, "WORKER_RESTARTS", 0)
-    release = threading.Event()
-    judge_server.script = hold_after(1, release)
-    killed: list[int] = []
-    on_kill = kill_one_worker(killed)
-
-    def on_result(row: int, name: str, result: MetricResult) -> None:
-        on_kill(row, name, result)
-        release.set()
-
+    judge_server.script = lexical_judge()
+    monkeypatch.setattr(workers_module, "_worker_main", dies_on_first_jobs)
+    seen = watch_workers(monkeypatch)
+    hold_parent(monkeypatch, seen["retired"])  # the parent starts once the worker is dead
+    delivered: list[tuple[int, str]] = []
     result = evaluate(
         rows(10),
         [ContextRecall()],
         llm=make_judge(),
         workers=2,
-        max_concurrency=2,
+        max_concurrency=4,
         show_progress=False,
-        on_result=on_result,
+        on_result=lambda r, n, _: delivered.append((r, n)),
+    )
+    assert seen["exit_codes"] == [-signal.SIGKILL]  # it died holding jobs
+    assert sorted(delivered) == [(r, "context_recall") for r in range(10)]  # once each
+    assert all(r.status("context_recall") == "scored" for r in result.rows)
+    assert judge_server.count() == 10  # the dead worker sent nothing, the parent the rest
+    assert not result.interrupted
+
+
+def test_a_job_whose_holders_all_die_fails_with_the_cause(
+    judge_server: JudgeServer, make_judge: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(workers_module, "WORKER_RESTARTS", 0)
+    judge_server.script = lexical_judge()
+    monkeypatch.setattr(workers_module, "_worker_main", dies_on_first_jobs)
+    seen = watch_workers(monkeypatch)
+    hold_parent(monkeypatch, seen["retired"])
+    result = evaluate(
+        rows(10),
+        [ContextRecall()],
+        llm=make_judge(),
+        workers=2,
+        max_concurrency=4,
+        show_progress=False,
     )
     failed = [row.results["context_recall"] for row in result.rows]
     errors = [r.error for r in failed if r is not None and r.error]
-    assert errors, "the killed worker's jobs must fail, not vanish"
-    assert all("WorkerDiedError" in e and "SIGKILL" in e for e in errors), errors
+    assert len(errors) == 1  # its one job (a quarter of its 2 slots, rounded up) failed
+    assert "WorkerDiedError" in errors[0], errors
+    assert "SIGKILL" in errors[0], errors
     assert all(r is not None for r in failed)  # every job accounted for
-    assert len(errors) + sum(not math.isnan(s) for s in result["context_recall"]) == 10
+    assert sum(s is not None and not math.isnan(s) for s in result["context_recall"]) == 9
+
+
+def test_a_keyboard_interrupt_from_on_result_keeps_the_partial_results(
+    judge_server: JudgeServer, make_judge: Callable[..., Any]
+) -> None:
+    judge_server.script = lexical_judge()
+
+    def stop_after_two(_row: int, _name: str, _result: MetricResult) -> None:
+        stop_after_two.calls += 1  # type: ignore[attr-defined]
+        if stop_after_two.calls == 2:  # type: ignore[attr-defined]
+            raise KeyboardInterrupt
+
+    stop_after_two.calls = 0  # type: ignore[attr-defined]
+    result = evaluate(
+        rows(40), [ContextRecall()], llm=make_judge(), workers=2, max_concurrency=2,
+        show_progress=False, on_result=stop_after_two,
+    )  # fmt: skip
+    assert result.interrupted
+    statuses = [r.status("context_recall") for r in result.rows]
+    assert statuses.count("scored") >= 2
+    assert "not_run" in statuses
+    assert not multiprocessing.active_children()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "expected"),
+    [
+        ({"jobs": 1000, "max_concurrency": 16, "cores": 2}, 2),  # issue 18's check
+        ({"jobs": 1000, "max_concurrency": 16, "cores": 1}, 1),  # one core
+        ({"jobs": 300, "max_concurrency": 16, "cores": 2}, 1),  # too short to pay off
+        ({"jobs": 1000, "max_concurrency": 8, "cores": 2}, 1),  # the judge is the limit
+        ({"jobs": 4000, "max_concurrency": 64, "cores": 2}, 2),  # never above the cores
+        ({"jobs": 4000, "max_concurrency": 64, "cores": 8}, 8),
+        ({"jobs": 1000, "max_concurrency": 16, "cores": 2, "rate_limit_per_minute": 600}, 1),
+        ({"jobs": 1000, "max_concurrency": 16, "cores": 2, "rate_limit_per_minute": 6e4}, 2),
+    ],
+)
+def test_auto_uses_more_processes_only_where_they_pay_off(
+    kwargs: dict[str, Any], expected: int
+) -> None:
+    assert worker_count("auto", **kwargs) == expected
+
+
+def test_an_explicit_count_is_capped_by_jobs_and_slots() -> None:
+    assert worker_count(4, jobs=1000, max_concurrency=16) == 4
+    assert worker_count(4, jobs=3, max_concurrency=16) == 3
+    assert worker_count(4, jobs=1000, max_concurrency=2) == 2
+    assert worker_count(1, jobs=1000, max_concurrency=16) == 1
+
+
+def test_auto_stays_in_process_quietly_when_metrics_cannot_cross(
+    judge_server: JudgeServer, make_judge: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    judge_server.script = lexical_judge()
+    monkeypatch.setattr(workers_module, "AUTO_MIN_JOBS", 1)
+    monkeypatch.setattr(workers_module, "AUTO_SLOTS_PER_PROCESS", 1)
+    monkeypatch.setattr(workers_module, "available_cores", lambda: 2)
+    calls: list[int] = []
+    original = workers_module.score_in_processes
+
+    def spy(*args: Any, processes: int, **kwargs: Any) -> None:
+        calls.append(processes)
+        original(*args, processes=processes, **kwargs)
+
+    monkeypatch.setattr(run_module, "score_in_processes", spy)
+    base = make_judge()
+    private = _Unserializable(model="m", base_url=base.openai_api_base, api_key="test")
+    data = rows(4)
+    quiet = evaluate(data, [ContextRecall(llm=private)], show_progress=False)  # auto
+    assert calls == []  # no worker: the judge cannot cross, and auto says nothing
+    assert all(r.status("context_recall") == "scored" for r in quiet.rows)
+    with pytest.raises(ValueError, match="_Unserializable cannot be rebuilt"):
+        evaluate(data, [ContextRecall(llm=private)], workers=2, show_progress=False)
+    crossing = evaluate(data, [ContextRecall()], llm=make_judge(), show_progress=False)
+    assert calls == [2]  # a judge that can cross: auto took the second core
+    assert scores(crossing, "context_recall") == scores(quiet, "context_recall")
+
+
+UNGUARDED_SCRIPT = """
+import sys
+print("script body ran", flush=True)
+from langchain_openai import ChatOpenAI
+from langchain_ragmetrics import ContextRecall, evaluate
+from langchain_ragmetrics.evaluation import _workers
+
+_workers._Pool.run_own = lambda self: None  # the worker scores every job
+llm = ChatOpenAI(model="m", base_url=sys.argv[1], api_key="test", max_retries=0)
+rows = [{"question": f"q{i}", "contexts": [f"c{i}."], "reference": f"c{i}."} for i in range(4)]
+result = evaluate(rows, [ContextRecall()], llm=llm, workers=2, show_progress=False)
+print("scored", sum(r.status("context_recall") == "scored" for r in result.rows), flush=True)
+"""
+
+
+def test_a_script_without_the_main_guard_is_not_rerun_by_its_workers(
+    judge_server: JudgeServer, tmp_path: Path
+) -> None:
+    judge_server.script = lexical_judge()
+    script = tmp_path / "unguarded.py"
+    script.write_text(UNGUARDED_SCRIPT, encoding="utf-8")
+    env = {**clean_env(), "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    proc = subprocess.run(
+        [sys.executable, str(script), judge_server.base_url],
+        env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["script body ran", "scored 4"], proc.stderr
+    assert judge_server.count() == 4
 
 
 def test_ctrl_c_on_the_cli_with_workers_keeps_the_partial_results(
@@ -258,7 +426,7 @@ def test_bad_workers_and_what_cannot_cross_are_refused_up_front(
 ) -> None:
     data = rows(4)
     for bad in (0, -1, 1.5, True):
-        with pytest.raises(ValueError, match="`workers` must be a whole number"):
+        with pytest.raises(ValueError, match="`workers` must be a whole number of at least 1 or"):
             evaluate(data, METRICS, llm=make_judge(), workers=bad, show_progress=False)  # type: ignore[arg-type]
     base = make_judge()
     private = _Unserializable(model="m", base_url=base.openai_api_base, api_key="test")
@@ -301,3 +469,52 @@ def test_a_recipe_shares_concurrency_and_rate_among_workers(
     built = pickle.loads(pickle.dumps(share)).build_metrics()
     assert built[0].llm is built[1].llm
     assert built[0].llm.openai_api_base == make_judge().openai_api_base
+
+
+def test_a_ready_workers_share_of_the_rate_leaves_the_parents_limiter(
+    make_judge: Callable[..., Any],
+) -> None:
+    engine = ScoringEngine(max_concurrency=8, rate_limit_per_minute=600)
+    recipe = ScoringRecipe(
+        [ContextRecall(llm=make_judge())], max_concurrency=8, rate_limit_per_minute=600
+    )
+    pool = workers_module._Pool(
+        samples=[], metrics=[ContextRecall()], engine=engine, recipe=recipe, processes=2,
+        stop=threading.Event(),
+    )  # fmt: skip
+    worker = SimpleNamespace(ready=True, rate=pool.share_recipe.rate_limit_per_minute)
+    assert worker.rate == 300
+    pool._rate_to(worker)  # type: ignore[arg-type]
+    assert engine.limiter.requests_per_second == pytest.approx(5.0)  # 600 a minute in all
+    assert engine.limiter.available_tokens <= engine.limiter.max_bucket_size == 5.0
+    worker.ready = False  # it died: its share comes back
+    pool._rate_to(worker)  # type: ignore[arg-type]
+    assert engine.limiter.requests_per_second == pytest.approx(10.0)
+
+
+def test_the_cli_takes_auto_or_a_number_of_workers() -> None:
+    assert _workers_arg("auto") == "auto"
+    assert _workers_arg("3") == 3
+    for bad in ("0", "two"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            _workers_arg(bad)
+
+
+def test_a_judge_with_live_parts_is_not_rebuilt_without_them(
+    make_judge: Callable[..., Any],
+) -> None:
+    from langchain_core.rate_limiters import InMemoryRateLimiter
+
+    limited = make_judge(rate_limiter=InMemoryRateLimiter(requests_per_second=5))
+    with pytest.raises(ValueError, match="rate_limiter cannot be sent to another process"):
+        JudgeRecipe.from_llm(limited)
+    with pytest.raises(ValueError, match="rate_limiter cannot be sent"):
+        evaluate(rows(4), [ContextRecall(llm=limited)], workers=2, show_progress=False)
+
+
+def test_auto_stays_at_one_inside_a_daemonic_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    this = multiprocessing.current_process()
+    monkeypatch.setitem(this._config, "daemon", True)  # type: ignore[attr-defined]
+    assert this.daemon  # as in a multiprocessing pool's worker, which may not have children
+    assert worker_count("auto", jobs=1000, max_concurrency=16, cores=2) == 1
+    assert worker_count(2, jobs=1000, max_concurrency=16, cores=2) == 2  # asked for: tried

@@ -1,0 +1,191 @@
+"""A cheap benchmark judge: ``BenchJudge``'s answers from a process of its own, memoised.
+
+The loopback ``JudgeServer`` (a ``ThreadingHTTPServer`` working out every answer by word
+overlap) spends about 2 ms of CPU per request, on the same cores as the client it measures:
+with two cores, a client that scales to both has none left. This server answers the same
+way (``BenchJudge``, same completion format as ``JudgeServer``) but costs a fraction of that:
+
+* one asyncio loop in its own process, HTTP/1.1 keep-alive, the protocol read by hand
+  (an ``asyncio.Protocol``: no stream or task per request);
+* every answer memoised by the exact request body, so a timed round that repeats an untimed
+  warm-up round with the same dataset costs parsing the headers and one dict lookup per
+  request (misses are counted and reported: a timed round should have none);
+* ``GET /stats`` returns the requests, misses and the server's own CPU seconds, so a
+  benchmark reports the judge's CPU per request beside its figures.
+
+Latency is applied per request with ``asyncio.sleep`` (answers are not serialised).
+
+Usage from a benchmark::
+
+    with FastJudge(latency=0.1) as judge:
+        ...  # clients use judge.base_url
+        judge.stats()  # {"requests": ..., "misses": ..., "cpu_s": ...}
+
+Run directly (``python bench/_fast_judge.py --latency 0.1``) it prints its port and serves
+until its stdin closes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+REPO = BENCH.parent
+
+__all__ = ["FastJudge"]
+
+
+class _Server:
+    """The serving process's state: the memo and the counters."""
+
+    def __init__(self, latency: float) -> None:
+        sys.path[:0] = [str(BENCH), str(REPO)]
+        from _judge import BenchJudge
+
+        from tests._support.openai_server import JudgeRequest, JudgeServer
+
+        self.latency = latency
+        self.judge = BenchJudge()
+        self.request_type = JudgeRequest
+        self.shaper = JudgeServer()  # never started: only its completion format is used
+        self.memo: dict[bytes, bytes] = {}
+        self.requests = 0
+        self.misses = 0
+
+    def answer(self, body: bytes) -> bytes:
+        """The response body for a chat request (memoised by the exact request bytes)."""
+        cached = self.memo.get(body)
+        if cached is not None:
+            return cached
+        from tests._support.openai_server import _as_reply
+
+        self.misses += 1
+        req = self.request_type.from_body(json.loads(body))
+        reply = _as_reply(self.judge(req))
+        answer = self.shaper._answer(req, reply)
+        usage = self.shaper._usage(req, answer, reply)
+        data = json.dumps(self.shaper._completion(req, answer, usage)).encode()
+        self.memo[body] = data
+        return data
+
+    def stats(self) -> bytes:
+        cpu = time.process_time()
+        return json.dumps({"requests": self.requests, "misses": self.misses, "cpu_s": cpu}).encode()
+
+
+class _Connection(asyncio.Protocol):
+    """One keep-alive connection, read by hand: no stream or task per request."""
+
+    def __init__(self, server: _Server) -> None:
+        self.server = server
+        self.buffer = b""
+        self.transport: asyncio.Transport | None = None
+        self.loop = asyncio.get_running_loop()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        while True:
+            end = self.buffer.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            head = self.buffer[:end]
+            at = head.lower().find(b"content-length:")
+            stop = head.find(b"\r\n", at)
+            length = int(head[at + 15 : stop if stop >= 0 else None]) if at >= 0 else 0
+            if len(self.buffer) < end + 4 + length:
+                return
+            body = self.buffer[end + 4 : end + 4 + length]
+            self.buffer = self.buffer[end + 4 + length :]
+            if head.startswith(b"GET /stats"):
+                self.send(self.server.stats())
+                continue
+            self.server.requests += 1
+            data = self.server.answer(body)
+            if self.server.latency:
+                self.loop.call_later(self.server.latency, self.send, data)
+            else:
+                self.send(data)
+
+    def send(self, data: bytes) -> None:
+        """Write one response (answers of one connection go out in request order)."""
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+                + str(len(data)).encode()
+                + b"\r\n\r\n"
+                + data
+            )
+
+
+async def _main(latency: float) -> None:
+    server = _Server(latency)
+    loop = asyncio.get_running_loop()
+    listener = await loop.create_server(lambda: _Connection(server), "127.0.0.1", 0, backlog=512)
+    port = listener.sockets[0].getsockname()[1]
+    print(port, flush=True)
+    await loop.run_in_executor(None, sys.stdin.read)  # serve until the parent closes stdin
+    os._exit(0)  # open keep-alive connections need no goodbye
+
+
+class FastJudge:
+    """The memoising judge in a child process; ``base_url`` for clients, ``stats()``."""
+
+    def __init__(self, *, latency: float) -> None:
+        self.latency = latency
+        self.process: subprocess.Popen[str] | None = None
+        self.port = 0
+
+    def __enter__(self) -> FastJudge:
+        cmd = [sys.executable, __file__, "--latency", str(self.latency)]
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        self.process = subprocess.Popen(
+            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
+        )
+        assert self.process.stdout is not None
+        self.port = int(self.process.stdout.readline())
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self.process is not None:
+            assert self.process.stdin is not None
+            self.process.stdin.close()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def stats(self) -> dict[str, Any]:
+        """Requests served, memo misses, and the server process's CPU seconds so far."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/stats", timeout=30) as r:
+            data: dict[str, Any] = json.loads(r.read())
+        return data
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description="memoising benchmark judge")
+    parser.add_argument("--latency", type=float, default=0.1)
+    asyncio.run(_main(parser.parse_args().latency))
