@@ -17,13 +17,12 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
-import multiprocessing
 import pickle
 import threading
 import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from langchain_ragmetrics._errors import HookError
 from langchain_ragmetrics._queue import BoundedQueue, deadline_after, remaining
@@ -36,6 +35,7 @@ from langchain_ragmetrics.callbacks._isolation import (
     SetupSource,
     build_setup,
 )
+from langchain_ragmetrics.callbacks._launch import ChildProcess, start_child
 from langchain_ragmetrics.callbacks._messages import (
     ChildMessage,
     ChildStart,
@@ -52,9 +52,6 @@ from langchain_ragmetrics.callbacks._messages import (
 )
 from langchain_ragmetrics.callbacks._settings import HandlerSettings
 from langchain_ragmetrics.callbacks._stats import Counters, FailureLog, HandlerStats, SinkStats
-
-if TYPE_CHECKING:
-    from multiprocessing.process import BaseProcess
 
 __all__ = [
     "HookError",
@@ -87,7 +84,7 @@ _IDLE_EXIT_CLOSE_SECONDS = 30.0
 class _Child:
     """One child process and what the parent knows of it."""
 
-    process: BaseProcess
+    process: ChildProcess
     send: Connection
     recv: Connection
     sent: int = 0
@@ -102,6 +99,8 @@ class _Child:
     sinks: dict[str, dict[str, int]] = field(default_factory=dict)
     tokens: set[int] = field(default_factory=set)
     listener: threading.Thread | None = None
+    greeting: ChildStart | None = None
+    """The first message to send (a script child's :class:`ChildStart`), sent by the feeder."""
 
 
 _Entry = Retrieval | FlushRequest | CloseRequest
@@ -354,8 +353,14 @@ class ProcessRuntime:
                 return
 
     def _replace_child(self, taken: list[_Entry]) -> _Child | None:
-        """A new child, or None (queued work abandoned) when stopping or disabled (lock held)."""
-        if not (self._stopping or self._disabled):
+        """A new child, or None (queued work abandoned) when disabled or idle and stopping.
+
+        Called with the lock held.
+        A close that comes before the first child started (a short script: one chain, then
+        exit) still starts one: the retrievals submitted before the close are scored.
+        """
+        work = any(isinstance(e, Retrieval) for e in taken) or self._queue.size > 0
+        if not self._disabled and (work or not self._stopping):
             child = self._spawn()
             if child is not None:
                 return child
@@ -372,28 +377,17 @@ class ProcessRuntime:
         """Start a child process and its listener thread (lock held); None if impossible."""
         from langchain_ragmetrics.callbacks import _child
 
-        context = multiprocessing.get_context("spawn")
-        parent_recv, child_send = context.Pipe(duplex=False)
-        child_recv, parent_send = context.Pipe(duplex=False)
         start = ChildStart(self._child_start, log_levels=_log_levels())
         self._children += 1
-        process = context.Process(
-            target=_child.main,
-            args=(child_recv, child_send, start),
-            name=f"{self.name}-child-{self._children}",
-            daemon=True,
-        )
         try:
-            process.start()
+            process, parent_recv, parent_send, first = start_child(
+                _child.main, start, name=f"{self.name}-child-{self._children}"
+            )
         except Exception as exc:
-            for conn in (parent_recv, child_send, child_recv, parent_send):
-                conn.close()
             self._failures.report("child-start", f"cannot start the scoring process: {exc}", exc)
             self._disabled = True
             return None
-        child_send.close()
-        child_recv.close()
-        child = _Child(process=process, send=parent_send, recv=parent_recv)
+        child = _Child(process=process, send=parent_send, recv=parent_recv, greeting=first)
         child.listener = threading.Thread(
             target=self._listen, args=(child,), name=f"{self.name}-listener", daemon=True
         )
@@ -403,13 +397,16 @@ class ProcessRuntime:
 
     def _send(self, child: _Child, batch: list[_Entry]) -> None:
         """Pickle and send a batch: runs of retrievals go as one message, controls alone."""
-        messages: list[ParentMessage] = []
+        messages: list[ParentMessage | ChildStart] = []
         for is_item, run in itertools.groupby(batch, key=lambda e: isinstance(e, Retrieval)):
             entries = list(run)
             if is_item:
                 messages.append(ScoreItems([e for e in entries if isinstance(e, Retrieval)]))
             else:
                 messages.extend(e for e in entries if not isinstance(e, Retrieval))
+        if child.greeting is not None:
+            messages.insert(0, child.greeting)
+            child.greeting = None
         for message in messages:
             try:
                 data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
