@@ -25,13 +25,11 @@ import os
 import pickle
 import sys
 import threading
-from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from langchain_core.callbacks import BaseCallbackHandler
 
 from langchain_ragmetrics.callbacks._isolation import ProcessIsolation, ScoringSetup
-from langchain_ragmetrics.callbacks._setup import check_metrics, check_sinks
 from langchain_ragmetrics.callbacks._stats import logger
 from langchain_ragmetrics.callbacks.sinks import BaseSink, LoggingSink
 from langchain_ragmetrics.metrics._base import BaseRagMetric
@@ -42,27 +40,13 @@ _warned = False
 _warn_lock = threading.Lock()
 
 
-class Resolved:
-    """What ``isolation="auto"`` chose, and the handler arguments that go with the choice."""
+class Resolved(NamedTuple):
+    """What ``isolation="auto"`` chose."""
 
-    def __init__(
-        self,
-        isolation: Literal["thread"] | ProcessIsolation,
-        metrics: list[BaseRagMetric] | None,
-        sinks: list[BaseSink] | None,
-        reference_provider: Any,
-        reason: str | None,
-        *,
-        scored_with: list[BaseRagMetric],
-    ) -> None:
-        self.isolation = isolation
-        self.scored_with = scored_with
-        """The metrics scored with, wherever they run (the child's are copies of these)."""
-        self.metrics = metrics
-        self.sinks = sinks
-        self.reference_provider = reference_provider
-        self.reason = reason
-        """Why scoring stays in this process (None when it went to a child)."""
+    isolation: Literal["thread"] | ProcessIsolation
+    """``"thread"``, or the isolated mode with a setup that rebuilds the objects given."""
+    reason: str | None
+    """Why scoring stays in this process (None when it goes to a child)."""
 
 
 class ShippedSetup:
@@ -102,47 +86,40 @@ def platform_reason() -> str | None:
 
 def resolve_auto(
     *,
-    metrics: Sequence[BaseRagMetric] | None,
-    sinks: Sequence[BaseSink] | None,
+    metrics: list[BaseRagMetric],
+    sinks: list[BaseSink],
     reference_provider: Any,
     trace_judge: str | BaseCallbackHandler | None,
 ) -> Resolved:
-    """Choose the isolated mode when the child can do the same work (see the module doc)."""
-    checked_metrics = check_metrics(metrics)
-    checked_sinks = check_sinks(sinks)
+    """Choose the isolated mode when the child can do the same work (see the module doc).
+
+    The arguments are the handler's checked options; a fallback warns once per process.
+    """
 
     def stay(reason: str) -> Resolved:
         _warn_once(reason)
-        return Resolved(
-            "thread",
-            checked_metrics,
-            checked_sinks,
-            reference_provider,
-            reason,
-            scored_with=checked_metrics,
-        )
+        return Resolved("thread", reason)
 
     reason = platform_reason()
     if reason is not None:
         return stay(reason)
     if trace_judge is not None and not isinstance(trace_judge, str):
         return stay("`trace_judge` is a tracer object, which cannot reach a child process")
-    kept = [type(s).__name__ for s in checked_sinks if type(s) is not LoggingSink]
+    kept = [type(s).__name__ for s in sinks if type(s) is not LoggingSink]
     if kept:
         return stay(
             f"the sinks {', '.join(kept)} keep state or connections this process reads "
             "(only LoggingSink is delivered the same from a child process)"
         )
-    blob = _portable((checked_metrics, checked_sinks, reference_provider))
+    blob = _portable((metrics, sinks, reference_provider))
     if blob is None:
-        what = "the metrics" if _portable(checked_metrics) is None else "`reference_provider`"
+        what = "the metrics" if _portable(metrics) is None else "`reference_provider`"
         return stay(
             f"{what} cannot be sent to a child process (a live client such as "
             "llm=ChatOpenAI(...), a lock, or something defined in __main__)"
         )
-    names = [m.metric_name for m in checked_metrics] + [type(s).__name__ for s in checked_sinks]
-    isolation = ProcessIsolation(setup=ShippedSetup(blob, names))
-    return Resolved(isolation, None, None, None, None, scored_with=checked_metrics)
+    names = [m.metric_name for m in metrics] + [type(s).__name__ for s in sinks]
+    return Resolved(ProcessIsolation(setup=ShippedSetup(blob, names)), None)
 
 
 def _warn_once(reason: str) -> None:

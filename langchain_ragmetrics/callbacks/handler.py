@@ -127,38 +127,40 @@ class RagMetricsCallbackHandler(BaseCallbackHandler):
         name: str = "ragmetrics",
         isolation: Literal["auto", "thread", "process"] | ProcessIsolation = "auto",
     ) -> None:
-        shown_metrics: list[BaseRagMetric] | None = None
-        if isolation == "auto":
-            resolved = resolve_auto(
-                metrics=metrics,
-                sinks=sinks,
-                reference_provider=reference_provider,
-                trace_judge=trace_judge,
-            )
-            shown_metrics = resolved.scored_with
-            isolation = resolved.isolation
-            metrics, sinks = resolved.metrics, resolved.sinks
-            reference_provider = resolved.reference_provider
-        self.settings = HandlerSettings(
-            metrics=metrics,
-            sinks=sinks,
-            sample_rate=sample_rate,
-            question_from=question_from,
-            answer_from=answer_from,
-            reference_provider=reference_provider,
-            max_queue_size=max_queue_size,
-            max_concurrency=max_concurrency,
-            rate_limit_per_minute=rate_limit_per_minute,
-            timeout=timeout,
-            trace_judge=trace_judge,
-            max_open_traces=max_open_traces,
-            sink_queue_size=sink_queue_size,
-            exit_timeout=exit_timeout,
-            name=name,
-            isolation=isolation,
-        )
-        self.metrics = shown_metrics or self.settings.metrics
+        options: dict[str, Any] = {
+            "metrics": metrics,
+            "sinks": sinks,
+            "sample_rate": sample_rate,
+            "question_from": question_from,
+            "answer_from": answer_from,
+            "reference_provider": reference_provider,
+            "max_queue_size": max_queue_size,
+            "max_concurrency": max_concurrency,
+            "rate_limit_per_minute": rate_limit_per_minute,
+            "timeout": timeout,
+            "trace_judge": trace_judge,
+            "max_open_traces": max_open_traces,
+            "sink_queue_size": sink_queue_size,
+            "exit_timeout": exit_timeout,
+            "name": name,
+        }
+        # Every option is checked first (a bad one raises before anything is decided).
+        auto = isolation == "auto"
+        self.settings = HandlerSettings(**options, isolation="thread" if auto else isolation)
+        self.metrics = self.settings.metrics
+        """The metrics scored with (in a child process: copies of these)."""
         self.sinks = self.settings.sinks
+        """The sinks results go to (in a child process: copies of these)."""
+        if auto:
+            resolved = resolve_auto(
+                metrics=self.metrics,
+                sinks=self.sinks,
+                reference_provider=self.settings.reference_provider,
+                trace_judge=self.settings.trace_judge,
+            )
+            if resolved.isolation != "thread":
+                options.update(metrics=None, sinks=None, reference_provider=None)
+                self.settings = HandlerSettings(**options, isolation=resolved.isolation)
         self.sample_rate = self.settings.sample_rate
         self.exit_timeout = self.settings.exit_timeout
         self.name = name
