@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import os
 import resource
 import sys
 import time
@@ -133,6 +134,18 @@ def bench_setup(judge_url: str) -> Any:
     )
 
 
+def child_cpu_s(handler: Any) -> float | None:
+    """CPU seconds (user + system) the isolated handler's child has used (None: no child)."""
+    pid = getattr(handler._background, "child_pid", None)
+    if pid is None:
+        return None
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def child_rss_mib(handler: Any) -> float | None:
     """RSS of the isolated handler's child process (None when there is none)."""
     pid = getattr(handler._background, "child_pid", None)
@@ -171,12 +184,20 @@ def make_callbacks(config: str, args: argparse.Namespace) -> tuple[list[Any], An
         os.environ["OPENAI_BASE_URL"] = args.judge_url
         os.environ["OPENAI_API_KEY"] = "test"
         default = RagMetricsCallbackHandler()
+        marks: dict[str, Any] = {}
+
+        def loop_starts() -> None:
+            marks["cpu"], marks["processed"] = child_cpu_s(default), default.stats.processed
 
         def close_default() -> dict[str, Any]:
             at_loop_end = default.stats
             child_rss = child_rss_mib(default)
             drained = default.flush(timeout=args.settle_timeout)
             stats = default.stats
+            cpu = child_cpu_s(default)
+            scored_in_loop = stats.processed - marks.get("processed", 0)
+            if cpu is not None and marks.get("cpu") is not None and scored_in_loop:
+                marks["child_cpu_ms_per_retrieval"] = (cpu - marks["cpu"]) * 1000 / scored_in_loop
             default.close(timeout=args.close_timeout)
             return {
                 "mode": "process" if default.settings.process is not None else "thread",
@@ -185,8 +206,10 @@ def make_callbacks(config: str, args: argparse.Namespace) -> tuple[list[Any], An
                 "handler_stats": stats.model_dump(mode="json"),
                 "drained": drained,
                 "child_rss_mib": child_rss,
+                "child_cpu_ms_per_retrieval": marks.get("child_cpu_ms_per_retrieval"),
             }
 
+        default.loop_starts = loop_starts  # type: ignore[attr-defined]
         return [default], close_default
     if config == "isolated":
         from langchain_ragmetrics import RagMetricsCallbackHandler
@@ -282,6 +305,8 @@ def latency(args: argparse.Namespace) -> dict[str, Any]:
     settled = None
     for callback in ours:
         settled = callback.flush(timeout=args.settle_timeout)
+        if hasattr(callback, "loop_starts"):
+            callback.loop_starts()
     times: dict[str, list[float]] = {"with": [], "without": []}
     pace = Pace(args.rate)
     started = time.perf_counter()

@@ -276,6 +276,17 @@ def render(latency: dict[str, Any], memory: dict[str, Any], invocations: int) ->
             f"{median(first):.1f} s after the handler is built (the child starts in the "
             "background; the caller never waits for it)."
         )
+    cpu = [
+        r["child_cpu_ms_per_retrieval"]
+        for r in latency["runs"]["default"]
+        if r.get("child_cpu_ms_per_retrieval")
+    ]
+    if cpu:
+        verdicts.append(
+            f"Capacity: the child spends {median(cpu):.1f} ms of CPU per scored retrieval "
+            f"(2 metrics), so one core scores about {1000 / median(cpu):.0f} retrievals a "
+            "second (the docs' sizing rule uses this figure)."
+        )
     rate = latency["runs"]["default"][0].get("rate_per_s", RATE)
     parts = [
         f"Command: `python bench/bench_online.py`. {invocations} timed invocations per run, "

@@ -156,10 +156,14 @@ def test_portable_options_go_to_the_child(fresh_warning: None) -> None:
     )
     process = handler.settings.process
     assert process is not None
-    assert repr(process.setup) == "ShippedSetup(context_relevance, LoggingSink; {:,} bytes)".format(
-        len(process.setup.blob)  # type: ignore[union-attr]
+    shipped = process.setup
+    assert isinstance(shipped, _auto.ShippedSetup)
+    assert repr(shipped) == (
+        f"ShippedSetup(context_relevance, LoggingSink; {len(shipped.blob):,} bytes)"
     )
-    setup = process.setup()  # type: ignore[operator, misc]  # what the child calls
+    setup = shipped()  # what the child calls
+    assert setup.metrics is not None
+    assert setup.sinks is not None
     assert [type(m) for m in setup.metrics] == [ContextRelevance]
     assert [type(s) for s in setup.sinks] == [LoggingSink]
     assert setup.reference_provider is provider
@@ -180,9 +184,11 @@ def test_a_frozen_application_scores_here(
 def test_a_bad_option_raises_before_any_decision(
     caplog: pytest.LogCaptureFixture, fresh_warning: None
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="langchain_ragmetrics"):
-        with pytest.raises(TypeError, match="trace_judge"):
-            RagMetricsCallbackHandler(trace_judge=3)  # type: ignore[arg-type]
+    with (
+        caplog.at_level(logging.WARNING, logger="langchain_ragmetrics"),
+        pytest.raises(TypeError, match="trace_judge"),
+    ):
+        RagMetricsCallbackHandler(trace_judge=3)  # type: ignore[arg-type]
     assert fallbacks(caplog) == []
 
 
