@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import multiprocessing
 import os
 import signal
 import threading
@@ -40,7 +41,10 @@ from langchain_ragmetrics.callbacks._stats import Counters, FailureLog, HandlerS
 __all__ = ["bootstrap", "main"]
 
 _ORPHAN_CLOSE_SECONDS = 5.0
-_REPORT_EVERY_SECONDS = 0.05
+_REPORT_EVERY_SECONDS = 0.2
+"""Counters go up at most this often: each report is unpickled by a thread of the
+application's process, which takes the GIL from its requests (flush and close answers
+carry their own, exact, counters)."""
 
 
 class _Channel:
@@ -115,12 +119,14 @@ def _report(
             last, quiet = current, 0.0
 
 
-def bootstrap(recv_fd: int, send_fd: int, alive_fd: int) -> None:
+def bootstrap(recv_fd: int, send_fd: int, alive_fd: int, name: str) -> None:
     """The entry point of a child started with ``subprocess`` (see ``_launch``).
 
     ``alive_fd`` stays open until this process exits: its end of file tells the parent.
+    ``name`` becomes the process name in log records, as ``multiprocessing`` would set it.
     """
     del alive_fd  # held, never used
+    multiprocessing.current_process().name = name
     recv = Connection(recv_fd, writable=False)
     send = Connection(send_fd, readable=False)
     try:

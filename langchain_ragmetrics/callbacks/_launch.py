@@ -30,7 +30,7 @@ __all__ = ["ChildProcess", "ScriptProcess", "needs_main", "start_child"]
 _BOOTSTRAP = (
     "import json, sys; sys.path[:] = json.loads(sys.argv[1]); "
     "from langchain_ragmetrics.callbacks._child import bootstrap; "
-    "bootstrap(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))"
+    "bootstrap(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])"
 )
 
 
@@ -123,7 +123,7 @@ def start_child(
         process: ChildProcess
         first: ChildStart | None = None
         if os.name == "posix" and not needs_main(start):
-            process = _script(child_recv, child_send)
+            process = _script(child_recv, child_send, name)
             first = start
         else:
             mp_process = context.Process(
@@ -140,12 +140,12 @@ def start_child(
     return process, parent_recv, parent_send, first
 
 
-def _script(child_recv: Connection, child_send: Connection) -> ScriptProcess:
+def _script(child_recv: Connection, child_send: Connection, name: str) -> ScriptProcess:
     alive_read, alive_write = os.pipe()
     fds = (child_recv.fileno(), child_send.fileno(), alive_write)
     try:
         popen = subprocess.Popen(  # noqa: S603 - our own interpreter and code
-            [sys.executable, "-c", _BOOTSTRAP, json.dumps(sys.path), *map(str, fds)],
+            [sys.executable, "-c", _BOOTSTRAP, json.dumps(sys.path), *map(str, fds), name],
             pass_fds=fds,
             stdin=subprocess.DEVNULL,
         )

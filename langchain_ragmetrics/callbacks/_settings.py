@@ -41,7 +41,9 @@ class HandlerSettings(BaseModel):
 
     isolation: Literal["thread"] | ProcessIsolation = "thread"
     """``"thread"``: score on this process's threads; a :class:`ProcessIsolation` (or
-    ``"process"``): in a child process that builds its own metrics, sinks and provider."""
+    ``"process"``): in a child process that builds its own metrics, sinks and provider. The
+    handler's default ``"auto"`` is resolved to one of these before the settings are built
+    (see ``callbacks._auto``)."""
     metrics: list[BaseRagMetric] = Field(default_factory=lambda: check_metrics(None))
     """The metrics (default ``ContextRelevance`` and ``ContextPrecision``)."""
     sinks: list[BaseSink] = Field(default_factory=lambda: check_sinks(None))
