@@ -11,8 +11,10 @@ and deliver it the same way:
   output is the same): any other sink keeps state or a connection that the application reads
   or owns (an ``InMemorySink``, a file, a callable), so it must stay in this process;
 * ``trace_judge`` is None or a project name (a tracer object cannot cross);
-* the platform can start a fresh interpreter with inherited pipes (POSIX) and the
-  application is not a frozen executable (``sys.frozen``: ``sys.executable`` is the app).
+* the platform can start a fresh interpreter with inherited pipes (POSIX), the application
+  is not a frozen executable (``sys.frozen``: ``sys.executable`` is the app) and the
+  interpreter to start looks like Python (an embedding server such as uWSGI reports its own
+  binary; ``multiprocessing.set_executable`` names the right one).
 
 Otherwise scoring runs on this process's threads, and one warning per process says why and
 how to choose (``isolation="thread"`` silences it; ``ProcessIsolation(setup=...)`` builds
@@ -30,6 +32,7 @@ from typing import Any, Literal, NamedTuple
 from langchain_core.callbacks import BaseCallbackHandler
 
 from langchain_ragmetrics.callbacks._isolation import ProcessIsolation, ScoringSetup
+from langchain_ragmetrics.callbacks._launch import interpreter
 from langchain_ragmetrics.callbacks._stats import logger
 from langchain_ragmetrics.callbacks.sinks import BaseSink, LoggingSink
 from langchain_ragmetrics.metrics._base import BaseRagMetric
@@ -79,8 +82,14 @@ def platform_reason() -> str | None:
         return f"the isolated mode's default launcher needs POSIX (this is {os.name!r})"
     if getattr(sys, "frozen", False):
         return "the application is a frozen executable (sys.frozen)"
-    if not sys.executable:
+    executable = interpreter()
+    if not executable:
         return "sys.executable is unknown"
+    if "python" not in os.path.basename(executable).lower():
+        return (
+            f"the interpreter to start ({executable}) does not look like Python (an embedding "
+            "server?); name one with multiprocessing.set_executable(...)"
+        )
     return None
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import multiprocessing
+import multiprocessing.spawn
 import os
 import pickle
 import subprocess
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from langchain_ragmetrics.callbacks._messages import ChildStart
 
-__all__ = ["ChildProcess", "ScriptProcess", "needs_main", "start_child"]
+__all__ = ["ChildProcess", "ScriptProcess", "interpreter", "needs_main", "start_child"]
 
 _BOOTSTRAP = (
     "import json, sys; sys.path[:] = json.loads(sys.argv[1]); "
@@ -95,6 +96,11 @@ class ScriptProcess:
             self._popen.kill()
 
 
+def interpreter() -> str:
+    """The Python to start the child with: ``multiprocessing``'s (``set_executable`` honoured)."""
+    return os.fsdecode(multiprocessing.spawn.get_executable() or sys.executable)
+
+
 def needs_main(start: object) -> bool:
     """Whether unpickling ``start`` in the child needs the application's ``__main__``."""
     try:
@@ -145,7 +151,7 @@ def _script(child_recv: Connection, child_send: Connection, name: str) -> Script
     fds = (child_recv.fileno(), child_send.fileno(), alive_write)
     try:
         popen = subprocess.Popen(  # noqa: S603 - our own interpreter and code
-            [sys.executable, "-c", _BOOTSTRAP, json.dumps(sys.path), *map(str, fds), name],
+            [interpreter(), "-c", _BOOTSTRAP, json.dumps(sys.path), *map(str, fds), name],
             pass_fds=fds,
             stdin=subprocess.DEVNULL,
         )

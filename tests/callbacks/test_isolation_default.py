@@ -9,6 +9,7 @@ warning per process; a short script that exits without ``close`` still delivers 
 from __future__ import annotations
 
 import logging
+import multiprocessing.spawn
 import os
 import subprocess
 import sys
@@ -178,6 +179,17 @@ def test_a_frozen_application_scores_here(
         handler = RagMetricsCallbackHandler()
     assert handler.settings.isolation == "thread"
     assert "frozen executable" in fallbacks(caplog)[0]
+    assert handler.close()
+
+
+def test_an_embedding_server_binary_is_not_started_as_python(
+    monkeypatch: pytest.MonkeyPatch, fresh_warning: None
+) -> None:
+    # uWSGI and the like report their own binary as the interpreter.
+    monkeypatch.setattr(multiprocessing.spawn, "get_executable", lambda: "/usr/bin/uwsgi")
+    assert "/usr/bin/uwsgi" in (_auto.platform_reason() or "")
+    handler = RagMetricsCallbackHandler()
+    assert handler.settings.isolation == "thread"
     assert handler.close()
 
 
