@@ -37,7 +37,14 @@ from langchain_ragmetrics.callbacks._stats import logger
 from langchain_ragmetrics.callbacks.sinks import BaseSink, LoggingSink
 from langchain_ragmetrics.metrics._base import BaseRagMetric
 
-__all__ = ["Resolved", "ShippedSetup", "platform_reason", "reset_warning", "resolve_auto"]
+__all__ = [
+    "Resolved",
+    "ShippedSetup",
+    "mark_warned",
+    "platform_reason",
+    "reset_warning",
+    "resolve_auto",
+]
 
 _warned = False
 _warn_lock = threading.Lock()
@@ -145,6 +152,13 @@ def _warn_once(reason: str) -> None:
         "or ProcessIsolation(setup=...) to build these objects in a child process.",
         reason,
     )
+
+
+def mark_warned() -> None:
+    """Count the fallback warning as given (tests that count warnings)."""
+    global _warned  # noqa: PLW0603 - see _warn_once
+    with _warn_lock:
+        _warned = True
 
 
 def reset_warning() -> None:
