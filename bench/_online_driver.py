@@ -17,6 +17,10 @@ Modes:
               with an empty queue and, isolated, a started child), have a queue that holds
               every retrieval (none is dropped for a full queue), and after the loop wait
               until all are scored, then report what was scored and what was not.
+              Calls with callbacks are paced at ``--rate`` a second (default 20: the
+              sampled retrievals a second a process must keep up with); ``default`` is
+              ``RagMetricsCallbackHandler()`` with no options (its judge configured by
+              ``OPENAI_*``), i.e. the mode a production user gets by default.
     memory    our handler scoring ``--traces`` traces in batches (flushed after each batch);
               prints the RSS after a warm-up and after the last batch once the queue drained.
 """
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import os
 import resource
 import sys
 import time
@@ -129,6 +134,18 @@ def bench_setup(judge_url: str) -> Any:
     )
 
 
+def child_cpu_s(handler: Any) -> float | None:
+    """CPU seconds (user + system) the isolated handler's child has used (None: no child)."""
+    pid = getattr(handler._background, "child_pid", None)
+    if pid is None:
+        return None
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def child_rss_mib(handler: Any) -> float | None:
     """RSS of the isolated handler's child process (None when there is none)."""
     pid = getattr(handler._background, "child_pid", None)
@@ -156,6 +173,44 @@ def make_callbacks(config: str, args: argparse.Namespace) -> tuple[list[Any], An
             run_inline = True
 
         return [Noop()], dict
+    if config == "default":
+        import os
+
+        from langchain_ragmetrics import RagMetricsCallbackHandler
+
+        # What a production user gets with no options: the default metrics and judge
+        # (configured by the OPENAI_* variables, here the loopback judge), a LoggingSink, the
+        # default isolation, queue bound and concurrency.
+        os.environ["OPENAI_BASE_URL"] = args.judge_url
+        os.environ["OPENAI_API_KEY"] = "test"
+        default = RagMetricsCallbackHandler()
+        marks: dict[str, Any] = {}
+
+        def loop_starts() -> None:
+            marks["cpu"], marks["processed"] = child_cpu_s(default), default.stats.processed
+
+        def close_default() -> dict[str, Any]:
+            at_loop_end = default.stats
+            child_rss = child_rss_mib(default)
+            drained = default.flush(timeout=args.settle_timeout)
+            stats = default.stats
+            cpu = child_cpu_s(default)
+            scored_in_loop = stats.processed - marks.get("processed", 0)
+            if cpu is not None and marks.get("cpu") is not None and scored_in_loop:
+                marks["child_cpu_ms_per_retrieval"] = (cpu - marks["cpu"]) * 1000 / scored_in_loop
+            default.close(timeout=args.close_timeout)
+            return {
+                "mode": "process" if default.settings.process is not None else "thread",
+                "max_concurrency": default.settings.max_concurrency,
+                "handler_stats_at_loop_end": at_loop_end.model_dump(mode="json"),
+                "handler_stats": stats.model_dump(mode="json"),
+                "drained": drained,
+                "child_rss_mib": child_rss,
+                "child_cpu_ms_per_retrieval": marks.get("child_cpu_ms_per_retrieval"),
+            }
+
+        default.loop_starts = loop_starts  # type: ignore[attr-defined]
+        return [default], close_default
     if config == "isolated":
         from langchain_ragmetrics import RagMetricsCallbackHandler
         from langchain_ragmetrics.callbacks import ProcessIsolation
@@ -195,6 +250,7 @@ def make_callbacks(config: str, args: argparse.Namespace) -> tuple[list[Any], An
             sinks=[InMemorySink()],
             # "capture": the callbacks record and correlate every run, nothing is scored.
             sample_rate=1.0 if config == "handler" else 0.0,
+            isolation="thread",
             max_queue_size=args.queue_size,
             max_concurrency=args.judge_concurrency,
         )
@@ -233,23 +289,40 @@ def latency(args: argparse.Namespace) -> dict[str, Any]:
     any background load of the process, leaving what the callbacks cost on the caller's thread.
     """
     chain, questions = build_chain(2 * (args.warmup + args.invocations))
+    built = time.perf_counter()
     callbacks, close = make_callbacks(args.config, args)
+    ours = [c for c in callbacks if hasattr(c, "flush") and hasattr(c, "stats")]
     asks = iter(questions)
-    for _ in range(args.warmup):
+    first_scored_s = None
+    pace = Pace(args.rate)
+    for i in range(args.warmup):
+        pace.wait()
         chain.invoke(next(asks), {"callbacks": callbacks})
         chain.invoke(next(asks), {"callbacks": []})
+        if i == 0 and ours:  # a new handler's first result: the child's start, in process mode
+            ours[0].flush(timeout=args.settle_timeout)
+            first_scored_s = time.perf_counter() - built
     settled = None
-    for callback in callbacks:
-        if hasattr(callback, "flush") and hasattr(callback, "stats"):  # our handler
-            settled = callback.flush(timeout=args.settle_timeout)
+    for callback in ours:
+        settled = callback.flush(timeout=args.settle_timeout)
+        if hasattr(callback, "loop_starts"):
+            callback.loop_starts()
     times: dict[str, list[float]] = {"with": [], "without": []}
+    pace = Pace(args.rate)
+    started = time.perf_counter()
     for i in range(2 * args.invocations):
         key, config = ("with", callbacks) if i % 2 == 0 else ("without", [])
+        if key == "with":
+            pace.wait()
         question = next(asks)
         start = time.perf_counter()
         chain.invoke(question, {"callbacks": config})
         times[key].append(time.perf_counter() - start)
+    loop_s = time.perf_counter() - started
     return {
+        "rate_per_s": args.rate,
+        "achieved_rate_per_s": args.invocations / loop_s,
+        "first_result_s": first_scored_s,
         "config": args.config,
         "latencies_s": times["with"],
         "paired_baseline_s": times["without"],
@@ -257,6 +330,22 @@ def latency(args: argparse.Namespace) -> dict[str, Any]:
         "rss_mib": rss_mib(),
         **close(),
     }
+
+
+class Pace:
+    """Spaces calls ``1 / rate`` seconds apart on a fixed schedule (0: back to back)."""
+
+    def __init__(self, rate: float) -> None:
+        self.period = 1.0 / rate if rate > 0 else 0.0
+        self.next = time.perf_counter()
+
+    def wait(self) -> None:
+        if not self.period:
+            return
+        delay = self.next - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        self.next = max(self.next + self.period, time.perf_counter() - self.period)
 
 
 def rss_mib() -> float:
@@ -286,6 +375,7 @@ def memory(args: argparse.Namespace) -> dict[str, Any]:
         sinks=[CallableSink(count)],
         sample_rate=1.0,
         max_queue_size=BATCH,
+        isolation="thread",  # the sink counts in this process
     )
     config = {"callbacks": [handler]}
     asks = iter(questions)
@@ -328,7 +418,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("mode", choices=["latency", "memory"])
     parser.add_argument(
         "--config",
-        choices=["none", "noop", "handler", "capture", "isolated", "tracer"],
+        choices=["none", "noop", "handler", "capture", "isolated", "tracer", "default"],
         default="none",
     )
     parser.add_argument("--judge-url", default="")
@@ -336,6 +426,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--invocations", type=int, default=2_000)
     parser.add_argument("--traces", type=int, default=10_000)
     parser.add_argument("--warmup", type=int, default=WARMUP, help="untimed invocations first")
+    parser.add_argument(
+        "--rate",
+        type=float,
+        default=20.0,
+        help="invocations with callbacks per second (each retrieves once; 0: back to back)",
+    )
     parser.add_argument("--close-timeout", type=float, default=1.0)
     parser.add_argument(
         "--queue-size",

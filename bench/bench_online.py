@@ -1,20 +1,24 @@
 """Benchmark 3 - online overhead: what our callback handler adds to a live chain's latency.
 
 An LCEL RAG chain with an instant answering model (see ``_online_driver.py``) is invoked 1,000
-times (after a warm-up) in a fresh process per run; every invocation retrieves five contexts
-never seen before in that process (generated), so the scoring does the work a stream of new
-documents costs (no memo hits). Configs:
+times (after a warm-up) in a fresh process per run, at ``--rate`` calls a second (default 20:
+issue 18's load); every invocation retrieves five contexts never seen before in that process
+(generated), so the scoring does the work a stream of new documents costs (no memo hits).
+Configs:
 
 * no callback;
-* our ``RagMetricsCallbackHandler(metrics=[ContextRelevance(), ContextPrecision()],
-  sinks=[InMemorySink()], sample_rate=1.0)`` whose judge answers after 200 ms;
+* the default mode: ``RagMetricsCallbackHandler()`` with no options, its default metrics
+  (``ContextRelevance`` and ``ContextPrecision``) and default judge configured by
+  ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY`` (the loopback judge, answering after 200 ms), its
+  default ``LoggingSink``, queue, concurrency and isolation (``"auto"``: a child process here);
+* our handler with ``isolation="thread"`` (same metrics and judge passed as objects, an
+  ``InMemorySink``): scoring on the application's threads;
 * LangChain's ``LangChainTracer`` with a real ``langsmith.Client`` sending to the loopback
   LangSmith stub;
 * (diagnostic) our handler with ``sample_rate=0.0``: its callbacks record and correlate every
   run but nothing is scored, which separates the callback path from the background scoring;
-* our handler in its isolated mode (``isolation=ProcessIsolation(setup=...)``, same metrics,
-  judge and sink, built in a child process): the caller's thread only hands plain data to a
-  feeder thread, and all scoring runs in the child.
+* our handler in its explicit isolated mode (``isolation=ProcessIsolation(setup=...)``, same
+  metrics, judge and sink, built in a child process).
 
 Our handler configs flush once after the warm-up, so each timed loop starts with an empty
 queue (and, isolated, a child that has finished starting). Their queue holds every retrieval
@@ -37,9 +41,12 @@ after the last batch (queue drained, ``gc.collect()``).
 Targets (issue 5): our added median <= 0.2 ms and not above the tracer's; the judge's 200 ms
 never shows in the user's latency; RSS growth <= 10 MB after 10,000 scored traces. Issue 12:
 with 2 metrics at sample_rate 1.0 and a 200 ms judge, added p99 <= 2 ms and added median
-<= 0.2 ms, for the in-process and the isolated mode.
+<= 0.2 ms, for the in-process and the isolated mode. Issue 18: the same in the default mode
+at 20 sampled retrievals a second, with nothing dropped; the child's start time, memory and
+CPU per scored retrieval (capacity per core) are reported.
 
-Usage: ``python bench/bench_online.py [--tiny] [--repeats N] [--out DIR]``
+Usage: ``python bench/bench_online.py [--tiny] [--repeats N] [--invocations N] [--rate R]
+[--no-memory] [--out DIR]``
 """
 
 from __future__ import annotations
@@ -53,7 +60,7 @@ from _judge import BenchJudge
 from tests._support.langsmith_stub import LangSmithStub
 from tests._support.openai_server import JudgeServer
 
-CONFIGS = ("none", "handler", "isolated", "tracer", "noop", "capture")
+CONFIGS = ("none", "default", "handler", "isolated", "tracer", "noop", "capture")
 INVOCATIONS = 1_000
 TRACES = 10_000
 REPEATS = 3
@@ -64,7 +71,9 @@ ADDED_P99_TARGET_MS = 2.0
 GROWTH_TARGET_MIB = 10.0
 MAX_UNSCORED = 0.05
 """Share of a handler config's retrievals that may go unscored before its figures are refused."""
-SCORED_CONFIGS = ("handler", "isolated")
+SCORED_CONFIGS = ("default", "handler", "isolated")
+RATE = 20.0
+"""Calls with callbacks a second (one retrieval each): the load issue 18 sizes the default for."""
 
 
 def _summary(latencies: list[float], baseline: list[float]) -> dict[str, float]:
@@ -79,7 +88,9 @@ def _summary(latencies: list[float], baseline: list[float]) -> dict[str, float]:
     }
 
 
-def measure_latency(*, invocations: int, repeats: int, warmup: int) -> dict[str, Any]:
+def measure_latency(
+    *, invocations: int, repeats: int, warmup: int, rate: float = RATE
+) -> dict[str, Any]:
     """Interleaved runs of every config; per-run summaries and their medians."""
     runs: dict[str, list[dict[str, Any]]] = {c: [] for c in CONFIGS}
     with JudgeServer(BenchJudge(), latency=JUDGE_LATENCY) as judge, LangSmithStub() as stub:
@@ -100,6 +111,8 @@ def measure_latency(*, invocations: int, repeats: int, warmup: int) -> dict[str,
                     str(invocations),
                     "--warmup",
                     str(warmup),
+                    "--rate",
+                    str(rate),
                 )
                 run = _summary(report.pop("latencies_s"), report.pop("paired_baseline_s"))
                 run.update(report)
@@ -159,7 +172,8 @@ def measure_memory(*, traces: int) -> dict[str, Any]:
 
 NAMES = {
     "none": "no callback",
-    "handler": "our handler (2 metrics, 200 ms judge)",
+    "default": "our handler with no options (the default mode)",
+    "handler": "our handler, isolation='thread' (2 metrics, 200 ms judge)",
     "isolated": "our handler, isolated mode (same, scored in a child process)",
     "tracer": "LangChainTracer -> LangSmith stub",
     "noop": "(diagnostic) a do-nothing handler",
@@ -241,8 +255,9 @@ def render(latency: dict[str, Any], memory: dict[str, Any], invocations: int) ->
             f"{base['calls_over_judge_latency']} without callbacks (of {total} each) "
             f"({_verdict(handler['calls_over_judge_latency'] == 0)}).",
         ]
+    verdicts.append(default_verdict(latency, base))
     for config in SCORED_CONFIGS:
-        if refused[config]:
+        if refused[config] or config == "default":
             continue
         c = latency[config]
         p99 = c["p99_ms"] - base["p99_ms"]
@@ -257,22 +272,41 @@ def render(latency: dict[str, Any], memory: dict[str, Any], invocations: int) ->
             f"{c['paired_added_median_ms']:.3f} ms paired "
             f"({_verdict(c['paired_added_median_ms'] <= ADDED_TARGET_MS)})."
         )
-    rss = {c: median([r["rss_mib"] for r in latency["runs"][c]]) for c in ("handler", "isolated")}
-    child = [r["child_rss_mib"] for r in latency["runs"]["isolated"] if r.get("child_rss_mib")]
+    rss = {c: median([r["rss_mib"] for r in latency["runs"][c]]) for c in SCORED_CONFIGS}
+    child = [r["child_rss_mib"] for r in latency["runs"]["default"] if r.get("child_rss_mib")]
+    first = [r["first_result_s"] for r in latency["runs"]["default"] if r.get("first_result_s")]
     if child:
         verdicts.append(
-            f"Memory at the end of the loop: application process {rss['handler']:.0f} MiB "
-            f"in-process, {rss['isolated']:.0f} MiB isolated, plus {median(child):.0f} MiB "
-            "for the child."
+            f"What the child costs: application process {rss['handler']:.0f} MiB with "
+            f"isolation='thread', {rss['default']:.0f} MiB in the default mode, plus "
+            f"{median(child):.0f} MiB for the child; the first result arrives "
+            f"{median(first):.1f} s after the handler is built (the child starts in the "
+            "background; the caller never waits for it)."
         )
+    cpu = [
+        r["child_cpu_ms_per_retrieval"]
+        for r in latency["runs"]["default"]
+        if r.get("child_cpu_ms_per_retrieval")
+    ]
+    if cpu:
+        verdicts.append(
+            f"Capacity: the child spends {median(cpu):.1f} ms of CPU per scored retrieval "
+            f"(2 metrics), so one core scores about {1000 / median(cpu):.0f} retrievals a "
+            "second (the docs' sizing rule uses this figure)."
+        )
+    rate = latency["runs"]["default"][0].get("rate_per_s", RATE)
     parts = [
-        f"{invocations} timed invocations per run, each retrieving 5 contexts never seen before "
-        f"in the process; {runs} runs per config in fresh processes, interleaved in a rotated "
-        "order (figures are medians over runs). Paired: every timed call alternates with a call "
-        "without callbacks in the same process; the difference of their medians is the "
-        "callbacks' own cost with the machine's drift cancelled. Our handler (2 metrics, "
-        f"sample_rate 1.0, {JUDGE_LATENCY * 1000:.0f} ms judge, 16 judge jobs at once) keeps "
-        "every retrieval in its queue and scores it; the run waits for the queue to drain.",
+        f"Command: `python bench/bench_online.py`. {invocations} timed invocations per run, "
+        f"{rate:g} a second (each retrieving 5 contexts never seen before in the process: "
+        f"{rate:g} sampled retrievals a second); {runs} runs per config in fresh processes, "
+        "interleaved in a rotated order (figures are medians over runs). Paired: every timed "
+        "call alternates with a call without callbacks in the same process; the difference of "
+        "their medians is the callbacks' own cost with the machine's drift cancelled. The "
+        "default mode is `RagMetricsCallbackHandler()` with no options (2 metrics, its judge "
+        f"the loopback server answering after {JUDGE_LATENCY * 1000:.0f} ms, a LoggingSink, "
+        "default queue and concurrency); the other handler configs use the same metrics and "
+        "judge with an InMemorySink, a queue holding every retrieval and 16 judge jobs at "
+        "once. Every run waits for its queue to drain and counts what was scored.",
         table(headers, rows),
         " ".join(verdicts),
     ]
@@ -300,14 +334,56 @@ def render(latency: dict[str, Any], memory: dict[str, Any], invocations: int) ->
     return "\n\n".join(parts)
 
 
+def default_verdict(latency: dict[str, Any], base: dict[str, Any]) -> str:
+    """Issue 18: the default mode at 20 retrievals/s, nothing dropped, added median and p99."""
+    c = latency["default"]
+    a = c["accounting"]
+    runs = latency["runs"]["default"]
+    modes = sorted({r.get("mode", "?") for r in runs})
+    concurrency = sorted({r.get("max_concurrency", "?") for r in runs})
+    achieved = median([r.get("achieved_rate_per_s", float("nan")) for r in runs])
+    scored = a["processed"] - a["failed_results"]
+    nothing_lost = a["dropped"] == 0 and a["unscored"] == 0
+    text = (
+        f"Issue 18, the default mode (isolation resolved to {'/'.join(modes)}, "
+        f"max_concurrency {'/'.join(map(str, concurrency))}) at "
+        f"{runs[0].get('rate_per_s', RATE):g} retrievals/s (achieved {achieved:.1f}/s): "
+        f"{scored} of {a['sampled']} sampled retrievals scored, {a['dropped']} dropped, "
+        f"{a['sampled'] - a['processed']} not finished, {a['failed_results']} failed results "
+        f"(nothing dropped or unscored: {_verdict(nothing_lost)})."
+    )
+    if a["refused"]:
+        return text + " Its latency figures are refused."
+    median_added = c["median_ms"] - base["median_ms"]
+    p99 = c["p99_ms"] - base["p99_ms"]
+    paired_median, paired_p99 = c["paired_added_median_ms"], c["paired_added_p99_ms"]
+    return text + (
+        f" Added median <= {ADDED_TARGET_MS} ms: {paired_median:.3f} ms paired "
+        f"({_verdict(paired_median <= ADDED_TARGET_MS)}), {median_added:.3f} ms vs no-callback "
+        f"runs ({_verdict(median_added <= ADDED_TARGET_MS)}). Added p99 <= "
+        f"{ADDED_P99_TARGET_MS} ms: {paired_p99:.2f} ms paired "
+        f"({_verdict(paired_p99 <= ADDED_P99_TARGET_MS)}), {p99:.2f} ms vs no-callback runs "
+        f"({_verdict(p99 <= ADDED_P99_TARGET_MS)})."
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = base_parser(__doc__.splitlines()[0])
     parser.add_argument("--no-memory", action="store_true", help="skip the memory measurement")
+    parser.add_argument(
+        "--invocations", type=int, default=None, help=f"timed calls per run (default {INVOCATIONS})"
+    )
+    parser.add_argument(
+        "--rate", type=float, default=RATE, help=f"calls with callbacks a second (default {RATE:g})"
+    )
     args = parser.parse_args(argv)
-    invocations = 30 if args.tiny else INVOCATIONS
+    invocations = args.invocations or (30 if args.tiny else INVOCATIONS)
     repeats = args.repeats or (1 if args.tiny else REPEATS)
     latency = measure_latency(
-        invocations=invocations, repeats=repeats, warmup=10 if args.tiny else WARMUP
+        invocations=invocations,
+        repeats=repeats,
+        warmup=10 if args.tiny else WARMUP,
+        rate=args.rate,
     )
     memory = {} if args.no_memory else measure_memory(traces=60 if args.tiny else TRACES)
     text = render(latency, memory, invocations)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import multiprocessing
 import os
 import signal
 import threading
@@ -37,10 +38,13 @@ from langchain_ragmetrics.callbacks._messages import (
 )
 from langchain_ragmetrics.callbacks._stats import Counters, FailureLog, HandlerStats
 
-__all__ = ["main"]
+__all__ = ["bootstrap", "main"]
 
 _ORPHAN_CLOSE_SECONDS = 5.0
-_REPORT_EVERY_SECONDS = 0.05
+_REPORT_EVERY_SECONDS = 0.2
+"""Counters go up at most this often: each report is unpickled by a thread of the
+application's process, which takes the GIL from its requests (flush and close answers
+carry their own, exact, counters)."""
 
 
 class _Channel:
@@ -113,6 +117,26 @@ def _report(
         if current != last or quiet >= heartbeat:
             channel.send(Report(current))
             last, quiet = current, 0.0
+
+
+def bootstrap(recv_fd: int, send_fd: int, alive_fd: int, name: str) -> None:
+    """The entry point of a child started with ``subprocess`` (see ``_launch``).
+
+    ``alive_fd`` stays open until this process exits: its end of file tells the parent.
+    ``name`` becomes the process name in log records, as ``multiprocessing`` would set it.
+    """
+    del alive_fd  # held, never used
+    multiprocessing.current_process().name = name
+    recv = Connection(recv_fd, writable=False)
+    send = Connection(send_fd, readable=False)
+    try:
+        start = recv.recv()
+    except (EOFError, OSError):  # the parent went away before sending anything
+        return
+    if not isinstance(start, ChildStart):  # pragma: no cover - the parent's bug
+        msg = f"the child expected a ChildStart first, got {type(start).__name__}"
+        raise TypeError(msg)
+    main(recv, send, start)
 
 
 def main(recv: Connection, send: Connection, start: ChildStart) -> None:

@@ -17,13 +17,12 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
-import multiprocessing
 import pickle
 import threading
 import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from langchain_ragmetrics._errors import HookError
 from langchain_ragmetrics._queue import BoundedQueue, deadline_after, remaining
@@ -36,6 +35,7 @@ from langchain_ragmetrics.callbacks._isolation import (
     SetupSource,
     build_setup,
 )
+from langchain_ragmetrics.callbacks._launch import ChildProcess, start_child
 from langchain_ragmetrics.callbacks._messages import (
     ChildMessage,
     ChildStart,
@@ -52,9 +52,6 @@ from langchain_ragmetrics.callbacks._messages import (
 )
 from langchain_ragmetrics.callbacks._settings import HandlerSettings
 from langchain_ragmetrics.callbacks._stats import Counters, FailureLog, HandlerStats, SinkStats
-
-if TYPE_CHECKING:
-    from multiprocessing.process import BaseProcess
 
 __all__ = [
     "HookError",
@@ -79,6 +76,9 @@ _USAGE_FIELDS = tuple(Usage.model_fields)
 _SINK_COUNTS = ("delivered", "skipped", "errors", "dropped")
 """Per-sink counts the parent adds up over the child's restarts (``pending`` is a gauge)."""
 _TICK_SECONDS = 0.5
+_FEED_PAUSE_SECONDS = 0.2
+"""While retrievals keep coming the feeder sends at most every this often (a batch each):
+at 20 a second that is 5 wake-ups instead of 20, and scoring starts at most 0.2 s later."""
 _KILL_GRACE_SECONDS = 2.0
 _IDLE_EXIT_CLOSE_SECONDS = 30.0
 
@@ -87,7 +87,7 @@ _IDLE_EXIT_CLOSE_SECONDS = 30.0
 class _Child:
     """One child process and what the parent knows of it."""
 
-    process: BaseProcess
+    process: ChildProcess
     send: Connection
     recv: Connection
     sent: int = 0
@@ -102,6 +102,8 @@ class _Child:
     sinks: dict[str, dict[str, int]] = field(default_factory=dict)
     tokens: set[int] = field(default_factory=set)
     listener: threading.Thread | None = None
+    greeting: ChildStart | None = None
+    """The first message to send (a script child's :class:`ChildStart`), sent by the feeder."""
 
 
 _Entry = Retrieval | FlushRequest | CloseRequest
@@ -154,6 +156,8 @@ class ProcessRuntime:
         self._disabled = False
         self._tokens = itertools.count(1)
         self._flushed: dict[int, bool] = {}
+        self._hurry = threading.Event()
+        """Set with a flush or close request: the feeder sends at once, without its pause."""
 
     # ------------------------------------------------------------------ caller side
 
@@ -234,6 +238,7 @@ class ProcessRuntime:
                 return False
             token = next(self._tokens)
             self._queue.put(FlushRequest(token, timeout), counted=False)
+            self._hurry.set()
             answered = self._cond.wait_for(lambda: token in self._flushed, timeout)
             done = self._flushed.pop(token, False) if answered else False
             left = 0 if done else self._outstanding()
@@ -257,6 +262,7 @@ class ProcessRuntime:
             if not self._stopping:
                 self._stopping = True
                 self._queue.put(CloseRequest(timeout), counted=False)
+                self._hurry.set()
             settled = self._cond.wait_for(self._settled, remaining(deadline))
             child = self._child
             left = self._outstanding()
@@ -286,6 +292,7 @@ class ProcessRuntime:
                 return
             self._stopping = True
             self._queue.put(CloseRequest(_IDLE_EXIT_CLOSE_SECONDS), counted=False)
+            self._hurry.set()
         _exit.register(self)
 
     @property
@@ -352,10 +359,22 @@ class ProcessRuntime:
             self._send(child, entries)
             if any(isinstance(e, CloseRequest) for e in entries):
                 return
+            if all(isinstance(e, Retrieval) for e in entries):
+                # Busy: let retrievals gather for a moment rather than wake for each one.
+                # Every wake-up of this thread takes the GIL from the application's threads;
+                # a flush or close cuts the pause short.
+                self._hurry.wait(_FEED_PAUSE_SECONDS)
+            self._hurry.clear()
 
     def _replace_child(self, taken: list[_Entry]) -> _Child | None:
-        """A new child, or None (queued work abandoned) when stopping or disabled (lock held)."""
-        if not (self._stopping or self._disabled):
+        """A new child, or None (queued work abandoned) when disabled or idle and stopping.
+
+        Called with the lock held.
+        A close that comes before the first child started (a short script: one chain, then
+        exit) still starts one: the retrievals submitted before the close are scored.
+        """
+        work = any(isinstance(e, Retrieval) for e in taken) or self._queue.size > 0
+        if not self._disabled and (work or not self._stopping):
             child = self._spawn()
             if child is not None:
                 return child
@@ -372,28 +391,17 @@ class ProcessRuntime:
         """Start a child process and its listener thread (lock held); None if impossible."""
         from langchain_ragmetrics.callbacks import _child
 
-        context = multiprocessing.get_context("spawn")
-        parent_recv, child_send = context.Pipe(duplex=False)
-        child_recv, parent_send = context.Pipe(duplex=False)
         start = ChildStart(self._child_start, log_levels=_log_levels())
         self._children += 1
-        process = context.Process(
-            target=_child.main,
-            args=(child_recv, child_send, start),
-            name=f"{self.name}-child-{self._children}",
-            daemon=True,
-        )
         try:
-            process.start()
+            process, parent_recv, parent_send, first = start_child(
+                _child.main, start, name=f"{self.name}-child-{self._children}"
+            )
         except Exception as exc:
-            for conn in (parent_recv, child_send, child_recv, parent_send):
-                conn.close()
             self._failures.report("child-start", f"cannot start the scoring process: {exc}", exc)
             self._disabled = True
             return None
-        child_send.close()
-        child_recv.close()
-        child = _Child(process=process, send=parent_send, recv=parent_recv)
+        child = _Child(process=process, send=parent_send, recv=parent_recv, greeting=first)
         child.listener = threading.Thread(
             target=self._listen, args=(child,), name=f"{self.name}-listener", daemon=True
         )
@@ -403,13 +411,16 @@ class ProcessRuntime:
 
     def _send(self, child: _Child, batch: list[_Entry]) -> None:
         """Pickle and send a batch: runs of retrievals go as one message, controls alone."""
-        messages: list[ParentMessage] = []
+        messages: list[ParentMessage | ChildStart] = []
         for is_item, run in itertools.groupby(batch, key=lambda e: isinstance(e, Retrieval)):
             entries = list(run)
             if is_item:
                 messages.append(ScoreItems([e for e in entries if isinstance(e, Retrieval)]))
             else:
                 messages.extend(e for e in entries if not isinstance(e, Retrieval))
+        if child.greeting is not None:
+            messages.insert(0, child.greeting)
+            child.greeting = None
         for message in messages:
             try:
                 data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)

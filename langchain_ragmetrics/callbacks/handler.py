@@ -19,10 +19,15 @@ from langchain_core.callbacks import BaseCallbackHandler
 from typing_extensions import Self, override
 
 from langchain_ragmetrics._retrieval import AnswerFrom, QuestionFrom, ReferenceProvider
+from langchain_ragmetrics.callbacks._auto import resolve_auto
 from langchain_ragmetrics.callbacks._isolation import ProcessIsolation
 from langchain_ragmetrics.callbacks._runtime import start_runtime
 from langchain_ragmetrics.callbacks._sampling import is_sampled
-from langchain_ragmetrics.callbacks._settings import DEFAULT_CLOSE_TIMEOUT, HandlerSettings
+from langchain_ragmetrics.callbacks._settings import (
+    DEFAULT_CLOSE_TIMEOUT,
+    DEFAULT_MAX_CONCURRENCY,
+    HandlerSettings,
+)
 from langchain_ragmetrics.callbacks._setup import langsmith_trace_id
 from langchain_ragmetrics.callbacks._stats import Counters, FailureLog, HandlerStats
 from langchain_ragmetrics.callbacks._tracker import FinishedTrace, TraceTracker
@@ -72,7 +77,9 @@ class RagMetricsCallbackHandler(BaseCallbackHandler):
             set ``reference``, ``reference_contexts`` and ``reference_context_ids``.
         max_queue_size: Bound on retrievals waiting or being scored; when full, new ones
             are dropped and counted in ``stats.dropped``.
-        max_concurrency: Judge jobs running at once in the background.
+        max_concurrency: Judge jobs running at once in the background (default 16: with
+            a 200 ms judge and 2 metrics that keeps up with 40 retrievals a second; see
+            the online docs for sizing).
         rate_limit_per_minute: Optional cap on judge calls per minute.
         timeout: Seconds allowed per metric job before it fails (None: no limit).
         trace_judge: None (judge runs are never traced), a LangSmith project name, or a
@@ -85,11 +92,14 @@ class RagMetricsCallbackHandler(BaseCallbackHandler):
             the handler (unfinished work is reported, then dropped); None disables it.
             Queued work is flushed at exit even if the handler was dropped.
         name: Prefix of the background threads' names.
-        isolation: ``"thread"`` (default): scoring runs on background threads of this
-            process. ``"process"`` or a :class:`ProcessIsolation`: it runs in a child
-            process that builds its own metrics and sinks (``ProcessIsolation.setup``; then
-            ``metrics``, ``sinks`` and ``reference_provider`` must be None here), and the
-            caller's thread only hands it plain data.
+        isolation: ``"auto"`` (default): in a child process when that is safe (the
+            metrics and ``reference_provider`` pickle, e.g. the defaults, every sink is a
+            ``LoggingSink``, POSIX, not frozen), else on this process's threads with one
+            warning saying why. ``"thread"``: on background threads of this process.
+            ``"process"`` or a :class:`ProcessIsolation`: in a child process that builds
+            its own metrics and sinks (``ProcessIsolation.setup``; then ``metrics``,
+            ``sinks`` and ``reference_provider`` must be None here); the caller's thread
+            only hands it plain data.
     """
 
     run_inline: bool = True
@@ -107,7 +117,7 @@ class RagMetricsCallbackHandler(BaseCallbackHandler):
         answer_from: AnswerFrom | None = None,
         reference_provider: ReferenceProvider | None = None,
         max_queue_size: int = 1000,
-        max_concurrency: int = 4,
+        max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
         rate_limit_per_minute: float | None = None,
         timeout: float | None = 120.0,
         trace_judge: str | BaseCallbackHandler | None = None,
@@ -115,28 +125,42 @@ class RagMetricsCallbackHandler(BaseCallbackHandler):
         sink_queue_size: int = 10_000,
         exit_timeout: float | None = DEFAULT_CLOSE_TIMEOUT,
         name: str = "ragmetrics",
-        isolation: Literal["thread", "process"] | ProcessIsolation = "thread",
+        isolation: Literal["auto", "thread", "process"] | ProcessIsolation = "auto",
     ) -> None:
-        self.settings = HandlerSettings(
-            metrics=metrics,
-            sinks=sinks,
-            sample_rate=sample_rate,
-            question_from=question_from,
-            answer_from=answer_from,
-            reference_provider=reference_provider,
-            max_queue_size=max_queue_size,
-            max_concurrency=max_concurrency,
-            rate_limit_per_minute=rate_limit_per_minute,
-            timeout=timeout,
-            trace_judge=trace_judge,
-            max_open_traces=max_open_traces,
-            sink_queue_size=sink_queue_size,
-            exit_timeout=exit_timeout,
-            name=name,
-            isolation=isolation,
-        )
+        options: dict[str, Any] = {
+            "metrics": metrics,
+            "sinks": sinks,
+            "sample_rate": sample_rate,
+            "question_from": question_from,
+            "answer_from": answer_from,
+            "reference_provider": reference_provider,
+            "max_queue_size": max_queue_size,
+            "max_concurrency": max_concurrency,
+            "rate_limit_per_minute": rate_limit_per_minute,
+            "timeout": timeout,
+            "trace_judge": trace_judge,
+            "max_open_traces": max_open_traces,
+            "sink_queue_size": sink_queue_size,
+            "exit_timeout": exit_timeout,
+            "name": name,
+        }
+        # Every option is checked first (a bad one raises before anything is decided).
+        auto = isolation == "auto"
+        self.settings = HandlerSettings(**options, isolation="thread" if auto else isolation)
         self.metrics = self.settings.metrics
+        """The metrics scored with (in a child process: copies of these)."""
         self.sinks = self.settings.sinks
+        """The sinks results go to (in a child process: copies of these)."""
+        if auto:
+            resolved = resolve_auto(
+                metrics=self.metrics,
+                sinks=self.sinks,
+                reference_provider=self.settings.reference_provider,
+                trace_judge=self.settings.trace_judge,
+            )
+            if resolved.isolation != "thread":
+                options.update(metrics=None, sinks=None, reference_provider=None)
+                self.settings = HandlerSettings(**options, isolation=resolved.isolation)
         self.sample_rate = self.settings.sample_rate
         self.exit_timeout = self.settings.exit_timeout
         self.name = name

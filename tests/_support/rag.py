@@ -264,11 +264,14 @@ def rag_app(
 def online_handler(llm: BaseChatModel, **overrides: Any) -> RagMetricsCallbackHandler:
     """A handler with a ContextRelevance judge on ``llm`` and an ``InMemorySink``.
 
-    Each handler gets a unique ``name`` so tests can find its threads.
+    Each handler gets a unique ``name`` so tests can find its threads. Its live judge and
+    sink score on this process's threads: ``isolation="thread"`` says so (the default
+    ``"auto"`` would choose the same, with a warning that tests counting warnings would see).
     """
     options: dict[str, Any] = {
         "metrics": [ContextRelevance(llm=llm, retry=FAST)],
         "sinks": [InMemorySink()],
+        "isolation": "thread",
         "name": f"ragmetrics-test-{next(_names)}",
     }
     options.update(overrides)

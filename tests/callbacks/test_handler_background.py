@@ -246,8 +246,10 @@ def test_a_failing_sink_is_counted_and_does_not_stop_the_others(
 
 
 def test_rate_limit_reaches_the_engine() -> None:
+    # The engine lives in this process only with isolation="thread" (the default would send
+    # these portable metrics to a child process, see test_isolation_default.py).
     handler = RagMetricsCallbackHandler(
-        metrics=[ContextRelevance()], sinks=[], rate_limit_per_minute=120
+        metrics=[ContextRelevance()], sinks=[], rate_limit_per_minute=120, isolation="thread"
     )
     assert handler.engine.limiter is not None
     assert handler.engine.limiter.requests_per_second == 2.0

@@ -1,0 +1,258 @@
+"""The default ``isolation="auto"``: a child process where that is safe, threads otherwise.
+
+A handler with portable options (the default metrics and judge, a ``LoggingSink``) scores in
+a child process started without re-running the application's script; live objects (a judge
+client, an ``InMemorySink``, a tracer) keep scoring on this process's threads, with one
+warning per process; a short script that exits without ``close`` still delivers its results.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing.spawn
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain_core.callbacks import BaseCallbackHandler
+from langchain_openai import ChatOpenAI
+
+from langchain_ragmetrics import (
+    ContextRelevance,
+    InMemorySink,
+    LoggingSink,
+    RagMetricsCallbackHandler,
+)
+from langchain_ragmetrics.callbacks import _auto
+from langchain_ragmetrics.callbacks._isolated import ProcessRuntime
+from langchain_ragmetrics.callbacks._settings import DEFAULT_MAX_CONCURRENCY
+from tests._support.openai_server import JudgeServer
+from tests._support.rag import question, rag_app, rag_router
+
+JudgeFactory = Callable[..., ChatOpenAI]
+START = 120.0
+"""Generous bound for a child's start on a loaded machine, plus its work."""
+REPO = Path(__file__).resolve().parents[2]
+
+
+def provider(question: str | None, metadata: Any) -> str | None:
+    """A module-level reference provider: it pickles by name, so it can reach a child."""
+    return None
+
+
+@pytest.fixture
+def fresh_warning() -> Iterator[None]:
+    """Every test sees the once-per-process fallback warning afresh."""
+    _auto.reset_warning()
+    yield
+    _auto.reset_warning()
+
+
+@pytest.fixture
+def default_judge(judge_server: JudgeServer, monkeypatch: pytest.MonkeyPatch) -> JudgeServer:
+    """The default judge (``ChatOpenAI`` from ``OPENAI_*``) pointed at the loopback server;
+    a child process inherits the variables."""
+    judge_server.script = rag_router()
+    monkeypatch.setenv("OPENAI_BASE_URL", judge_server.base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", "test")
+    return judge_server
+
+
+def fallbacks(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "isolation='thread'" in r.getMessage()]
+
+
+def test_the_default_handler_scores_in_a_child_process(
+    default_judge: JudgeServer,
+    make_judge: JudgeFactory,
+    caplog: pytest.LogCaptureFixture,
+    fresh_warning: None,
+) -> None:
+    app = rag_app(default_judge, make_judge)
+    caplog.set_level(logging.INFO, logger="langchain_ragmetrics.online")  # LoggingSink lines
+    with RagMetricsCallbackHandler(metrics=[ContextRelevance()]) as handler:
+        runtime = handler._background
+        assert isinstance(runtime, ProcessRuntime)
+        assert handler.settings.max_concurrency == DEFAULT_MAX_CONCURRENCY == 16
+        # The handler still shows what it scores with (the child holds copies).
+        assert [m.metric_name for m in handler.metrics] == ["context_relevance"]
+        assert [type(s) for s in handler.sinks] == [LoggingSink]
+        assert handler.engine is None  # no judge client in this process
+        for i in range(3):
+            app.chain.invoke(question(i), config={"callbacks": [handler]})
+        assert handler.flush(START)
+        pid = runtime.child_pid
+        stats = handler.stats
+    assert pid is not None
+    assert pid != os.getpid()
+    assert (stats.sampled, stats.processed, stats.scored, stats.dropped) == (3, 3, 3, 0)
+    assert default_judge.count("RelevantSentences") == 3
+    logged = [r.getMessage() for r in caplog.records if r.name == "langchain_ragmetrics.online"]
+    assert len([m for m in logged if "context_relevance=" in m]) == 3  # re-logged here
+    assert fallbacks(caplog) == []
+
+
+def test_live_objects_keep_scoring_here_with_one_warning(
+    judge_server: JudgeServer,
+    make_judge: JudgeFactory,
+    caplog: pytest.LogCaptureFixture,
+    fresh_warning: None,
+) -> None:
+    app = rag_app(judge_server, make_judge)
+    sink = InMemorySink()
+    with caplog.at_level(logging.WARNING, logger="langchain_ragmetrics"):
+        handler = RagMetricsCallbackHandler(
+            metrics=[ContextRelevance(llm=make_judge())], sinks=[sink]
+        )
+        again = RagMetricsCallbackHandler(metrics=[ContextRelevance(llm=make_judge())])
+        chosen = RagMetricsCallbackHandler(sinks=[InMemorySink()], isolation="thread")
+    assert (handler.settings.isolation, again.settings.isolation) == ("thread", "thread")
+    assert chosen.settings.isolation == "thread"
+    warned = fallbacks(caplog)
+    assert len(warned) == 1  # once per process, not per handler
+    assert "InMemorySink" in warned[0]
+    assert "isolation='thread'" in warned[0]
+    with handler:
+        app.chain.invoke(question(1), config={"callbacks": [handler]})
+        assert handler.flush(START)
+    assert [r.score for r in sink.results] == [0.5]  # the user's own sink got the result
+    assert again.close()
+    assert chosen.close()
+
+
+@pytest.mark.parametrize(
+    ("options", "reason"),
+    [
+        ({"sinks": [InMemorySink()]}, "the sinks InMemorySink keep state"),
+        ({"metrics": [ContextRelevance(llm=ChatOpenAI(api_key="k"))]}, "the metrics cannot"),
+        ({"reference_provider": lambda q, m: None}, "`reference_provider` cannot"),
+        ({"trace_judge": BaseCallbackHandler()}, "`trace_judge` is a tracer object"),
+    ],
+    ids=["sink", "live-judge", "lambda-provider", "tracer"],
+)
+def test_each_unsafe_option_is_named_in_the_fallback(
+    options: dict[str, Any], reason: str, fresh_warning: None
+) -> None:
+    handler = RagMetricsCallbackHandler(**options)
+    resolved = _auto.resolve_auto(
+        metrics=handler.metrics,
+        sinks=handler.sinks,
+        reference_provider=handler.settings.reference_provider,
+        trace_judge=handler.settings.trace_judge,
+    )
+    assert handler.settings.isolation == resolved.isolation == "thread"
+    assert resolved.reason is not None
+    assert resolved.reason.startswith(reason)
+    assert handler.close()
+
+
+def test_portable_options_go_to_the_child(fresh_warning: None) -> None:
+    handler = RagMetricsCallbackHandler(
+        metrics=[ContextRelevance()], sinks=[LoggingSink()], reference_provider=provider
+    )
+    process = handler.settings.process
+    assert process is not None
+    shipped = process.setup
+    assert isinstance(shipped, _auto.ShippedSetup)
+    assert repr(shipped) == (
+        f"ShippedSetup(context_relevance, LoggingSink; {len(shipped.blob):,} bytes)"
+    )
+    setup = shipped()  # what the child calls
+    assert setup.metrics is not None
+    assert setup.sinks is not None
+    assert [type(m) for m in setup.metrics] == [ContextRelevance]
+    assert [type(s) for s in setup.sinks] == [LoggingSink]
+    assert setup.reference_provider is provider
+    assert handler.close()
+
+
+def test_a_frozen_application_scores_here(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, fresh_warning: None
+) -> None:
+    monkeypatch.setattr(sys, "frozen", True, raising=False)
+    with caplog.at_level(logging.WARNING, logger="langchain_ragmetrics"):
+        handler = RagMetricsCallbackHandler()
+    assert handler.settings.isolation == "thread"
+    assert "frozen executable" in fallbacks(caplog)[0]
+    assert handler.close()
+
+
+def test_an_embedding_server_binary_is_not_started_as_python(
+    monkeypatch: pytest.MonkeyPatch, fresh_warning: None
+) -> None:
+    # uWSGI and the like report their own binary as the interpreter.
+    monkeypatch.setattr(multiprocessing.spawn, "get_executable", lambda: "/usr/bin/uwsgi")
+    assert "/usr/bin/uwsgi" in (_auto.platform_reason() or "")
+    handler = RagMetricsCallbackHandler()
+    assert handler.settings.isolation == "thread"
+    assert handler.close()
+
+
+def test_a_bad_option_raises_before_any_decision(
+    caplog: pytest.LogCaptureFixture, fresh_warning: None
+) -> None:
+    with (
+        caplog.at_level(logging.WARNING, logger="langchain_ragmetrics"),
+        pytest.raises(TypeError, match="trace_judge"),
+    ):
+        RagMetricsCallbackHandler(trace_judge=3)  # type: ignore[arg-type]
+    assert fallbacks(caplog) == []
+
+
+def test_close_right_after_the_first_retrieval_still_scores_it(
+    default_judge: JudgeServer, make_judge: JudgeFactory
+) -> None:
+    app = rag_app(default_judge, make_judge)
+    handler = RagMetricsCallbackHandler(metrics=[ContextRelevance()])
+    app.chain.invoke(question(2), config={"callbacks": [handler]})
+    assert handler.close(START)  # before or after the child started: it is scored
+    stats = handler.stats
+    assert (stats.processed, stats.scored, stats.abandoned) == (1, 1, 0)
+
+
+SCRIPT = """
+import logging
+print("script body ran", flush=True)
+from tests._support.rag import build_chain, corpus, make_retriever, question
+from langchain_openai import ChatOpenAI
+from langchain_ragmetrics import RagMetricsCallbackHandler
+
+logging.basicConfig(level=logging.WARNING, format="%(name)s %(message)s")
+logging.getLogger("langchain_ragmetrics.online").setLevel(logging.INFO)
+handler = RagMetricsCallbackHandler(exit_timeout=600)  # a loaded machine starts slowly
+print("mode:", "process" if handler.settings.process else "thread", flush=True)
+llm = ChatOpenAI(model="answer", api_key="test", max_retries=0)
+chain = build_chain(llm, make_retriever(corpus(30)))
+print(chain.invoke(question(3), config={"callbacks": [handler]}), flush=True)
+"""
+
+
+def test_a_short_script_without_close_delivers_its_results_and_runs_once(
+    default_judge: JudgeServer, tmp_path: Path
+) -> None:
+    script = tmp_path / "app.py"  # no `if __name__ == "__main__":` guard
+    script.write_text(textwrap.dedent(SCRIPT), encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=2 * START,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "script body ran",  # once: the child never re-runs the application's script
+        "mode: process",
+        "Answer about item003.",
+    ]
+    results = [line for line in done.stderr.splitlines() if "ragmetrics context_" in line]
+    assert len(results) == 2, done.stderr  # both default metrics, delivered at exit
+    assert default_judge.count("RelevantSentences") == 1
