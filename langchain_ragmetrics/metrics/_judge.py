@@ -341,6 +341,7 @@ _RUN_STEPS = (
     "agenerate",
     "_agenerate_with_cache",
 )
+_BINDING = ("invoke", "ainvoke")
 # Keys ``generate`` pops from the kwargs before they reach ``_generate`` (trace annotations).
 _TRACE_ONLY_KWARGS = ("ls_structured_output_format", "structured_output_format")
 
@@ -364,15 +365,17 @@ def unobserved() -> Iterator[None]:
 def _direct_kwargs(llm: Any, model: Any) -> dict[str, Any] | None:
     """The kwargs ``model`` (``llm.bind_tools(...)``) adds to ``_generate``, when it can be skipped.
 
-    None unless ``model`` is a plain ``RunnableBinding`` of ``llm`` (no config of its own) and
-    ``llm`` is a ``BaseChatModel`` that keeps langchain-core's own ``invoke`` -> ``generate`` ->
-    ``_generate_with_cache`` steps (sync and async).
+    None unless ``model`` is a plain ``RunnableBinding`` of ``llm`` (no config and no
+    ``invoke`` of its own) and ``llm`` is a ``BaseChatModel`` that keeps langchain-core's own
+    ``invoke`` -> ``generate`` -> ``_generate_with_cache`` steps (sync and async).
     """
     from langchain_core.language_models import BaseChatModel
     from langchain_core.runnables import RunnableBinding
 
-    if type(model) is not RunnableBinding or model.bound is not llm:
+    if not isinstance(model, RunnableBinding) or model.bound is not llm:
         return None
+    if any(getattr(type(model), step) is not getattr(RunnableBinding, step) for step in _BINDING):
+        return None  # a binding with its own invoke (langchain-core's own subclass has none)
     if model.config or model.config_factories or not isinstance(llm, BaseChatModel):
         return None
     kind = type(llm)
