@@ -13,9 +13,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from langchain_core.caches import InMemoryCache
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.globals import set_llm_cache
-from langchain_core.caches import InMemoryCache
 from langchain_openai import ChatOpenAI
 from pydantic import PrivateAttr
 
@@ -123,10 +123,12 @@ def test_the_engine_skips_the_model_run_when_nothing_listens(
     llm = recording_judge(judge_server)
     metric = metric_cls(llm=llm, retry=FAST)
     direct = engine_scores(metric, sample)
-    assert llm._runs and not any(llm._runs)  # every call went straight to _generate
+    assert llm._runs
+    assert not any(llm._runs)
     llm._runs.clear()
     invoked = metric.invoke(sample)  # a Runnable run of its own: the model runs as before
-    assert llm._runs and all(llm._runs)
+    assert llm._runs
+    assert all(llm._runs)
     assert not direct.failed
     same(direct, invoked)
 
@@ -136,10 +138,12 @@ async def test_the_async_engine_skips_the_model_run_too(judge_server: JudgeServe
     llm = recording_judge(judge_server)
     metric = ContextEntityRecall(llm=llm, retry=FAST)
     (direct,) = await ScoringEngine().arun([Job(coerce_sample(ENTITIES), metric)])
-    assert len(llm._runs) == 2 and not any(llm._runs)
+    assert len(llm._runs) == 2
+    assert not any(llm._runs)
     llm._runs.clear()
     invoked = await metric.ainvoke(ENTITIES)
-    assert len(llm._runs) == 2 and all(llm._runs)
+    assert len(llm._runs) == 2
+    assert all(llm._runs)
     same(direct, invoked)
 
 
@@ -160,7 +164,8 @@ def test_a_handler_on_the_job_sees_every_chat_model_run(judge_server: JudgeServe
     metric = ContextEntityRecall(llm=recording_judge(judge_server), retry=FAST)
     job = Job(coerce_sample(ENTITIES), metric, config={"callbacks": [handler]})
     (result,) = ScoringEngine().run([job])
-    assert result is not None and not result.failed
+    assert result is not None
+    assert not result.failed
     assert handler.starts == handler.ends == 2
 
 
@@ -199,8 +204,8 @@ def test_langchains_global_cache_is_still_used(judge_server: JudgeServer) -> Non
 
 # Every way an answer can fail to parse, then (for the retry) what comes after it.
 FAULTS: dict[str, Callable[[], Any]] = {
-    "malformed JSON": lambda: reply_garbage(),
-    "missing fields": lambda: reply_invalid(),
+    "malformed JSON": reply_garbage,
+    "missing fields": reply_invalid,
     "wrong field types": lambda: reply_invalid({"statements": [{"index": "x", "attributed": 3}]}),
     "another tool": lambda: Reply(obj=EINSTEIN_VERDICTS, tool_name="SomethingElse"),
     "text, no tool call": lambda: reply_text("I think it is 0.5."),
@@ -213,7 +218,8 @@ FAULTS: dict[str, Callable[[], Any]] = {
 def test_bad_answers_fail_and_retry_alike_on_both_paths(
     judge_server: JudgeServer, fault: str, then_valid: bool
 ) -> None:
-    metric = ContextRecall(llm=recording_judge(judge_server), retry=FAST)
+    llm = recording_judge(judge_server)
+    metric = ContextRecall(llm=llm, retry=FAST)
     results = []
     for score in (metric.invoke, lambda s: engine_scores(metric, s)):
         judge_server.reset()
@@ -222,12 +228,14 @@ def test_bad_answers_fail_and_retry_alike_on_both_paths(
         results.append(score(SIMPLE))
         assert judge_server.count() == 1 + FAST.parse_retries
     invoked, direct = results
-    assert metric.llm is not None and not all(metric.llm._runs)  # the engine's went direct
+    calls = 1 + FAST.parse_retries
+    assert llm._runs == [True] * calls + [False] * calls  # invoke ran the model, the engine not
     same(direct, invoked)
     if then_valid:
         assert direct.score == 0.5
     else:
-        assert direct.failed and (direct.error or "").startswith("invalid judge output: ")
+        assert direct.failed
+        assert (direct.error or "").startswith("invalid judge output: ")
 
 
 @pytest.mark.parametrize("status", [500, 429, 400])
