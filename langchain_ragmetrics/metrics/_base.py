@@ -463,7 +463,7 @@ def run_parallel(fn: Callable[[_T], _R], items: Sequence[_T], *, limit: int) -> 
     The calling thread takes part; the helpers are reused threads, each running in a copy of
     the caller's context (as ``ContextThreadPoolExecutor`` does), so the engine's admission
     and any tracing context carry over. Every call runs; the first exception in item order is
-    raised after all of them have finished.
+    raised after all of them have finished (a Ctrl-C in the caller's own call at once).
     """
     count = len(items)
     results: list[Any] = [None] * count
@@ -472,7 +472,7 @@ def run_parallel(fn: Callable[[_T], _R], items: Sequence[_T], *, limit: int) -> 
     finished = threading.Event()
     taken = done = 0
 
-    def work() -> None:
+    def work(caught: type[BaseException]) -> None:
         nonlocal taken, done
         while True:
             with lock:
@@ -482,7 +482,7 @@ def run_parallel(fn: Callable[[_T], _R], items: Sequence[_T], *, limit: int) -> 
                 taken += 1
             try:
                 results[index] = fn(items[index])
-            except BaseException as exc:
+            except caught as exc:  # re-raised by the caller, in item order
                 errors[index] = exc
             with lock:
                 done += 1
@@ -491,8 +491,9 @@ def run_parallel(fn: Callable[[_T], _R], items: Sequence[_T], *, limit: int) -> 
 
     context = contextvars.copy_context()
     for _ in range(min(limit, count) - 1):
-        _CALL_THREADS.submit(partial(context.copy().run, work))
-    work()
+        # A helper keeps even a BaseException for the caller: a lost count would hang it.
+        _CALL_THREADS.submit(partial(context.copy().run, work, BaseException))
+    work(Exception)  # the caller's own Ctrl-C propagates at once
     if count:
         finished.wait()
     if errors:
