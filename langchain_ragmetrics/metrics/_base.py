@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import math
+import os
+import queue
 import re
+import threading
 import time
 from abc import abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, ClassVar
+from functools import partial
+from typing import Any, ClassVar, TypeVar
 
 from langchain_core.callbacks import (
     AsyncCallbackManagerForChainRun,
@@ -18,7 +23,7 @@ from langchain_core.callbacks import (
 from langchain_core.language_models import BaseChatModel
 from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.runnables import RunnableConfig, RunnableSerializable
-from langchain_core.runnables.config import get_executor_for_config, patch_config
+from langchain_core.runnables.config import patch_config
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 from typing_extensions import override
 
@@ -36,6 +41,7 @@ from langchain_ragmetrics.metrics._judge import (
     call_judge,
     judge_name,
     make_judge,
+    unobserved,
 )
 
 __all__ = [
@@ -50,6 +56,7 @@ __all__ = [
     "Verdict",
     "note_truncation",
     "replace_unencodable",
+    "run_parallel",
 ]
 
 DEFAULT_MAX_CONTEXT_CHARS = 20_000
@@ -206,15 +213,20 @@ class BaseRagMetric(RunnableSerializable[MetricInput, MetricResult]):
 
         For callers that checked no callback handler or tracer listens (the scoring engine
         does, once per run): it skips a callback-manager setup per call. Judge calls still
-        run through the chat model's own ``invoke``.
+        go to the chat model's ``_generate`` directly when the model has no callbacks, cache
+        or rate limiter of its own (see ``JudgeRunner.invoke``).
         """
-        return self._guarded(self.validate_sample(input), config or {})
+        sample = self.validate_sample(input)
+        with unobserved():
+            return self._guarded(sample, config or {})
 
     async def ascore_unobserved(
         self, input: MetricInput, config: RunnableConfig | None = None
     ) -> MetricResult:
         """Async twin of :meth:`score_unobserved`."""
-        return await self._aguarded(self.validate_sample(input), config or {})
+        sample = self.validate_sample(input)
+        with unobserved():
+            return await self._aguarded(sample, config or {})
 
     @override
     def invoke(
@@ -317,7 +329,7 @@ class JudgedMetric(BaseRagMetric):
         return runner
 
     def _finish(self, plan: Plan, outcomes: Sequence[JudgeOutcome]) -> MetricResult:
-        usage = sum((o.usage for o in outcomes), Usage())
+        usage = Usage.total(o.usage for o in outcomes)
         errors = [o.error for o in outcomes if o.error is not None]
         if errors:
             return self._failure(errors[0], usage)
@@ -361,14 +373,11 @@ class JudgedMetric(BaseRagMetric):
             call = plan.calls[0]
             outcomes = [call_judge(self.runner(call), call, config, self.retry, self.cache)]
         else:
-            limited = patch_config(config, max_concurrency=self.max_parallel_calls)
-            with get_executor_for_config(limited) as pool:
-                outcomes = list(
-                    pool.map(
-                        lambda c: call_judge(self.runner(c), c, config, self.retry, self.cache),
-                        plan.calls,
-                    )
-                )
+            outcomes = run_parallel(
+                lambda c: call_judge(self.runner(c), c, config, self.retry, self.cache),
+                plan.calls,
+                limit=self.max_parallel_calls,
+            )
         return self._finish(plan, outcomes)
 
     @override
@@ -388,6 +397,108 @@ class JudgedMetric(BaseRagMetric):
 
         outcomes = await asyncio.gather(*(one(c) for c in plan.calls))
         return self._finish(plan, outcomes)
+
+
+_T = TypeVar("_T")
+_R = TypeVar("_R")
+_IDLE_S = 30.0  # a helper thread with nothing to do for this long ends
+
+
+class _CallThreads:
+    """Daemon threads kept for the concurrent judge calls of a sample, reused across samples.
+
+    A thread pool per sample started a thread per call and joined it after (a few tenths of
+    a millisecond of CPU per call). A task starts at once: an idle thread takes it, else a
+    new thread does, so concurrency is bounded by the callers only (:func:`run_parallel`'s
+    ``limit``). A thread idle for ``_IDLE_S`` seconds ends.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._idle = 0  # threads waiting for a task, less the tasks queued for them
+        self._tasks: queue.SimpleQueue[Callable[[], object]] = queue.SimpleQueue()
+
+    def submit(self, task: Callable[[], object]) -> None:
+        """Run ``task`` on an idle thread, or on a new one when none is idle."""
+        with self._lock:
+            if self._idle:
+                self._idle -= 1
+                self._tasks.put(task)
+                return
+        threading.Thread(
+            target=self._serve, args=(task,), name="ragmetrics-call", daemon=True
+        ).start()
+
+    def _serve(self, task: Callable[[], object]) -> None:
+        while True:
+            task()
+            with self._lock:
+                self._idle += 1
+            while True:
+                try:
+                    task = self._tasks.get(timeout=_IDLE_S)
+                    break
+                except queue.Empty:
+                    with self._lock:  # a task queued meanwhile is someone's: keep waiting
+                        if self._tasks.empty():
+                            self._idle -= 1
+                            return
+
+
+_CALL_THREADS = _CallThreads()
+
+
+def _new_call_threads() -> None:
+    global _CALL_THREADS  # noqa: PLW0603 - a forked child has none of its parent's threads
+    _CALL_THREADS = _CallThreads()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_call_threads)
+
+
+def run_parallel(fn: Callable[[_T], _R], items: Sequence[_T], *, limit: int) -> list[_R]:
+    """``[fn(x) for x in items]`` with up to ``limit`` calls at once; results in item order.
+
+    The calling thread takes part; the helpers are reused threads, each running in a copy of
+    the caller's context (as ``ContextThreadPoolExecutor`` does), so the engine's admission
+    and any tracing context carry over. Every call runs; the first exception in item order is
+    raised after all of them have finished (a Ctrl-C in the caller's own call at once).
+    """
+    count = len(items)
+    results: list[Any] = [None] * count
+    errors: dict[int, BaseException] = {}
+    lock = threading.Lock()
+    finished = threading.Event()
+    taken = done = 0
+
+    def work(caught: type[BaseException]) -> None:
+        nonlocal taken, done
+        while True:
+            with lock:
+                index = taken
+                if index >= count:
+                    return
+                taken += 1
+            try:
+                results[index] = fn(items[index])
+            except caught as exc:  # re-raised by the caller, in item order
+                errors[index] = exc
+            with lock:
+                done += 1
+                if done == count:
+                    finished.set()
+
+    context = contextvars.copy_context()
+    for _ in range(min(limit, count) - 1):
+        # A helper keeps even a BaseException for the caller: a lost count would hang it.
+        _CALL_THREADS.submit(partial(context.copy().run, work, BaseException))
+    work(Exception)  # the caller's own Ctrl-C propagates at once
+    if count:
+        finished.wait()
+    if errors:
+        raise errors[min(errors)]
+    return results
 
 
 def note_truncation(result: MetricResult, truncated: Sequence[Truncation]) -> MetricResult:

@@ -16,7 +16,9 @@ import os
 import random
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +30,8 @@ from langchain_ragmetrics._schema import Usage
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
+    from langchain_core.messages import BaseMessage
+    from langchain_core.outputs import ChatResult
     from langchain_core.prompts import ChatPromptTemplate
     from langchain_core.runnables import Runnable, RunnableConfig
 
@@ -51,6 +55,7 @@ __all__ = [
     "make_judge",
     "permanent_cause",
     "retry_after",
+    "unobserved",
 ]
 
 DEFAULT_JUDGE_MODEL = "gpt-4o-mini"
@@ -322,6 +327,92 @@ class JudgeOutcome:
     """Tokens and requests spent, retries included."""
 
 
+_UNOBSERVED: ContextVar[bool] = ContextVar("ragmetrics_unobserved", default=False)
+
+# The steps of ``invoke`` / ``ainvoke`` between a binding and ``_generate`` / ``_agenerate``: a
+# model that overrides any of them has its own logic there, and keeps its ``invoke``.
+_RUN_STEPS = (
+    "invoke",
+    "generate_prompt",
+    "generate",
+    "_generate_with_cache",
+    "ainvoke",
+    "agenerate_prompt",
+    "agenerate",
+    "_agenerate_with_cache",
+)
+_BINDING = ("invoke", "ainvoke")
+# Keys ``generate`` pops from the kwargs before they reach ``_generate`` (trace annotations).
+_TRACE_ONLY_KWARGS = ("ls_structured_output_format", "structured_output_format")
+
+
+@contextmanager
+def unobserved() -> Iterator[None]:
+    """Mark the judge calls made in this context as unobserved by any callback handler or tracer.
+
+    Set by ``score_unobserved`` (the scoring engine checked, once per run, that nothing
+    listens): such calls go to the model's ``_generate`` directly, without a run of their own
+    (see :meth:`JudgeRunner.invoke`). Threads and tasks started inside inherit the mark with
+    the context.
+    """
+    token = _UNOBSERVED.set(True)
+    try:
+        yield
+    finally:
+        _UNOBSERVED.reset(token)
+
+
+def _direct_kwargs(llm: Any, model: Any) -> dict[str, Any] | None:
+    """The kwargs ``model`` (``llm.bind_tools(...)``) adds to ``_generate``, when it can be skipped.
+
+    None unless ``model`` is a plain ``RunnableBinding`` of ``llm`` (no config and no
+    ``invoke`` of its own) and ``llm`` is a ``BaseChatModel`` that keeps langchain-core's own
+    ``invoke`` -> ``generate`` -> ``_generate_with_cache`` steps (sync and async).
+    """
+    from langchain_core.language_models import BaseChatModel
+    from langchain_core.runnables import RunnableBinding
+
+    if not isinstance(model, RunnableBinding) or model.bound is not llm:
+        return None
+    if any(getattr(type(model), step) is not getattr(RunnableBinding, step) for step in _BINDING):
+        return None  # a binding with its own invoke (langchain-core's own subclass has none)
+    if model.config or model.config_factories or not isinstance(llm, BaseChatModel):
+        return None
+    kind = type(llm)
+    if any(getattr(kind, step) is not getattr(BaseChatModel, step) for step in _RUN_STEPS):
+        return None
+    return {k: v for k, v in model.kwargs.items() if k not in _TRACE_ONLY_KWARGS}
+
+
+def _plain(llm: Any) -> bool:
+    """Whether ``llm.invoke`` would add nothing to ``_generate`` but its callback run.
+
+    Not when the model has callbacks, verbosity, a cache (its own or LangChain's global
+    one), a rate limiter, streaming or the v1 output format of its own.
+    """
+    if llm.callbacks or llm.verbose or llm.rate_limiter is not None:
+        return False
+    if llm.cache is not False:
+        if llm.cache is not None:
+            return False
+        from langchain_core.globals import get_llm_cache
+
+        if get_llm_cache() is not None:
+            return False
+    return llm.output_version != "v1" and getattr(llm, "streaming", False) is not True
+
+
+def _message_of(result: ChatResult) -> Any:
+    """The message ``invoke`` returns for a ``_generate`` result, with the same metadata."""
+    generation = result.generations[0]
+    message = generation.message
+    metadata = {**(generation.generation_info or {}), **message.response_metadata}
+    if len(result.generations) == 1 and result.llm_output is not None:
+        metadata = {**result.llm_output, **metadata}
+    message.response_metadata = metadata
+    return message
+
+
 @dataclass(frozen=True)
 class JudgeRunner:
     """A prompt and a chat model bound to one output schema, built once and reused.
@@ -342,6 +433,14 @@ class JudgeRunner:
     """The output schema."""
     parse_here: bool
     """True when ``model`` returns the raw message and parsing happens in :meth:`parse`."""
+    direct: Mapping[str, Any] | None = None
+    """The binding's kwargs (tools, tool choice) when an unobserved call may go to the model's
+    ``_generate`` directly (see :meth:`invoke`); None when it always goes through ``invoke``."""
+
+    @property
+    def tool_name(self) -> str:
+        """The name the judge's tool call carries (what LangChain's tool parser matches)."""
+        return str(self.schema.model_config.get("title") or self.schema.__name__)
 
     @classmethod
     def build(
@@ -352,7 +451,6 @@ class JudgeRunner:
             # No ``ls_structured_output_format``: LangChain would rebuild the JSON schema from
             # it on every call, only to annotate traces.
             bound: Runnable[Any, Any] = llm.bind_tools([schema], tool_choice=schema.__name__)
-            return cls(llm, prompt, bound, schema, parse_here=True)
         except (NotImplementedError, TypeError, ValueError):
             try:
                 bound = llm.with_structured_output(
@@ -361,6 +459,7 @@ class JudgeRunner:
             except (TypeError, NotImplementedError, ValueError):
                 bound = llm.with_structured_output(schema, include_raw=True)
             return cls(llm, prompt, bound, schema, parse_here=False)
+        return cls(llm, prompt, bound, schema, parse_here=True, direct=_direct_kwargs(llm, bound))
 
     def request_options(self) -> dict[str, Any]:
         """What the binding adds to every request (tool definitions, tool choice), for the cache."""
@@ -369,10 +468,70 @@ class JudgeRunner:
             return dict(kwargs)
         return {"structured_output": type(self.model).__name__}
 
+    def _goes_direct(self, messages: list[BaseMessage], config: RunnableConfig | None) -> bool:
+        """Whether this call may skip the model's run: nothing observes it, nothing is lost.
+
+        Inside :func:`unobserved`, with no callbacks in ``config``, a plain binding and model
+        (:func:`_plain`) and text messages (``generate`` would convert multimodal blocks).
+        """
+        return (
+            self.direct is not None
+            and _UNOBSERVED.get()
+            and not (config and config.get("callbacks"))
+            and _plain(self.llm)
+            and all(isinstance(m.content, str) for m in messages)
+        )
+
+    def invoke(self, messages: list[BaseMessage], config: RunnableConfig | None) -> Any:
+        """The model's answer to ``messages``.
+
+        An unobserved call (see :meth:`_goes_direct`) goes to the model's ``_generate`` with the
+        binding's kwargs: the model's own request, client and response parsing, without the
+        callback manager, run ids and result wrapping of ``invoke`` (about a millisecond of
+        CPU a call) that no handler would see. Any other call goes through ``invoke``, so
+        traces and callbacks are unchanged.
+        """
+        if self.direct is not None and self._goes_direct(messages, config):
+            return _message_of(self.llm._generate(messages, **self.direct))
+        return self.model.invoke(messages, config)
+
+    async def ainvoke(self, messages: list[BaseMessage], config: RunnableConfig | None) -> Any:
+        """Async twin of :meth:`invoke` (``_agenerate`` when unobserved)."""
+        if self.direct is not None and self._goes_direct(messages, config):
+            result = await self.llm._agenerate(messages, **self.direct)
+            return _message_of(result)
+        return await self.model.ainvoke(messages, config)
+
+    def _parse_direct(self, output: Any) -> Any:
+        """The schema filled from the first tool call, or None to leave it to the parser.
+
+        The common case (one well-formed call of our tool, no refusal) without the parser's
+        copies of every tool call; anything else (no tool call, another tool, arguments that
+        do not validate) returns None, and :meth:`parse` runs LangChain's parser, which gives
+        the same errors as before.
+        """
+        from langchain_core.messages import AIMessage
+        from langchain_core.output_parsers._refusal import raise_if_refused
+
+        if not isinstance(output, AIMessage) or not output.tool_calls:
+            return None
+        first = output.tool_calls[0]
+        args = first.get("args")
+        if first.get("name") != self.tool_name or not isinstance(args, dict):
+            return None
+        raise_if_refused(output)
+        try:
+            return self.schema(**args)
+        except ValueError:  # pydantic's ValidationError included
+            return None
+
     def parse(self, output: Any) -> Any:
         """Normalise the model's output to ``{raw, parsed, parsing_error}``."""
         if not self.parse_here:
             return output
+        parsed = self._parse_direct(output)
+        if parsed is not None:
+            return {"raw": output, "parsed": parsed, "parsing_error": None}
         from langchain_core.exceptions import OutputParserException
         from langchain_core.output_parsers.openai_tools import PydanticToolsParser
         from langchain_core.outputs import ChatGeneration
@@ -385,13 +544,10 @@ class JudgeRunner:
         return {"raw": output, "parsed": parsed, "parsing_error": None}
 
 
-def _usage_of(raw: Any) -> Usage:
+def _tokens_of(raw: Any) -> tuple[int, int]:
+    """Input and output tokens the judge reported for one answer (0 when it reported none)."""
     meta = getattr(raw, "usage_metadata", None) or {}
-    return Usage(
-        input_tokens=int(meta.get("input_tokens", 0) or 0),
-        output_tokens=int(meta.get("output_tokens", 0) or 0),
-        judge_calls=1,
-    )
+    return int(meta.get("input_tokens", 0) or 0), int(meta.get("output_tokens", 0) or 0)
 
 
 class _Attempts:
@@ -400,15 +556,26 @@ class _Attempts:
     def __init__(self, call: JudgeCall, policy: RetryPolicy) -> None:
         self.call = call
         self.policy = policy
-        self.usage = Usage()
+        self.requests = 0
+        self.input_tokens = 0
+        self.output_tokens = 0
         self.transient_used = 0
         self.parse_used = 0
+
+    @property
+    def usage(self) -> Usage:
+        """Tokens and requests spent so far (one model built per outcome, not per step)."""
+        return Usage(
+            input_tokens=self.input_tokens,
+            output_tokens=self.output_tokens,
+            judge_calls=self.requests,
+        )
 
     def on_exception(self, exc: Exception, admission: Admission | None) -> float | JudgeOutcome:
         """Return a sleep before retrying, or the final failed outcome."""
         if isinstance(exc, DeadlineExceededError):  # never sent: costs no request
             return JudgeOutcome(error=f"{type(exc).__name__}: {exc}", usage=self.usage)
-        self.usage = self.usage + Usage(judge_calls=1)
+        self.requests += 1
         cause = permanent_cause(exc)
         if cause is not None:  # the same answer however often it is asked: no retry
             return JudgeOutcome(error=f"{cause}: {type(exc).__name__}: {exc}", usage=self.usage)
@@ -425,7 +592,11 @@ class _Attempts:
         raw = output.get("raw") if isinstance(output, Mapping) else None
         parsed = output.get("parsed") if isinstance(output, Mapping) else output
         problem: Any = output.get("parsing_error") if isinstance(output, Mapping) else None
-        self.usage = self.usage + (_usage_of(raw) if raw is not None else Usage(judge_calls=1))
+        self.requests += 1
+        if raw is not None:
+            tokens_in, tokens_out = _tokens_of(raw)
+            self.input_tokens += tokens_in
+            self.output_tokens += tokens_out
         if problem is None and parsed is None:
             invalid = getattr(raw, "invalid_tool_calls", None)
             problem = (
@@ -521,12 +692,12 @@ def call_judge(
             if admission is None:
                 if delay is not None:
                     time.sleep(delay)
-                output = runner.model.invoke(messages, config)
+                output = runner.invoke(messages, config)
             else:
                 if delay is not None:
                     admission.sleep(delay)  # without the engine's slot
                 with admission.request():
-                    output = runner.model.invoke(messages, config)
+                    output = runner.invoke(messages, config)
             output = runner.parse(output)
         except Exception as exc:
             step = state.on_exception(exc, admission)
@@ -560,12 +731,12 @@ async def acall_judge(
             if admission is None:
                 if delay is not None:
                     await asyncio.sleep(delay)
-                output = await runner.model.ainvoke(messages, config)
+                output = await runner.ainvoke(messages, config)
             else:
                 if delay is not None:
                     await admission.asleep(delay)  # without the engine's slot
                 async with admission.arequest():
-                    output = await runner.model.ainvoke(messages, config)
+                    output = await runner.ainvoke(messages, config)
             output = runner.parse(output)
         except Exception as exc:
             step = state.on_exception(exc, admission)
