@@ -269,7 +269,7 @@ def render(result: dict[str, Any]) -> str:
         f"judge latency {result['latency_s'] * 1000:.0f} ms (FastJudge: a memoising asyncio "
         "judge in its own process; an untimed fill round first - ours and RAGAS; ours workers=1 "
         "and the floor send the same bodies as ours - so every timed request is a memo hit). "
-        f"{rounds} rounds; in each round every side runs once, in turn "
+        f"{rounds} round{'s' if rounds != 1 else ''}; in each round every side runs once, in turn "
         "(ours, ours workers=1, RAGAS, floor), each in a fresh process; medians over rounds. "
         "Client CPU of the default side: getrusage(RUSAGE_SELF) + getrusage(RUSAGE_CHILDREN) "
         "around the timed evaluate() (the caller and its worker processes, reaped before it "
