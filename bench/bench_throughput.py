@@ -137,6 +137,7 @@ def measure(
                 "calls": sum(t["calls"] for t in timed.values()),
                 "calls_by_metric": {m: t["calls"] for m, t in timed.items()},
                 "timed_misses": sum(t["misses"] for t in timed.values()),
+                "timed_misses_by_metric": {m: t["misses"] for m, t in timed.items() if t["misses"]},
                 "requests": requests,  # warm-up included
                 "misses": after["misses"] - before["misses"],
                 "cpu_ms_per_request": cpu / requests * 1000 if requests else None,
@@ -177,6 +178,7 @@ def measure(
             "ideal_s": ideal,
             "efficiency": ratio(ideal, median(walls)),
             "judge_timed_misses": sum(j["timed_misses"] for j in judged[side]),
+            "judge_timed_misses_runs": [j["timed_misses_by_metric"] for j in judged[side]],
             "judge_misses": sum(j["misses"] for j in judged[side]),
             "judge_cpu_ms_per_request": median(judge_cpu) if judge_cpu else None,
         }
