@@ -130,6 +130,11 @@ def _cpu_s() -> float:
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
+def _children_s() -> float:
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return kids.ru_utime + kids.ru_stime
+
+
 def _summary(scores: dict[str, list[float]]) -> dict[str, Any]:
     out = {}
     for key, values in scores.items():
@@ -181,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         args.workers, jobs=len(records) * len(metrics), max_concurrency=args.concurrency
     )
     start, cpu, own = time.perf_counter(), _cpu_s(), time.process_time()
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
     scores = run_evaluate(records, metrics, args.concurrency, args.workers)
     wall, cpu = time.perf_counter() - start, _cpu_s() - cpu
     emit(
@@ -191,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
             "wall_s": wall,
             "cpu_s": cpu,
             "parent_cpu_s": time.process_time() - own,
+            "workers_cpu_s": _children_s() - kids.ru_utime - kids.ru_stime,
             "scores": _summary(scores),
         }
     )

@@ -191,6 +191,7 @@ def measure(
             sides[side]["scores"] = side_reports[-1]["scores"]
         if side in (OURS, OURS_W1):
             sides[side]["processes"] = side_reports[-1]["processes"]
+            sides[side]["workers_cpu_s"] = [r.get("workers_cpu_s") for r in side_reports]
     ours, single, floor = sides[OURS], sides[OURS_W1], sides[FLOOR]
     paired: dict[str, Any] = {
         "cpu_per_call_vs_floor": [
