@@ -11,7 +11,10 @@ way (``BenchJudge``, same completion format as ``JudgeServer``) but costs a frac
   warm-up round with the same dataset costs parsing the headers and one dict lookup per
   request (misses are counted and reported: a timed round should have none);
 * ``GET /stats`` returns the requests, misses and the server's own CPU seconds, so a
-  benchmark reports the judge's CPU per request beside its figures.
+  benchmark reports the judge's CPU per request beside its figures, and a tally of calls and
+  misses per ``x-bench-side`` / ``x-bench-metric`` header since the last ``GET /reset``;
+* ``GET /bodies/<side>`` returns the request bodies of one side since the last reset (what
+  the floor of ``bench_throughput.py`` replays).
 
 Latency is applied per request with ``asyncio.sleep`` (answers are not serialised).
 
@@ -61,6 +64,29 @@ class _Server:
         self.memo: dict[bytes, bytes] = {}
         self.requests = 0
         self.misses = 0
+        self.tally: dict[tuple[str, str], list[int]] = {}  # (side, metric) -> [calls, misses]
+        self.bodies: dict[str, list[bytes]] = {}
+
+    def reset(self) -> bytes:
+        """Forget the tally and the recorded bodies (the memo and the totals stay)."""
+        self.tally.clear()
+        self.bodies.clear()
+        return b"{}"
+
+    def record(self, head: bytes, body: bytes) -> bytes:
+        """Count a chat request under its side and metric headers; the response body."""
+        side, metric = _header(head, b"\r\nx-bench-side:"), _header(head, b"\r\nx-bench-metric:")
+        misses = self.misses
+        data = self.answer(body)
+        counts = self.tally.setdefault((side, metric), [0, 0])
+        counts[0] += 1
+        counts[1] += self.misses - misses
+        self.bodies.setdefault(side, []).append(body)
+        return data
+
+    def side_bodies(self, side: str) -> bytes:
+        """The request bodies of ``side`` since the last reset, as one JSON list."""
+        return b"[" + b",".join(self.bodies.get(side, [])) + b"]"
 
     def answer(self, body: bytes) -> bytes:
         """The response body for a chat request (memoised by the exact request bytes)."""
@@ -79,8 +105,21 @@ class _Server:
         return data
 
     def stats(self) -> bytes:
+        tally: dict[str, dict[str, dict[str, int]]] = {}
+        for (side, metric), (calls, misses) in sorted(self.tally.items()):
+            tally.setdefault(side, {})[metric] = {"calls": calls, "misses": misses}
         cpu = time.process_time()
-        return json.dumps({"requests": self.requests, "misses": self.misses, "cpu_s": cpu}).encode()
+        stats = {"requests": self.requests, "misses": self.misses, "cpu_s": cpu, "tally": tally}
+        return json.dumps(stats).encode()
+
+
+def _header(head: bytes, name: bytes) -> str:
+    """A header's value in a raw request head (``name`` lower-case, with its CRLF), or ''."""
+    at = head.lower().find(name)
+    if at < 0:
+        return ""
+    stop = head.find(b"\r\n", at + 2)
+    return head[at + len(name) : stop if stop >= 0 else None].strip().decode()
 
 
 class _Connection(asyncio.Protocol):
@@ -110,15 +149,23 @@ class _Connection(asyncio.Protocol):
                 return
             body = self.buffer[end + 4 : end + 4 + length]
             self.buffer = self.buffer[end + 4 + length :]
-            if head.startswith(b"GET /stats"):
-                self.send(self.server.stats())
+            if head.startswith(b"GET /"):
+                self.send(self._get(head))
                 continue
             self.server.requests += 1
-            data = self.server.answer(body)
+            data = self.server.record(head, body)
             if self.server.latency:
                 self.loop.call_later(self.server.latency, self.send, data)
             else:
                 self.send(data)
+
+    def _get(self, head: bytes) -> bytes:
+        path = head[4 : head.find(b" ", 4)].decode()
+        if path == "/reset":
+            return self.server.reset()
+        if path.startswith("/bodies/"):
+            return self.server.side_bodies(path.removeprefix("/bodies/"))
+        return self.server.stats()
 
     def send(self, data: bytes) -> None:
         """Write one response (answers of one connection go out in request order)."""
@@ -178,10 +225,26 @@ class FastJudge:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
+    def _get(self, path: str) -> Any:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=30) as r:
+            return json.loads(r.read())
+
     def stats(self) -> dict[str, Any]:
-        """Requests served, memo misses, and the server process's CPU seconds so far."""
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/stats", timeout=30) as r:
-            data: dict[str, Any] = json.loads(r.read())
+        """Requests served, memo misses, the server process's CPU seconds so far, and the tally.
+
+        ``tally`` maps side -> metric -> ``{"calls", "misses"}`` (the ``x-bench-side`` /
+        ``x-bench-metric`` headers; '' where absent) since the last :meth:`reset`.
+        """
+        data: dict[str, Any] = self._get("/stats")
+        return data
+
+    def reset(self) -> None:
+        """Forget the tally and the recorded bodies (the memo and the totals stay)."""
+        self._get("/reset")
+
+    def bodies(self, side: str) -> list[dict[str, Any]]:
+        """The request bodies ``side`` sent since the last :meth:`reset`, in arrival order."""
+        data: list[dict[str, Any]] = self._get(f"/bodies/{side}")
         return data
 
 

@@ -9,8 +9,10 @@ Modes:
     economy     the four metrics once over the dataset, each metric with its own client that
                 tags its requests (``x-bench-metric`` header) so the server counts per metric;
     throughput  a warm-up on 4 samples, then one timed ``evaluate()`` of N samples x the
-                metrics (all four unless ``--metrics``), wall and CPU time; the orchestrator
-                starts one process per repeat;
+                metrics (all four unless ``--metrics``) with ``--workers`` (default "auto",
+                evaluate's own default), wall and CPU time; the CPU counts this process and
+                every worker process it started and reaped (``getrusage`` of ``RUSAGE_SELF``
+                plus ``RUSAGE_CHILDREN``); the orchestrator starts one process per repeat;
     floor       the same calls with the bare openai SDK, no framework: with ``--bodies`` the
                 exact request bodies our run sent (messages, tool schema, tool choice), else
                 ``--calls`` requests with a 4,500-character prompt; ``--concurrency`` threads
@@ -22,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import resource
 import sys
 import time
 from pathlib import Path
@@ -55,16 +58,27 @@ def _metrics(
 
 
 def run_evaluate(
-    records: list[dict[str, Any]], metrics: list[Any], concurrency: int
+    records: list[dict[str, Any]],
+    metrics: list[Any],
+    concurrency: int,
+    workers: int | str = "auto",
 ) -> dict[str, list[float]]:
-    """Score records with ``evaluate()``; returns the scores per metric key."""
+    """Score records with ``evaluate()`` (``workers`` as given); returns the scores per metric."""
     from langchain_ragmetrics.evaluation import evaluate
 
-    result = evaluate(records, metrics, max_concurrency=concurrency, show_progress=False)
+    result = evaluate(
+        records,
+        metrics,
+        max_concurrency=concurrency,
+        show_progress=False,
+        workers=workers,  # type: ignore[arg-type]
+    )
     return {m.key: [math.nan if v is None else float(v) for v in result[m.key]] for m in metrics}
 
 
-def _floor(base_url: str, bodies: list[dict[str, Any]], concurrency: int) -> None:
+def _floor(
+    base_url: str, bodies: list[dict[str, Any]], concurrency: int, side: str = "floor"
+) -> None:
     """Send ``bodies`` with the bare sync openai SDK on ``concurrency`` threads."""
     from concurrent.futures import ThreadPoolExecutor
 
@@ -75,7 +89,7 @@ def _floor(base_url: str, bodies: list[dict[str, Any]], concurrency: int) -> Non
         api_key="test",
         max_retries=0,
         timeout=60,
-        default_headers={"x-bench-side": "floor"},
+        default_headers={"x-bench-side": side},
     )
     with ThreadPoolExecutor(concurrency) as pool:
         list(pool.map(lambda body: client.chat.completions.create(**body), bodies))
@@ -93,7 +107,8 @@ def floor(
         bodies = [
             {"model": "judge-model", "messages": [{"role": "user", "content": content}]}
         ] * calls
-    _floor(base_url, bodies[:concurrency], concurrency)  # warm-up: imports, connections
+    warmup = "floor" + WARMUP  # a side of its own: the judge counts the timed calls apart
+    _floor(base_url, bodies[:concurrency], concurrency, warmup)  # imports, connections
     start, cpu = time.perf_counter(), time.process_time()
     _floor(base_url, bodies, concurrency)
     return {
@@ -101,6 +116,23 @@ def floor(
         "wall_s": time.perf_counter() - start,
         "cpu_s": time.process_time() - cpu,
     }
+
+
+def _workers(value: str) -> int | str:
+    """``--workers``: "auto" or a whole number."""
+    return value if value == "auto" else int(value)
+
+
+def _cpu_s() -> float:
+    """CPU seconds of this process and of its reaped children (evaluate()'s workers)."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def _children_s() -> float:
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return kids.ru_utime + kids.ru_stime
 
 
 def _summary(scores: dict[str, list[float]]) -> dict[str, Any]:
@@ -124,6 +156,12 @@ def main(argv: list[str] | None = None) -> int:
         "--metrics", default=None, help="throughput mode: comma-separated metric keys"
     )
     parser.add_argument(
+        "--workers",
+        type=_workers,
+        default="auto",
+        help='throughput mode: evaluate(workers=...), "auto" or a number',
+    )
+    parser.add_argument(
         "--initial-backoff", type=float, default=None, help="RetryPolicy.initial_backoff"
     )
     args = parser.parse_args(argv)
@@ -140,12 +178,29 @@ def main(argv: list[str] | None = None) -> int:
         emit({"samples": len(records), "wall_s": wall, "scores": _summary(scores)})
         return 0
     warmup = load(samples=4)  # the shipped samples: the timed run's texts stay unseen
-    run_evaluate(warmup, _metrics(args.base_url, SIDE + WARMUP, keys), args.concurrency)
+    run_evaluate(warmup, _metrics(args.base_url, SIDE + WARMUP, keys), args.concurrency, 1)
     metrics = _metrics(args.base_url, keys=keys, initial_backoff=args.initial_backoff)
-    start, cpu = time.perf_counter(), time.process_time()
-    scores = run_evaluate(records, metrics, args.concurrency)
-    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
-    emit({"samples": len(records), "wall_s": wall, "cpu_s": cpu, "scores": _summary(scores)})
+    from langchain_ragmetrics.evaluation._workers import worker_count
+
+    processes = worker_count(
+        args.workers, jobs=len(records) * len(metrics), max_concurrency=args.concurrency
+    )
+    start, cpu, own = time.perf_counter(), _cpu_s(), time.process_time()
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    scores = run_evaluate(records, metrics, args.concurrency, args.workers)
+    wall, cpu = time.perf_counter() - start, _cpu_s() - cpu
+    emit(
+        {
+            "samples": len(records),
+            "workers": args.workers,
+            "processes": processes,
+            "wall_s": wall,
+            "cpu_s": cpu,
+            "parent_cpu_s": time.process_time() - own,
+            "workers_cpu_s": _children_s() - kids.ru_utime - kids.ru_stime,
+            "scores": _summary(scores),
+        }
+    )
     return 0
 
 
