@@ -24,6 +24,7 @@ accepted and changes nothing: there is no RAGAS side).
 
 from __future__ import annotations
 
+import math
 import random
 import sys
 import threading
@@ -63,17 +64,67 @@ class FaultyJudge:
         self._random = random.Random(seed)
         self._lock = threading.Lock()
         self.faults = 0
+        self.log: list[tuple[JudgeRequest, str]] = []
+        """The timed side's requests and what each got (``ok``, ``500``, ``429``)."""
+
+    def reset(self) -> None:
+        """Forget the count and the log (before each run)."""
+        with self._lock:
+            self.faults = 0
+            self.log = []
 
     def __call__(self, req: JudgeRequest) -> Any:
+        timed = req.headers.get("x-bench-side") == "ours"
         with self._lock:
             roll = self._random.random()
             fault = roll < self.rate
-            self.faults += fault and req.headers.get("x-bench-side") == "ours"
-        if fault:
-            if roll < self.rate / 2:
-                return reply_error(500, "injected server error")
+            kind = "ok" if not fault else "500" if roll < self.rate / 2 else "429"
+            self.faults += fault and timed
+            if timed:
+                self.log.append((req, kind))
+        if kind == "500":
+            return reply_error(500, "injected server error")
+        if kind == "429":
             return reply_error(429, "injected rate limit", headers=self.hint)
         return self.judge(req)
+
+
+def timeline(log: list[tuple[JudgeRequest, str]], latency: float) -> dict[str, Any]:
+    """Where the time of one run went, from the judge's request log.
+
+    A job is one (metric, prompt) pair: its first request is its start, later ones its
+    retries. The *tail* runs from the last job's first request to the last answer: then no
+    job is left to start, and the slots only serve the retries still to come.
+    """
+    if not log:
+        return {}
+    t0 = min(r.received_at for r, _ in log)
+    attempts: dict[tuple[str | None, str], list[tuple[float, str]]] = {}
+    for req, kind in sorted(log, key=lambda e: e[0].received_at):
+        key = (req.headers.get("x-bench-metric"), req.text)
+        attempts.setdefault(key, []).append((req.received_at - t0, kind))
+    starts = sorted(a[0][0] for a in attempts.values())
+    last_start = starts[-1]
+    end = max(t for a in attempts.values() for t, _ in a) + latency
+    sent = sorted(t for a in attempts.values() for t, _ in a)
+    in_tail = [t for t in sent if t > last_start]
+    tail = end - last_start
+    # mean requests in flight over the tail (each holds a slot for ``latency``)
+    busy = sum(min(t + latency, end) - max(t, last_start) for t in sent if t + latency > last_start)
+    ends = sorted((a[-1][0] + latency, len(a), "".join(k[0] for _, k in a[:-1])) for a in attempts.values())
+    return {
+        "jobs": len(attempts),
+        "last_start_s": last_start,
+        "end_s": end,
+        "tail_s": tail,
+        "tail_requests": len(in_tail),
+        "tail_busy_slots": busy / tail if tail > 0 else math.nan,
+        "last_jobs": [(round(t, 2), n, kinds) for t, n, kinds in ends[-5:]],
+        "by_attempts": {
+            n: sum(1 for a in attempts.values() if len(a) == n)
+            for n in sorted({len(a) for a in attempts.values()})
+        },
+    }
 
 
 def measure(*, samples: int, latency: float, repeats: int, out: Any) -> dict[str, Any]:
@@ -85,7 +136,8 @@ def measure(*, samples: int, latency: float, repeats: int, out: Any) -> dict[str
     with JudgeServer(faulty, latency=latency) as server:
         for _ in range(repeats):
             for name, rate, hint, policy in SCENARIOS:
-                faulty.rate, faulty.hint, faulty.faults = rate, hint, 0
+                faulty.rate, faulty.hint = rate, hint
+                faulty.reset()
                 server.reset()
                 report = throughput_run(
                     sys.executable,
@@ -100,6 +152,8 @@ def measure(*, samples: int, latency: float, repeats: int, out: Any) -> dict[str
                 report["requests"] = len(timed)
                 report["faults"] = faulty.faults
                 report["failed_jobs"] = sum(s["failed"] for s in report["scores"].values())
+                report["timeline"] = timeline(faulty.log, latency)
+
                 runs[name].append(report)
     jobs = samples * len(METRICS.split(","))
     summary = {}
