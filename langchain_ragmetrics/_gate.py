@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from langchain_core.rate_limiters import BaseRateLimiter
 
 __all__ = [
+    "HELD_PER_SLOT",
     "RESUME_AFTER_S",
     "Admission",
     "DeadlineExceededError",
@@ -37,8 +38,10 @@ __all__ = [
 _RATE_POLL_S = 0.05
 
 
-RESUME_AFTER_S = 2.0
+RESUME_AFTER_S = 10.0
 """Seconds a job back from its backoff lets jobs not started yet take the free slots first."""
+HELD_PER_SLOT = 8
+"""How many jobs back from their backoff may wait behind new ones, per concurrency slot."""
 
 
 class _Resumed:
@@ -58,19 +61,22 @@ class Gate:
     same size (an engine runs its jobs on threads or on one loop, not both at once).
 
     Who gets a free slot (threads): a job not started yet before a job back from its backoff,
-    unless that job has waited ``resume_after`` seconds for a slot already; then it goes
-    first, oldest first. Every job's first request thus goes out as early as the slots allow,
+    unless that job has waited ``resume_after`` seconds for a slot already, or more than
+    ``max_held`` such jobs wait; then the oldest goes first. Every job's first request thus
+    goes out as early as the slots allow,
     so the chains of retries a faulty judge causes (whose waits the server may set: a
     ``Retry-After`` cannot be shortened) start early and run while the rest of the batch
     proceeds; the retries held back are served when no job is left to start, which keeps the
     slots busy while the last jobs' chains sleep, instead of those chains running alone after
     everything else is done. ``resume_after`` bounds how long a retry waits behind new jobs
-    (and so how many jobs sit parked, and what it costs a job's timeout).
+    (what it may cost a job's timeout), ``max_held`` how many wait (each is a parked thread).
 
     Args:
         max_concurrency: Jobs at work at once.
         rate_limiter: Meters every HTTP attempt (None: no limit).
         resume_after: Seconds a job back from its backoff yields to jobs not started yet.
+        max_held: Jobs back from their backoff that may wait behind new ones (default
+            ``HELD_PER_SLOT * max_concurrency``); beyond it the oldest goes first.
     """
 
     def __init__(
@@ -79,16 +85,18 @@ class Gate:
         rate_limiter: BaseRateLimiter | None = None,
         *,
         resume_after: float = RESUME_AFTER_S,
+        max_held: int | None = None,
     ) -> None:
         if max_concurrency < 1:
             msg = "`max_concurrency` must be at least 1"
             raise ValueError(msg)
-        if resume_after < 0:
-            msg = "`resume_after` must not be negative"
+        if resume_after < 0 or (max_held is not None and max_held < 0):
+            msg = "`resume_after` and `max_held` must not be negative"
             raise ValueError(msg)
         self.max_concurrency = max_concurrency
         self.rate_limiter = rate_limiter
         self.resume_after = resume_after
+        self.max_held = HELD_PER_SLOT * max_concurrency if max_held is None else max_held
         self._lock = threading.Lock()
         self._free = max_concurrency
         self._fresh_turn = threading.Condition(self._lock)  # jobs about to start wait here
@@ -143,6 +151,13 @@ class Gate:
         if self._fresh_waiting:
             self._fresh_turn.notify()
 
+    def _overdue(self) -> bool:
+        """Whether the oldest resumed job goes before new ones: waited too long, or too many."""
+        if not self._resumed:
+            return False
+        too_long = time.monotonic() >= self._resumed[0].since + self.resume_after
+        return too_long or len(self._resumed) > self.max_held
+
     def _fresh_ahead(self) -> bool:
         return self._fresh_waiting > 0 or any(pending() for pending in self._fresh_pending)
 
@@ -163,9 +178,7 @@ class Gate:
             self._fresh_waiting += 1
             try:
                 while True:
-                    head = self._resumed[0] if self._resumed else None
-                    overdue = head is not None and time.monotonic() >= head.since + self.resume_after
-                    if self._free > 0 and not overdue:
+                    if self._free > 0 and not self._overdue():
                         self._free -= 1
                         return True
                     # no free slot, or it is an overdue resumed job's (woken with us)
@@ -182,11 +195,12 @@ class Gate:
             me = _Resumed(time.monotonic(), self._lock)
             overdue = me.since + self.resume_after
             self._resumed.append(me)
+            self._signal()  # one too many held back: the oldest goes now
             try:
                 while True:
                     until: float | None = None  # a notify: a slot freed, or our turn came
                     if self._free > 0 and self._resumed[0] is me:
-                        if time.monotonic() >= overdue or not self._fresh_ahead():
+                        if self._overdue() or not self._fresh_ahead():
                             self._free -= 1
                             return True
                         until = overdue  # yield to new jobs until then (or a notify)
