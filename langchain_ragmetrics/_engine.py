@@ -6,8 +6,9 @@
 * a job holds one of ``max_concurrency`` slots while it works and gives it back while it
   sleeps out a retry backoff (:class:`~langchain_ragmetrics._gate.Admission`), so retries
   cost little throughput; back from it, it lets jobs not started yet go first for a while
-  (:class:`~langchain_ragmetrics._gate.Gate`), so the last jobs' retries do not set the end; ``rate_limit_per_minute`` meters every judge request, retries
-  included, with langchain-core's ``InMemoryRateLimiter``;
+  (:class:`~langchain_ragmetrics._gate.Gate`), so the last jobs' retries do not set the end;
+  ``rate_limit_per_minute`` meters every judge request, retries included, with
+  langchain-core's ``InMemoryRateLimiter``;
 * :meth:`ScoringEngine.run` scores jobs on threads with each metric's sync ``invoke`` (no
   event loop: it works the same from a script, a notebook or an async web handler, and it
   never touches async HTTP clients that belong to another loop);
