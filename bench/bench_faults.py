@@ -17,9 +17,10 @@ From the judge's request log, each run also gives its timeline: when the last jo
 yet sent its first request, how long the *tail* after it lasted (only retries left) and how
 many of the 16 slots were busy in it on average.
 
-What it shows: a job sleeping out a backoff gives its slot back, and back from it lets jobs
-not started yet go first (``Gate``), so every job's first request goes out early, the chains
-of retries run while the batch proceeds and the retries held back fill the slots at the end.
+What it shows: a job sleeping out a backoff gives its slot back, so the other jobs keep the
+judge busy; what faults still cost is the client CPU of the extra requests (until the last new
+job starts the run is CPU-bound) plus the tail of the last jobs' retry chains (two 429s in a
+row are 2 s of ``Retry-After`` no client may shorten).
 Target (issue 18): with faults <= 1.5x the fault-free wall time.
 
 Usage: ``python bench/bench_faults.py [--tiny] [--repeats N] [--out DIR]`` (``--no-ragas`` is

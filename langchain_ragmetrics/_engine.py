@@ -5,10 +5,8 @@
 
 * a job holds one of ``max_concurrency`` slots while it works and gives it back while it
   sleeps out a retry backoff (:class:`~langchain_ragmetrics._gate.Admission`), so retries
-  cost little throughput; back from it, it lets jobs not started yet go first for a while
-  (:class:`~langchain_ragmetrics._gate.Gate`), so the last jobs' retries do not set the end;
-  ``rate_limit_per_minute`` meters every judge request, retries included, with
-  langchain-core's ``InMemoryRateLimiter``;
+  cost little throughput; ``rate_limit_per_minute`` meters every judge request, retries
+  included, with langchain-core's ``InMemoryRateLimiter``;
 * :meth:`ScoringEngine.run` scores jobs on threads with each metric's sync ``invoke`` (no
   event loop: it works the same from a script, a notebook or an async web handler, and it
   never touches async HTTP clients that belong to another loop);
@@ -116,10 +114,9 @@ class _JobTimeoutError(TimeoutError):
 class _Batch:
     """Shared state of one :meth:`ScoringEngine.run`: the job cursor, the jobs in flight."""
 
-    def __init__(self, jobs: Sequence[Job], spawn: Callable[[], None], gate: Gate) -> None:
+    def __init__(self, jobs: Sequence[Job], spawn: Callable[[], None]) -> None:
         self.jobs = jobs
         self.spawn = spawn
-        self.gate = gate
         self.lock = threading.Lock()
         self.cursor = 0
         self.waiting = 0  # workers waiting for a slot
@@ -144,19 +141,12 @@ class _Batch:
             self.cursor += 1
             deadline = math.inf if admission.deadline is None else admission.deadline
             self.running[index] = (deadline, admission)
-            last = self.cursor == len(self.jobs)
-        if last:
-            self.gate.wake()  # jobs back from a backoff stop yielding to new ones
-        return index
+            return index
 
     def spare(self) -> None:
-        """A slot came free mid-job (a backoff, an abandoned job): make sure a worker takes it.
-
-        One worker waits per free slot: a job back from its backoff leaves free slots to the
-        batch's next jobs (``Gate``), so these need a thread to start on.
-        """
+        """A slot came free mid-job (a backoff, an abandoned job): make sure a worker takes it."""
         with self.lock:
-            start = self.waiting < max(1, self.gate.free) and not self.exhausted
+            start = self.waiting == 0 and not self.exhausted
             if start:
                 self.waiting += 1  # counted until it waits for the slot itself
         if start:
@@ -373,12 +363,9 @@ class ScoringEngine:
         """Score all jobs on worker threads and wait; results come back in job order.
 
         Jobs start in order, ``max_concurrency`` at a time; when one sleeps out a retry
-        backoff another worker takes its slot. When it is back, jobs not started yet still
-        go first, for up to ``Gate.resume_after`` seconds (2 s): every job's first request
-        goes out early, so the retry chains of a faulty judge run while the batch proceeds
-        and the retries held back fill the slots at the end, instead of the last jobs'
-        backoffs running alone after the rest (see :class:`~langchain_ragmetrics._gate.Gate`).
-        The calling thread only waits and
+        backoff another worker takes its slot, and when it is back it takes the next free
+        slot before any job not started yet (its backoff overlapped the others' work, so
+        retries do not pile up at the end of the run). The calling thread only waits and
         calls ``on_result`` (callbacks run one at a time, on the caller's thread); workers
         run in a copy of the caller's context. A job over ``timeout`` is recorded as NaN at its
         deadline, its slot goes to the next job and the abandoned call sends no further
@@ -401,23 +388,10 @@ class ScoringEngine:
                 daemon=True,
             ).start()
 
-        batch = _Batch(job_list, spawn, self.gate)
+        batch = _Batch(job_list, spawn)
         workers = batch.waiting = min(len(job_list), self.max_concurrency)
-        with self.gate.fresh_work(lambda: not batch.exhausted):
-            for _ in range(workers):
-                spawn()
-            self._wait_for(batch, results, on_result, stop)
-        return results
-
-    def _wait_for(
-        self,
-        batch: _Batch,
-        results: list[MetricResult | None],
-        on_result: Callable[[Job, MetricResult], None] | None,
-        stop: threading.Event | None,
-    ) -> None:
-        """The calling thread's part of :meth:`run`: deadlines, results, ``on_result``."""
-        job_list = batch.jobs
+        for _ in range(workers):
+            spawn()
         try:
             while len(batch.done) < len(job_list) or not batch.outbox.empty():
                 if stop is not None and stop.is_set():
@@ -437,6 +411,7 @@ class ScoringEngine:
                     on_result(job_list[index], result)
         finally:
             batch.stop.set()
+        return results
 
     def _deliver_finished(
         self,

@@ -15,7 +15,6 @@ import contextlib
 import threading
 import time
 import weakref
-from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextvars import ContextVar
 from typing import TYPE_CHECKING
@@ -26,8 +25,6 @@ if TYPE_CHECKING:
     from langchain_core.rate_limiters import BaseRateLimiter
 
 __all__ = [
-    "HELD_PER_SLOT",
-    "RESUME_AFTER_S",
     "Admission",
     "DeadlineExceededError",
     "Gate",
@@ -38,186 +35,54 @@ __all__ = [
 _RATE_POLL_S = 0.05
 
 
-RESUME_AFTER_S = 10.0
-"""Seconds a job back from its backoff lets jobs not started yet take the free slots first."""
-HELD_PER_SLOT = 8
-"""How many jobs back from their backoff may wait behind new ones, per concurrency slot."""
-
-
-class _Resumed:
-    """A job back from its backoff, waiting for a slot: since when, and its own wake-up."""
-
-    __slots__ = ("since", "turn")
-
-    def __init__(self, since: float, lock: threading.Lock) -> None:
-        self.since = since
-        self.turn = threading.Condition(lock)
-
-
 class Gate:
     """The engine's limits: ``max_concurrency`` working jobs, ``rate_limiter``'s request rate.
 
-    Threads share one pool of slots; each event loop gets its own ``asyncio.Semaphore`` of the
-    same size (an engine runs its jobs on threads or on one loop, not both at once).
-
-    Who gets a free slot (threads): a job not started yet before a job back from its backoff,
-    unless that job has waited ``resume_after`` seconds for a slot already, or more than
-    ``max_held`` such jobs wait; then the oldest goes first. Every job's first request thus
-    goes out as early as the slots allow,
-    so the chains of retries a faulty judge causes (whose waits the server may set: a
-    ``Retry-After`` cannot be shortened) start early and run while the rest of the batch
-    proceeds; the retries held back are served when no job is left to start, which keeps the
-    slots busy while the last jobs' chains sleep, instead of those chains running alone after
-    everything else is done. ``resume_after`` bounds how long a retry waits behind new jobs
-    (what it may cost a job's timeout), ``max_held`` how many wait (each is a parked thread).
-
-    Args:
-        max_concurrency: Jobs at work at once.
-        rate_limiter: Meters every HTTP attempt (None: no limit).
-        resume_after: Seconds a job back from its backoff yields to jobs not started yet.
-        max_held: Jobs back from their backoff that may wait behind new ones (default
-            ``HELD_PER_SLOT * max_concurrency``); beyond it the oldest goes first.
+    Threads share one counting semaphore; each event loop gets its own ``asyncio.Semaphore``
+    of the same size (an engine runs its jobs on threads or on one loop, not both at once).
     """
 
-    def __init__(
-        self,
-        max_concurrency: int,
-        rate_limiter: BaseRateLimiter | None = None,
-        *,
-        resume_after: float = RESUME_AFTER_S,
-        max_held: int | None = None,
-    ) -> None:
+    def __init__(self, max_concurrency: int, rate_limiter: BaseRateLimiter | None = None) -> None:
         if max_concurrency < 1:
             msg = "`max_concurrency` must be at least 1"
             raise ValueError(msg)
-        if resume_after < 0 or (max_held is not None and max_held < 0):
-            msg = "`resume_after` and `max_held` must not be negative"
-            raise ValueError(msg)
         self.max_concurrency = max_concurrency
         self.rate_limiter = rate_limiter
-        self.resume_after = resume_after
-        self.max_held = HELD_PER_SLOT * max_concurrency if max_held is None else max_held
-        self._lock = threading.Lock()
-        self._free = max_concurrency
-        self._fresh_turn = threading.Condition(self._lock)  # jobs about to start wait here
-        self._fresh_waiting = 0
-        self._resumed: deque[_Resumed] = deque()  # oldest first; each waits on its own turn
-        self._fresh_pending: list[Callable[[], bool]] = []  # one per running batch
+        self.slots = threading.BoundedSemaphore(max_concurrency)
+        self._resuming = 0  # jobs back from a backoff, waiting for a slot
+        self._turns = threading.Condition()
         self._loop_slots: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, asyncio.Semaphore
         ] = weakref.WeakKeyDictionary()
 
     @property
     def resuming(self) -> int:
-        """Jobs back from a backoff that wait for a slot."""
-        return len(self._resumed)
-
-    @property
-    def free(self) -> int:
-        """Thread slots free right now."""
-        return self._free
-
-    @contextlib.contextmanager
-    def fresh_work(self, pending: Callable[[], bool]) -> Iterator[None]:
-        """While the block runs, ``pending()`` says whether a batch has jobs left to start.
-
-        :meth:`ScoringEngine.run` tells the gate so: a job back from its backoff then yields
-        to the batch's next job even in the instant no worker waits for the slot yet.
-        """
-        with self._lock:
-            self._fresh_pending.append(pending)
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._fresh_pending.remove(pending)
-                self._signal()
-
-    def wake(self) -> None:
-        """Re-check who gets a slot (a batch ran out of jobs to start, or stopped)."""
-        with self._lock:
-            self._signal()
-
-    def _signal(self) -> None:
-        """Wake whoever may take a free slot (lock held): the oldest resumed job, one new job.
-
-        Each decides for itself (the resumed one may yield to new jobs, a new one to an overdue
-        resumed one); waking only these two keeps hundreds of parked jobs asleep.
-        """
-        if self._free <= 0:
-            return
-        if self._resumed:
-            self._resumed[0].turn.notify()
-        if self._fresh_waiting:
-            self._fresh_turn.notify()
-
-    def _overdue(self) -> bool:
-        """Whether the oldest resumed job goes before new ones: waited too long, or too many."""
-        if not self._resumed:
-            return False
-        too_long = time.monotonic() >= self._resumed[0].since + self.resume_after
-        return too_long or len(self._resumed) > self.max_held
-
-    def _fresh_ahead(self) -> bool:
-        return self._fresh_waiting > 0 or any(pending() for pending in self._fresh_pending)
-
-    @staticmethod
-    def _wait(turn: threading.Condition, until: float | None, deadline: float | None) -> bool:
-        """Wait on ``turn`` for a notify, ``until`` or ``deadline``; False past the deadline."""
-        now = time.monotonic()
-        if deadline is not None and now >= deadline:
-            return False
-        ends = [t for t in (until, deadline) if t is not None]
-        turn.wait(None if not ends else max(0.0, min(ends) - now))
-        return True
-
-    def acquire_fresh(self, timeout: float | None) -> bool:
-        """A slot for a job about to start: free, and no resumed job has waited too long."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        with self._lock:
-            self._fresh_waiting += 1
-            try:
-                while True:
-                    if self._free > 0 and not self._overdue():
-                        self._free -= 1
-                        return True
-                    # no free slot, or it is an overdue resumed job's (woken with us)
-                    if not self._wait(self._fresh_turn, None, deadline):
-                        return False
-            finally:
-                self._fresh_waiting -= 1
-                self._signal()  # a slot still free goes to the next one
+        """Jobs back from a backoff that wait for a slot (they go before new jobs)."""
+        return self._resuming
 
     def acquire_resumed(self, timeout: float | None) -> bool:
-        """A slot for a job back from its backoff: after new jobs, for ``resume_after`` at most."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        with self._lock:
-            me = _Resumed(time.monotonic(), self._lock)
-            overdue = me.since + self.resume_after
-            self._resumed.append(me)
-            self._signal()  # one too many held back: the oldest goes now
-            try:
-                while True:
-                    until: float | None = None  # a notify: a slot freed, or our turn came
-                    if self._free > 0 and self._resumed[0] is me:
-                        if self._overdue() or not self._fresh_ahead():
-                            self._free -= 1
-                            return True
-                        until = overdue  # yield to new jobs until then (or a notify)
-                    if not self._wait(me.turn, until, deadline):
-                        return False
-            finally:
-                self._resumed.remove(me)
-                self._signal()
+        """A slot for a job back from its backoff: ahead of jobs not started yet."""
+        with self._turns:
+            self._resuming += 1
+        try:
+            return self.slots.acquire(timeout=timeout)
+        finally:
+            with self._turns:
+                self._resuming -= 1
+                self._turns.notify_all()
 
-    def release(self) -> None:
-        """Give a thread slot back."""
-        with self._lock:
-            if self._free >= self.max_concurrency:
-                msg = "Gate released more slots than it gave"
-                raise ValueError(msg)
-            self._free += 1
-            self._signal()
+    def acquire_fresh(self, timeout: float) -> bool:
+        """A slot for a job about to start, once no resumed job waits for one.
+
+        A thread that just released a slot would otherwise take it straight back and a job
+        back from its backoff would wait behind every new one, so the retries of a faulty
+        judge would pile up at the end of the run.
+        """
+        deadline = time.monotonic() + timeout
+        with self._turns:
+            if not self._turns.wait_for(lambda: self._resuming == 0, timeout):
+                return False
+        return self.slots.acquire(timeout=max(0.0, deadline - time.monotonic()))
 
     def loop_slots(self) -> asyncio.Semaphore:
         """The slots of the running event loop."""
@@ -331,7 +196,7 @@ class Admission:
             with self._state:
                 if self._held or self._closed:
                     return
-            self._took(self.gate.acquire_fresh(timeout=self.remaining()))
+            self._took(self.gate.slots.acquire(timeout=self.remaining()))
 
     def _unpark(self) -> None:
         with self._turn:
@@ -368,7 +233,7 @@ class Admission:
         if self._loop_slots is not None:
             self._loop_slots.release()
         else:
-            self.gate.release()
+            self.gate.slots.release()
 
     def close(self) -> None:
         """The job is over (finished, or abandoned at its deadline): give the slot back."""

@@ -5,6 +5,7 @@ import contextvars
 import logging
 import math
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -21,7 +22,6 @@ from langchain_ragmetrics import (
     RagSample,
 )
 from langchain_ragmetrics._engine import Job, ScoringEngine, failure_report, make_rate_limiter
-from langchain_ragmetrics._gate import Gate
 from langchain_ragmetrics._schema import MetricResult
 from langchain_ragmetrics._threads import DaemonThreadPool
 from langchain_ragmetrics.metrics import RetryPolicy
@@ -389,15 +389,11 @@ def test_online_a_judge_out_of_quota_warns_once_and_fails_results_with_the_cause
     assert "insufficient quota" in warnings[0].getMessage()
 
 
-def test_a_job_back_from_its_backoff_lets_new_jobs_go_first(
+def test_a_job_back_from_its_backoff_goes_before_new_jobs(
     judge_server: JudgeServer, make_judge: Callable[..., Any]
 ) -> None:
-    """#0's retry waits until no job is left to start (issue 18: faults).
-
-    Every job's first request goes out first, so retry chains start early and the retries
-    held back fill the slots at the end. With one slot the order is fixed: the resumed job
-    yields while the batch has jobs left, whichever thread gets to the slot first.
-    """
+    """The retry of #0 takes the next free slot, ahead of #2 (issue 18: faults)."""
+    release = threading.Event()
     failed: list[str] = []
 
     def script(req: JudgeRequest) -> Any:
@@ -405,48 +401,35 @@ def test_a_job_back_from_its_backoff_lets_new_jobs_go_first(
         if name == "#0" and not failed:
             failed.append(name)
             return reply_error(500, "injected")
+        if name == "#1":
+            return reply_hold(release, EINSTEIN_VERDICTS)  # holds the only slot
         return EINSTEIN_VERDICTS
 
     judge_server.script = script
     engine = ScoringEngine(max_concurrency=1)
-    engine.gate = Gate(1, resume_after=3600)  # never overdue within this test
     recall = ContextRecall(llm=make_judge(), retry=RetryPolicy(initial_backoff=0))
-    results = engine.run([Job(sample(f"#{i}"), recall) for i in range(4)])
-    assert [r.score for r in results if r is not None] == [0.5] * 4
+    jobs = [Job(sample(f"#{i}"), recall) for i in range(3)]
+    resume = engine.gate.acquire_resumed
+
+    def resume_once_1_holds_the_slot(timeout: float | None) -> bool:
+        limit = time.monotonic() + 30
+        while judge_server.count() < 2:  # #1 took the slot #0 gave back, and is held
+            assert time.monotonic() < limit, "#1 never started"
+            time.sleep(0.01)
+        return resume(timeout)
+
+    engine.gate.acquire_resumed = resume_once_1_holds_the_slot  # type: ignore[method-assign]
+    results: list[MetricResult | None] = []
+    runner = threading.Thread(target=lambda: results.extend(engine.run(jobs)))
+    runner.start()
+    try:
+        deadline = time.monotonic() + 30
+        while engine.gate.resuming == 0:  # #0 is back from its backoff, waiting for the slot
+            assert time.monotonic() < deadline, "the retry never waited for a slot"
+            time.sleep(0.01)
+    finally:
+        release.set()
+        runner.join(30)
+    assert [r.score for r in results if r is not None] == [0.5] * 3
     order = [payload(r)["question"] for r in judge_server.requests]
-    assert order == ["#0", "#1", "#2", "#3", "#0"]
-
-
-def test_new_jobs_use_every_slot_the_retries_leave(
-    judge_server: JudgeServer, make_judge: Callable[..., Any]
-) -> None:
-    """Two jobs back off at once: two new jobs run side by side in their slots.
-
-    The held-back retries leave their slots to new jobs, so each slot needs a worker thread:
-    C's answer waits (in the judge) until D's request is in, which only a second worker sends.
-    """
-    failed: set[str] = set()
-    d_sent = threading.Event()
-    c_saw_d: list[bool] = []
-
-    def script(req: JudgeRequest) -> Any:
-        name = payload(req)["question"]
-        if name in ("A", "B") and name not in failed:
-            failed.add(name)
-            return reply_error(500, "injected")
-        if name == "D":
-            d_sent.set()
-        if name == "C":
-            c_saw_d.append(d_sent.wait(30))
-        return EINSTEIN_VERDICTS
-
-    judge_server.script = script
-    engine = ScoringEngine(max_concurrency=2)
-    engine.gate = Gate(2, resume_after=3600)
-    recall = ContextRecall(llm=make_judge(), retry=RetryPolicy(initial_backoff=0))
-    results = engine.run([Job(sample(name), recall) for name in "ABCD"])
-    assert [r.score for r in results if r is not None] == [0.5] * 4
-    assert c_saw_d == [True]
-    order = [payload(r)["question"] for r in judge_server.requests]
-    assert sorted(order[:4]) == ["A", "B", "C", "D"]
-    assert sorted(order[4:]) == ["A", "B"]  # the retries, once no job was left to start
+    assert order == ["#0", "#1", "#0", "#2"]

@@ -141,14 +141,19 @@ class RetryPolicy(BaseModel):
         scheme AWS measured to spread the retries of many clients best for the least total
         wait: clients failing together do not come back together, and the ceiling still
         doubles, so a server that keeps failing is asked less and less often. Its mean is
-        half the ceiling's, so the retries of the batch's last jobs end sooner (see the
-        retries part of the docs). Only for errors without a ``Retry-After``.
+        half the ceiling, a third less than the former uniform [ceiling/2, ceiling], so the
+        retry chains of a batch's last jobs end sooner. Only for errors without a
+        ``Retry-After``: a server's wait is kept whole (:meth:`delay`).
         """
         ceiling = min(self.max_backoff, self.initial_backoff * (2**attempt))
         return float(ceiling * random.random())  # noqa: S311 - jitter, not crypto
 
     def delay(self, attempt: int, exc: BaseException) -> float:
-        """The sleep before retrying after ``exc``: its ``Retry-After`` if any, else backoff."""
+        """The sleep before retrying after ``exc``: its ``Retry-After`` if any, else backoff.
+
+        The server's wait is a floor for this request (only ``max_backoff`` cuts it), never
+        jittered down: a rate-limited judge is not asked again sooner than it said.
+        """
         hinted = retry_after(exc)
         if hinted is not None:
             return min(self.max_backoff, hinted)
