@@ -134,18 +134,31 @@ class RetryPolicy(BaseModel):
     parse_retries: int = Field(default=1, ge=0)
     """Retries after an answer that fails to parse or validate."""
     initial_backoff: float = Field(default=0.5, ge=0)
-    """Seconds before the first transient retry; doubles each time, with jitter (the openai
-    SDK's own first delay, whose retries this layer replaces)."""
+    """Ceiling of the sleep before the first transient retry, in seconds (the openai SDK's
+    own first delay, whose retries this layer replaces); it doubles with each retry."""
     max_backoff: float = Field(default=30.0, ge=0)
     """Upper bound of one backoff sleep, in seconds (a longer ``Retry-After`` is cut to it)."""
 
     def backoff(self, attempt: int) -> float:
-        """Sleep before transient retry number ``attempt`` (0-based), with jitter."""
+        """Sleep before transient retry number ``attempt`` (0-based): "full jitter".
+
+        Uniform between 0 and ``initial_backoff * 2**attempt`` (at most ``max_backoff``), the
+        scheme AWS measured to spread the retries of many clients best for the least total
+        wait: clients failing together do not come back together, and the ceiling still
+        doubles, so a server that keeps failing is asked less and less often. Its mean is
+        half the ceiling, a third less than the former uniform [ceiling/2, ceiling], so the
+        retry chains of a batch's last jobs end sooner. Only for errors without a
+        ``Retry-After``: a server's wait is kept whole (:meth:`delay`).
+        """
         ceiling = min(self.max_backoff, self.initial_backoff * (2**attempt))
-        return float(ceiling * (0.5 + random.random() / 2))  # noqa: S311 - jitter, not crypto
+        return float(ceiling * random.random())  # noqa: S311 - jitter, not crypto
 
     def delay(self, attempt: int, exc: BaseException) -> float:
-        """The sleep before retrying after ``exc``: its ``Retry-After`` if any, else backoff."""
+        """The sleep before retrying after ``exc``: its ``Retry-After`` if any, else backoff.
+
+        The server's wait is a floor for this request (only ``max_backoff`` cuts it), never
+        jittered down: a rate-limited judge is not asked again sooner than it said.
+        """
         hinted = retry_after(exc)
         if hinted is not None:
             return min(self.max_backoff, hinted)

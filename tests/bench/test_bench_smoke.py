@@ -115,11 +115,15 @@ def test_throughput_floor_replays_our_request_bodies(
 def test_faults_retry_every_injected_fault(tmp_path: Path) -> None:
     result = run_bench("bench_faults.py", tmp_path)
     runs = result["runs"]
-    assert set(runs) == {"none", "default", "scaled"}
+    assert set(runs) == {"none", "mixed", "transient"}
     assert runs["none"]["requests"] == result["jobs"] == 24
-    for name in ("default", "scaled"):  # every fault retried: one success per unfailed job
+    for name in ("mixed", "transient"):  # every fault retried: one success per unfailed job
         run = runs[name]
         assert run["requests"] == result["jobs"] - run["failed_jobs"] + run["faults"]
+        (timeline,) = run["timelines"]  # each job's attempts, from the judge's request log
+        assert timeline["jobs"] == result["jobs"]
+        assert sum(timeline["jobs_by_requests"].values()) == result["jobs"]
+        assert 0 <= timeline["last_start_s"] < timeline["end_s"]
 
 
 def test_online_measures_every_config(tmp_path: Path) -> None:

@@ -26,6 +26,7 @@ from langchain_ragmetrics import ContextEntityRecall, ContextRecall
 from langchain_ragmetrics._cli._common import build_judge
 from langchain_ragmetrics.evaluation import metric_classes
 from langchain_ragmetrics.metrics import JudgedMetric, RetryPolicy
+from langchain_ragmetrics.metrics import _judge as judge_module
 from langchain_ragmetrics.metrics._judge import (
     DEFAULT_JUDGE_TIMEOUT,
     PERMANENT_CAUSES,
@@ -456,4 +457,23 @@ def test_retry_after_headers() -> None:
     policy = RetryPolicy(max_backoff=5)
     assert policy.delay(0, error({"retry-after": "3600"})) == 5  # capped by max_backoff
     assert policy.delay(0, error({"retry-after": "0.5"})) == 0.5
-    assert 0.25 <= policy.delay(0, ValueError()) <= 0.5  # no hint: our jittered backoff
+    assert 0 <= policy.delay(0, ValueError()) <= 0.5  # no hint: our jittered backoff
+
+
+@pytest.mark.parametrize(("roll", "expected"), [(0.0, [0.0, 0.0, 0.0]), (0.5, [0.25, 0.4, 0.4])])
+def test_backoff_is_full_jitter_under_a_doubling_ceiling(
+    monkeypatch: pytest.MonkeyPatch, roll: float, expected: list[float]
+) -> None:
+    """Uniform in [0, initial_backoff * 2**attempt], the ceiling cut to max_backoff."""
+    monkeypatch.setattr(judge_module.random, "random", lambda: roll)
+    policy = RetryPolicy(initial_backoff=0.5, max_backoff=0.8)  # ceilings 0.5, 0.8, 0.8
+    assert [policy.backoff(attempt) for attempt in range(3)] == expected
+    assert RetryPolicy().backoff(3) == 4.0 * roll  # 0.5 s doubled three times
+
+
+def test_a_retry_after_is_a_floor_the_jitter_never_cuts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server's wait is kept whole (up to max_backoff), whatever the jitter would draw."""
+    monkeypatch.setattr(judge_module.random, "random", lambda: 0.0)
+    response = _response(429, {"retry-after": "1"})
+    hinted = openai.RateLimitError("slow", response=response, body=None)
+    assert [RetryPolicy().delay(attempt, hinted) for attempt in range(3)] == [1.0, 1.0, 1.0]
