@@ -129,8 +129,8 @@ def test_faults_retry_every_injected_fault(tmp_path: Path) -> None:
 def test_online_measures_every_config(tmp_path: Path) -> None:
     result = run_bench("bench_online.py", tmp_path)
     runs = result["latency"]["runs"]
-    assert set(runs) == {"none", "handler", "isolated", "tracer", "noop", "capture"}
-    for config in ("handler", "isolated"):
+    assert set(runs) == {"none", "default", "handler", "isolated", "tracer", "noop", "capture"}
+    for config in ("default", "handler", "isolated"):
         stats = runs[config][0]["handler_stats_at_loop_end"]
         assert stats["sampled"] == 10 + 30  # warm-up + timed invocations, all sampled
         assert runs[config][0]["settled_after_warmup"] is True
