@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 
 import pytest
 
@@ -15,6 +16,18 @@ pytest_plugins = ["pytester"]  # runs pytest in-process where a test checks our 
 
 _LEAKY_PREFIXES = ("OPENAI_", "LANGSMITH_", "LANGCHAIN_", "RAGMETRICS_")
 _ASKS_FOR_LIVE = re.compile(r"(?<!not )\blive\b")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Deliver Ctrl-C to the tests even when the runner was started with SIGINT ignored.
+
+    A shell without job control starts a background command (``pytest ... &``) with SIGINT
+    ignored, Python then installs no KeyboardInterrupt handler, and every process a test
+    starts inherits the ignore: the Ctrl-C tests would fail for the runner's sake, not ours.
+    A handler (unlike an ignore) is reset to the default in the processes we start.
+    """
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
