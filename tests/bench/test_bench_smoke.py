@@ -126,8 +126,8 @@ def test_faults_retry_every_injected_fault(tmp_path: Path) -> None:
         assert 0 <= timeline["last_start_s"] < timeline["end_s"]
 
 
+@pytest.mark.timeout(900)  # 8 paired runs, 4 block runs and the memory run: fresh processes
 def test_online_measures_every_config(tmp_path: Path) -> None:
-    # 8 paired runs, 4 block runs and the memory run, each a fresh process
     result = run_bench("bench_online.py", tmp_path, timeout=900)
     runs = result["latency"]["runs"]
     assert set(runs) == {
