@@ -424,7 +424,8 @@ def render(
             )
         )
     parts.append(
-        f"**Paired** ({invocations} pairs per run, {repeats} runs per config in fresh "
+        f"**Paired** ({invocations} pairs per run, {repeats} run{'s' if repeats != 1 else ''} "
+        "per config in fresh "
         "processes, rotated order, medians over runs): each pair is one call with the "
         f"config's callbacks and one without, scheduled together at {rate:g} pairs a second "
         f"(the wait outside both timings); which runs first is balanced and shuffled "
@@ -556,10 +557,10 @@ def verdicts(latency: dict[str, Any], blocks: dict[str, Any], invocations: int) 
     out = [
         "Method check (A/A, no callback on both sides of each pair): added median "
         f"{base['paired_added_median_ms']:.3f} ms, added p99 {base['paired_added_p99_ms']:.2f} "
-        "ms (a sound pairing gives about 0). A call right after the pace's wait is "
-        f"{base['position_effect_median_ms']:+.3f} ms slower at the median than one right "
-        "after another call (without callbacks): the pairing gives each side each position "
-        "in half the pairs, so this cancels."
+        "ms (a sound pairing gives about 0). Position effect: the median of the calls right "
+        "after the pace's wait minus that of the calls right after another call is "
+        f"{base['position_effect_median_ms']:+.3f} ms (no callbacks on either); each side "
+        "takes each position in half the pairs, so it cancels."
     ]
 
     def target(config: str) -> str:
@@ -609,6 +610,18 @@ def verdicts(latency: dict[str, Any], blocks: dict[str, Any], invocations: int) 
                 f"Issue 12, {NAMES[config]} (ran in {latency[config]['runtime']}): "
                 f"{target(config)}."
             )
+    split = [
+        f"{config} {latency[config]['added_median_when_first_ms']:.2f} / "
+        f"{latency[config]['added_median_when_second_ms']:.2f}"
+        for config in SCORED_CONFIGS
+        if config in latency
+    ]
+    out.append(
+        "Paired, split by position: added median (ms) when the call with callbacks ran first "
+        f"/ second in its pair: {', '.join(split)}. A wide gap means the background scoring the "
+        "call started lands on its partner call, which the paired difference then subtracts: "
+        "for those configs read the blocks."
+    )
     handler, tracer = latency.get("handler"), latency.get("tracer")
     if handler and tracer and not handler["accounting"]["refused"]:
         paired, tracer_paired = handler["paired_added_median_ms"], tracer["paired_added_median_ms"]
