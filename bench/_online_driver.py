@@ -7,20 +7,27 @@ LangSmith stub live in the orchestrating process, so this process holds only wha
 process would.
 
 Modes:
-    latency   ``--invocations`` timed ``chain.invoke`` calls (after a warm-up) with one of the
-              configs ``none`` / ``noop`` (a do-nothing handler: LangChain's own cost of any
-              callback) / ``handler`` / ``capture`` (our handler with sample_rate 0: the
-              callback path alone, no background scoring) / ``isolated`` (our handler in
-              its isolated mode: scoring in a child process) / ``tracer``, each call paired
-              with one without callbacks in the same process; prints every latency. Our
-              handler configs flush once after the warm-up (so every timed loop starts
-              with an empty queue and, isolated, a started child), have a queue that holds
-              every retrieval (none is dropped for a full queue), and after the loop wait
-              until all are scored, then report what was scored and what was not.
-              Calls with callbacks are paced at ``--rate`` a second (default 20: the
-              sampled retrievals a second a process must keep up with); ``default`` is
-              ``RagMetricsCallbackHandler()`` with no options (its judge configured by
-              ``OPENAI_*``), i.e. the mode a production user gets by default.
+    latency   ``--invocations`` timed pairs of ``chain.invoke`` calls (after a warm-up): one
+              with a config's callbacks, one without, in the same process. The pace
+              (``--rate`` pairs a second, default 20: the sampled retrievals a second a
+              process must keep up with) schedules the *pair* and is outside both timings;
+              which side runs first is balanced and seeded-shuffled (``pair_orders``), so
+              both sides see the same conditions (after the wait / right after a call).
+              ``--config none`` is the A/A control: its paired difference is the method's
+              own bias. Configs: ``none`` / ``noop`` (a do-nothing handler: LangChain's own
+              cost of any callback) / ``tracer`` / ours: ``default``
+              (``RagMetricsCallbackHandler()`` with no options, its judge configured by
+              ``OPENAI_*``), ``prod`` (what a production user writes: live ``ChatOpenAI``
+              judge objects, LangSmith feedback, no isolation option), ``handler``
+              (``isolation="thread"``), ``capture`` (sample_rate 0: the callback path
+              alone), ``isolated`` (``ProcessIsolation``). Our handlers flush once after the
+              warm-up, and after the loop wait until all retrievals are scored, then report
+              what was scored and not, the runtime they really ran in (thread or child
+              process, its pid), the child's CPU and the app's CPU over the loop.
+    blocks    issue 18's method: in one process, blocks of ``--block-size`` calls with no
+              handler, a do-nothing handler and one of ours (``--config``) take turns
+              (``--rounds`` blocks each, seeded random order per round), every call paced
+              at ``--rate`` a second, the wait outside each timing.
     memory    our handler scoring ``--traces`` traces in batches (flushed after each batch);
               prints the RSS after a warm-up and after the last batch once the queue drained.
 """
@@ -29,10 +36,14 @@ from __future__ import annotations
 
 import argparse
 import gc
+import logging
 import os
+import random
 import resource
 import sys
+import tempfile
 import time
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -135,7 +146,7 @@ def bench_setup(judge_url: str) -> Any:
 
 
 def child_cpu_s(handler: Any) -> float | None:
-    """CPU seconds (user + system) the isolated handler's child has used (None: no child)."""
+    """CPU seconds (user + system) the handler's child process has used (None: no child)."""
     pid = getattr(handler._background, "child_pid", None)
     if pid is None:
         return None
@@ -147,7 +158,7 @@ def child_cpu_s(handler: Any) -> float | None:
 
 
 def child_rss_mib(handler: Any) -> float | None:
-    """RSS of the isolated handler's child process (None when there is none)."""
+    """RSS of the handler's child process (None when there is none)."""
     pid = getattr(handler._background, "child_pid", None)
     if pid is None:
         return None
@@ -160,113 +171,170 @@ def child_rss_mib(handler: Any) -> float | None:
     return None
 
 
-def make_callbacks(config: str, args: argparse.Namespace) -> tuple[list[Any], Any]:
-    """The callbacks of a config, and a closer to call after the timed loop."""
-    if config == "none":
-        return [], dict
-    if config == "noop":
-        from langchain_core.callbacks import BaseCallbackHandler
+def runtime_of(handler: Any) -> dict[str, Any]:
+    """Where the handler really scores: its runtime's type and the child's pid (if any).
 
-        class Noop(BaseCallbackHandler):
-            """Does nothing: what LangChain itself spends on any attached handler."""
+    Read from the handler, not from the options asked for, so that a table never labels a
+    mode the handler did not run in (``isolation="auto"`` may fall back to threads).
+    """
+    background = handler._background
+    kind = type(background).__name__
+    pid = getattr(background, "child_pid", None)
+    return {
+        "runtime": kind,
+        "runs_in": "child process" if kind == "ProcessRuntime" else "thread",
+        "child_pid": pid,
+    }
 
-            run_inline = True
 
-        return [Noop()], dict
+class WarningLog(logging.Handler):
+    """Collects the package's warnings (``isolation="auto"`` falling back says why)."""
+
+    def __init__(self) -> None:
+        super().__init__(level=logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+OURS = ("default", "prod", "handler", "capture", "isolated")
+"""The configs that are our handler (they are flushed, drained and counted)."""
+
+
+def build_ours(config: str, args: argparse.Namespace) -> Any:
+    """Our handler as a config builds it."""
+    from langchain_ragmetrics import RagMetricsCallbackHandler
+
     if config == "default":
-        import os
-
-        from langchain_ragmetrics import RagMetricsCallbackHandler
-
-        # What a production user gets with no options: the default metrics and judge
-        # (configured by the OPENAI_* variables, here the loopback judge), a LoggingSink, the
-        # default isolation, queue bound and concurrency.
+        # What a user gets with no options: the default metrics and judge (configured by the
+        # OPENAI_* variables, here the loopback judge), a LoggingSink, the default
+        # isolation, queue bound and concurrency.
         os.environ["OPENAI_BASE_URL"] = args.judge_url
         os.environ["OPENAI_API_KEY"] = "test"
-        default = RagMetricsCallbackHandler()
-        marks: dict[str, Any] = {}
-
-        def loop_starts() -> None:
-            marks["cpu"], marks["processed"] = child_cpu_s(default), default.stats.processed
-
-        def close_default() -> dict[str, Any]:
-            at_loop_end = default.stats
-            child_rss = child_rss_mib(default)
-            drained = default.flush(timeout=args.settle_timeout)
-            stats = default.stats
-            cpu = child_cpu_s(default)
-            scored_in_loop = stats.processed - marks.get("processed", 0)
-            if cpu is not None and marks.get("cpu") is not None and scored_in_loop:
-                marks["child_cpu_ms_per_retrieval"] = (cpu - marks["cpu"]) * 1000 / scored_in_loop
-            default.close(timeout=args.close_timeout)
-            return {
-                "mode": "process" if default.settings.process is not None else "thread",
-                "max_concurrency": default.settings.max_concurrency,
-                "handler_stats_at_loop_end": at_loop_end.model_dump(mode="json"),
-                "handler_stats": stats.model_dump(mode="json"),
-                "drained": drained,
-                "child_rss_mib": child_rss,
-                "child_cpu_ms_per_retrieval": marks.get("child_cpu_ms_per_retrieval"),
-            }
-
-        default.loop_starts = loop_starts  # type: ignore[attr-defined]
-        return [default], close_default
+        return RagMetricsCallbackHandler()
+    if config == "prod":
+        return prod_handler(args)
     if config == "isolated":
-        from langchain_ragmetrics import RagMetricsCallbackHandler
         from langchain_ragmetrics.callbacks import ProcessIsolation
 
-        isolated = RagMetricsCallbackHandler(
+        return RagMetricsCallbackHandler(
             isolation=ProcessIsolation(setup=partial(bench_setup, args.judge_url)),
             sample_rate=1.0,
             max_queue_size=args.queue_size,
             max_concurrency=args.judge_concurrency,
         )
+    from langchain_ragmetrics import ContextPrecision, ContextRelevance, InMemorySink
 
-        def close_isolated() -> dict[str, Any]:
-            at_loop_end = isolated.stats
-            child_rss = child_rss_mib(isolated)
-            drained = isolated.flush(timeout=args.settle_timeout)
-            stats = isolated.stats
-            isolated.close(timeout=args.close_timeout)
-            return {
-                "handler_stats_at_loop_end": at_loop_end.model_dump(mode="json"),
-                "handler_stats": stats.model_dump(mode="json"),
-                "drained": drained,
-                "child_rss_mib": child_rss,
-            }
+    judge = _judge(args.judge_url)
+    return RagMetricsCallbackHandler(
+        metrics=[ContextRelevance(llm=judge), ContextPrecision(llm=judge)],
+        sinks=[InMemorySink()],
+        # "capture": the callbacks record and correlate every run, nothing is scored.
+        sample_rate=1.0 if config == "handler" else 0.0,
+        isolation="thread",
+        max_queue_size=args.queue_size,
+        max_concurrency=args.judge_concurrency,
+    )
 
-        return [isolated], close_isolated
-    if config in ("handler", "capture"):
-        from langchain_ragmetrics import (
-            ContextPrecision,
-            ContextRelevance,
-            InMemorySink,
-            RagMetricsCallbackHandler,
-        )
 
-        judge = _judge(args.judge_url)
-        handler = RagMetricsCallbackHandler(
-            metrics=[ContextRelevance(llm=judge), ContextPrecision(llm=judge)],
-            sinks=[InMemorySink()],
-            # "capture": the callbacks record and correlate every run, nothing is scored.
-            sample_rate=1.0 if config == "handler" else 0.0,
-            isolation="thread",
-            max_queue_size=args.queue_size,
-            max_concurrency=args.judge_concurrency,
-        )
+def prod_handler(args: argparse.Namespace) -> Any:
+    """The set-up a production user writes: live judge objects, their own sinks, no isolation.
 
-        def close_handler() -> dict[str, Any]:
-            at_loop_end = handler.stats
-            drained = handler.flush(timeout=args.settle_timeout)
-            stats = handler.stats
-            handler.close(timeout=args.close_timeout)
-            return {
-                "handler_stats_at_loop_end": at_loop_end.model_dump(mode="json"),
-                "handler_stats": stats.model_dump(mode="json"),
-                "drained": drained,
-            }
+    Two metrics sharing a ``ChatOpenAI`` judge (the loopback server) and LangSmith feedback
+    (the loopback LangSmith stub, configured the usual way by ``LANGSMITH_*`` variables; with
+    no stub URL, an ``InMemorySink`` and a ``JsonlSink``). No ``isolation`` option: ``"auto"``
+    decides, and ``runtime_of`` reports what it chose.
+    """
+    from langchain_openai import ChatOpenAI
 
-        return [handler], close_handler
+    from langchain_ragmetrics import (
+        ContextPrecision,
+        ContextRelevance,
+        InMemorySink,
+        JsonlSink,
+        LangSmithFeedbackSink,
+        RagMetricsCallbackHandler,
+    )
+
+    judge = ChatOpenAI(model="gpt-4o-mini", base_url=args.judge_url, api_key="test")
+    sinks: list[Any]
+    if args.langsmith_url:
+        os.environ["LANGSMITH_ENDPOINT"] = args.langsmith_url
+        os.environ["LANGSMITH_API_KEY"] = "test"
+        sinks = [LangSmithFeedbackSink()]
+    else:
+        out = Path(tempfile.mkdtemp(prefix="bench-online-")) / "scores.jsonl"
+        sinks = [InMemorySink(), JsonlSink(out)]
+    return RagMetricsCallbackHandler(
+        metrics=[ContextRelevance(llm=judge), ContextPrecision(llm=judge)], sinks=sinks
+    )
+
+
+class Ours:
+    """One of our handlers under measurement: built, marked at the loop's start, closed."""
+
+    def __init__(self, config: str, args: argparse.Namespace) -> None:
+        from langchain_ragmetrics.callbacks._stats import logger
+
+        self.args = args
+        warnings = WarningLog()
+        logger.addHandler(warnings)
+        try:
+            self.handler = build_ours(config, args)
+        finally:
+            logger.removeHandler(warnings)
+        self.warnings = warnings.messages
+        self.marks: dict[str, Any] = {}
+
+    def loop_starts(self) -> None:
+        """Mark the counters at the timed loop's start (the warm-up's work is flushed)."""
+        self.marks = {
+            "child_cpu_s": child_cpu_s(self.handler),
+            "processed": self.handler.stats.processed,
+            "runtime": runtime_of(self.handler),
+        }
+
+    def close(self) -> dict[str, Any]:
+        """Drain the queue, count what was scored, stop; the handler's side of the report."""
+        handler, args = self.handler, self.args
+        at_loop_end = handler.stats
+        child_rss = child_rss_mib(handler)
+        runtime = runtime_of(handler)
+        drained = handler.flush(timeout=args.settle_timeout)
+        stats = handler.stats
+        cpu = child_cpu_s(handler)
+        scored_in_loop = stats.processed - self.marks.get("processed", 0)
+        child_cpu_ms = None
+        if cpu is not None and self.marks.get("child_cpu_s") is not None and scored_in_loop:
+            child_cpu_ms = (cpu - self.marks["child_cpu_s"]) * 1000 / scored_in_loop
+        handler.close(timeout=args.close_timeout)
+        return {
+            "mode": runtime["runs_in"],
+            "runtime": runtime["runtime"],
+            "child_pid": runtime["child_pid"],
+            "runtime_at_loop_start": self.marks.get("runtime"),
+            "isolation_asked": "auto" if self.args.config in ("default", "prod") else None,
+            "warnings": self.warnings,
+            "max_concurrency": handler.settings.max_concurrency,
+            "handler_stats_at_loop_end": at_loop_end.model_dump(mode="json"),
+            "handler_stats": stats.model_dump(mode="json"),
+            "scored_in_loop": scored_in_loop,
+            "drained": drained,
+            "child_rss_mib": child_rss,
+            "child_cpu_ms_per_retrieval": child_cpu_ms,
+        }
+
+
+def make_callbacks(config: str, args: argparse.Namespace) -> tuple[list[Any], Ours | None, Any]:
+    """The callbacks of a config, our handler's wrapper (if ours), and a closer."""
+    if config == "none":
+        return [], None, dict
+    if config == "noop":
+        return [noop_handler()], None, dict
+    if config in OURS:
+        ours = Ours(config, args)
+        return [ours.handler], ours, ours.close
     from langchain_core.tracers import LangChainTracer
     from langsmith import Client
 
@@ -278,57 +346,197 @@ def make_callbacks(config: str, args: argparse.Namespace) -> tuple[list[Any], An
         client.close()
         return {}
 
-    return [tracer], close_tracer
+    return [tracer], None, close_tracer
+
+
+def noop_handler() -> Any:
+    """A handler that does nothing: what LangChain itself spends on any attached handler."""
+    from langchain_core.callbacks import BaseCallbackHandler
+
+    class Noop(BaseCallbackHandler):
+        """Does nothing."""
+
+        run_inline = True
+
+    return Noop()
+
+
+def pair_orders(pairs: int, *, seed: int, order: str = "shuffle") -> list[bool]:
+    """Which side of each pair runs first (True: the call with callbacks).
+
+    Balanced: each side runs first in half of the pairs (``pairs // 2`` times each, the odd
+    one out with callbacks first); ``"shuffle"`` permutes that set with a seeded RNG (no
+    period that could beat with a periodic disturbance), ``"alternate"`` alternates strictly.
+    """
+    if order == "alternate":
+        return [i % 2 == 0 for i in range(pairs)]
+    if order != "shuffle":
+        msg = f"`order` must be 'shuffle' or 'alternate', got {order!r}"
+        raise ValueError(msg)
+    orders = [i < (pairs + 1) // 2 for i in range(pairs)]
+    random.Random(seed).shuffle(orders)
+    return orders
+
+
+def timed_pairs(
+    orders: list[bool],
+    *,
+    wait: Callable[[], object],
+    call: Callable[[str], object],
+    clock: Callable[[], float] = time.perf_counter,
+) -> dict[str, list[float]]:
+    """Run one pair per entry of ``orders``; each side's call timed alone.
+
+    ``wait`` (the pace) comes once before each pair and is never inside a timing, so both
+    sides see the same conditions: the first of a pair runs after the wait, the second right
+    after the first, and each side is first in the pairs ``orders`` says.
+    """
+    times: dict[str, list[float]] = {"with": [], "without": []}
+    for with_first in orders:
+        wait()
+        for side in ("with", "without") if with_first else ("without", "with"):
+            start = clock()
+            call(side)
+            times[side].append(clock() - start)
+    return times
+
+
+def block_schedule(configs: list[str], rounds: int, *, seed: int) -> list[str]:
+    """``rounds`` rounds of one block per config, each round in a seeded random order."""
+    rng = random.Random(seed)
+    schedule: list[str] = []
+    for _ in range(rounds):
+        round_ = list(configs)
+        rng.shuffle(round_)
+        schedule += round_
+    return schedule
+
+
+def timed_blocks(
+    schedule: list[str],
+    *,
+    block_size: int,
+    wait: Callable[[], object],
+    call: Callable[[str], object],
+    clock: Callable[[], float] = time.perf_counter,
+) -> dict[str, list[float]]:
+    """``block_size`` paced calls per block of ``schedule``; each call timed alone (no wait)."""
+    times: dict[str, list[float]] = {config: [] for config in schedule}
+    for config in schedule:
+        for _ in range(block_size):
+            wait()
+            start = clock()
+            call(config)
+            times[config].append(clock() - start)
+    return times
+
+
+def _load() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else []
 
 
 def latency(args: argparse.Namespace) -> dict[str, Any]:
-    """Time ``--invocations`` calls of the chain under one config.
+    """Time ``--invocations`` pairs of calls: one with a config's callbacks, one without.
 
-    Each timed call with the config's callbacks is paired with one call without callbacks,
-    alternately, in the same process: the paired difference cancels the machine's drift and
-    any background load of the process, leaving what the callbacks cost on the caller's thread.
+    The pace (``--rate`` pairs a second) schedules each pair, outside both timings; which side
+    runs first is balanced and shuffled (``pair_orders``), so the call after the wait and
+    the call right after another call are spread evenly over both sides. The paired
+    difference then cancels the machine's drift and any load both sides share; with
+    ``--config none`` both sides are the same and the difference is the method's own bias.
     """
+    load_at_start = _load()
     chain, questions = build_chain(2 * (args.warmup + args.invocations))
     built = time.perf_counter()
-    callbacks, close = make_callbacks(args.config, args)
-    ours = [c for c in callbacks if hasattr(c, "flush") and hasattr(c, "stats")]
+    callbacks, ours, close = make_callbacks(args.config, args)
     asks = iter(questions)
+    sides = {"with": {"callbacks": callbacks}, "without": {"callbacks": []}}
+
+    def call(side: str) -> None:
+        chain.invoke(next(asks), sides[side])
+
     first_scored_s = None
-    pace = Pace(args.rate)
-    for i in range(args.warmup):
-        pace.wait()
-        chain.invoke(next(asks), {"callbacks": callbacks})
-        chain.invoke(next(asks), {"callbacks": []})
-        if i == 0 and ours:  # a new handler's first result: the child's start, in process mode
-            ours[0].flush(timeout=args.settle_timeout)
+    warm_pace = Pace(args.rate)
+    warm = pair_orders(args.warmup, seed=args.seed + 1, order=args.order)
+    for i, with_first in enumerate(warm):
+        timed_pairs([with_first], wait=warm_pace.wait, call=call)
+        if i == 0 and ours is not None:  # a new handler's first result: the child's start
+            ours.handler.flush(timeout=args.settle_timeout)
             first_scored_s = time.perf_counter() - built
     settled = None
-    for callback in ours:
-        settled = callback.flush(timeout=args.settle_timeout)
-        if hasattr(callback, "loop_starts"):
-            callback.loop_starts()
-    times: dict[str, list[float]] = {"with": [], "without": []}
-    pace = Pace(args.rate)
-    started = time.perf_counter()
-    for i in range(2 * args.invocations):
-        key, config = ("with", callbacks) if i % 2 == 0 else ("without", [])
-        if key == "with":
-            pace.wait()
-        question = next(asks)
-        start = time.perf_counter()
-        chain.invoke(question, {"callbacks": config})
-        times[key].append(time.perf_counter() - start)
+    if ours is not None:
+        settled = ours.handler.flush(timeout=args.settle_timeout)
+        ours.loop_starts()
+    orders = pair_orders(args.invocations, seed=args.seed, order=args.order)
+    cpu_started, started = time.process_time(), time.perf_counter()
+    times = timed_pairs(orders, wait=Pace(args.rate).wait, call=call)
     loop_s = time.perf_counter() - started
+    app_cpu_s = time.process_time() - cpu_started
     return {
         "rate_per_s": args.rate,
         "achieved_rate_per_s": args.invocations / loop_s,
         "first_result_s": first_scored_s,
         "config": args.config,
+        "order": args.order,
+        "seed": args.seed,
+        "with_first": orders,
         "latencies_s": times["with"],
         "paired_baseline_s": times["without"],
+        "app_cpu_s": app_cpu_s,
         "settled_after_warmup": settled,
         "rss_mib": rss_mib(),
+        "load_at_start": load_at_start,
+        "load_at_end": _load(),
         **close(),
+    }
+
+
+def blocks(args: argparse.Namespace) -> dict[str, Any]:
+    """Issue 18's method: blocks of ``--block-size`` paced calls, interleaved in one process.
+
+    No handler, a do-nothing handler and ``--config`` (one of ours) take turns, a block each,
+    in a seeded random order per round, for ``--rounds`` rounds; every call is paced at
+    ``--rate`` a second (the wait outside its timing). The per-config latencies are taken
+    over all its blocks; scoring a block's retrievals may run on into the next block, as in
+    an application whose traffic is not all sampled.
+    """
+    load_at_start = _load()
+    configs = ["none", "noop", args.config]
+    per_config = args.rounds * args.block_size
+    chain, questions = build_chain(len(configs) * (args.warmup + per_config))
+    callbacks, ours, close = make_callbacks(args.config, args)
+    if ours is None:
+        msg = f"blocks mode measures one of our handler configs {OURS}, got {args.config!r}"
+        raise SystemExit(msg)
+    options = {"none": {"callbacks": []}, "noop": {"callbacks": [noop_handler()]}}
+    options[args.config] = {"callbacks": callbacks}
+    asks = iter(questions)
+
+    def call(config: str) -> None:
+        chain.invoke(next(asks), options[config])
+
+    timed_blocks(configs, block_size=args.warmup, wait=Pace(args.rate).wait, call=call)
+    settled = ours.handler.flush(timeout=args.settle_timeout)
+    ours.loop_starts()
+    schedule = block_schedule(configs, args.rounds, seed=args.seed)
+    cpu_started, started = time.process_time(), time.perf_counter()
+    times = timed_blocks(schedule, block_size=args.block_size, wait=Pace(args.rate).wait, call=call)
+    loop_s = time.perf_counter() - started
+    app_cpu_s = time.process_time() - cpu_started
+    return {
+        "mode": "blocks",
+        "config": args.config,
+        "rate_per_s": args.rate,
+        "achieved_rate_per_s": len(schedule) * args.block_size / loop_s,
+        "block_size": args.block_size,
+        "rounds": args.rounds,
+        "seed": args.seed,
+        "schedule": schedule,
+        "latencies_s": times,
+        "app_cpu_s": app_cpu_s,
+        "settled_after_warmup": settled,
+        "load_at_start": load_at_start,
+        "load_at_end": _load(),
+        "handler": close(),
     }
 
 
@@ -415,23 +623,38 @@ def memory(args: argparse.Namespace) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="one online-overhead measurement")
-    parser.add_argument("mode", choices=["latency", "memory"])
+    parser.add_argument("mode", choices=["latency", "blocks", "memory"])
     parser.add_argument(
         "--config",
-        choices=["none", "noop", "handler", "capture", "isolated", "tracer", "default"],
+        choices=["none", "noop", "tracer", *OURS],
         default="none",
     )
     parser.add_argument("--judge-url", default="")
     parser.add_argument("--langsmith-url", default="")
-    parser.add_argument("--invocations", type=int, default=2_000)
+    parser.add_argument("--invocations", type=int, default=2_000, help="latency: timed pairs")
     parser.add_argument("--traces", type=int, default=10_000)
-    parser.add_argument("--warmup", type=int, default=WARMUP, help="untimed invocations first")
+    parser.add_argument(
+        "--warmup",
+        type=int,
+        default=WARMUP,
+        help="untimed pairs first (blocks: untimed calls of each config first)",
+    )
     parser.add_argument(
         "--rate",
         type=float,
         default=20.0,
-        help="invocations with callbacks per second (each retrieves once; 0: back to back)",
+        help="latency: pairs a second (one retrieval with callbacks each); blocks: calls a "
+        "second; 0: back to back",
     )
+    parser.add_argument(
+        "--order",
+        choices=["shuffle", "alternate"],
+        default="shuffle",
+        help="latency: which side of a pair runs first (balanced either way)",
+    )
+    parser.add_argument("--seed", type=int, default=SEED, help="the pair orders' / blocks' RNG")
+    parser.add_argument("--block-size", type=int, default=50, help="blocks: calls per block")
+    parser.add_argument("--rounds", type=int, default=20, help="blocks: blocks per config")
     parser.add_argument("--close-timeout", type=float, default=1.0)
     parser.add_argument(
         "--queue-size",
@@ -449,7 +672,8 @@ def main(argv: list[str] | None = None) -> int:
         help="our handler: flush after the warm-up, and after the loop, for at most this long",
     )
     args = parser.parse_args(argv)
-    emit(latency(args) if args.mode == "latency" else memory(args))
+    modes = {"latency": latency, "blocks": blocks, "memory": memory}
+    emit(modes[args.mode](args))
     return 0
 
 

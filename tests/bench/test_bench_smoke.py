@@ -126,23 +126,57 @@ def test_faults_retry_every_injected_fault(tmp_path: Path) -> None:
         assert 0 <= timeline["last_start_s"] < timeline["end_s"]
 
 
+@pytest.mark.timeout(900)  # 8 paired runs, 4 block runs and the memory run: fresh processes
 def test_online_measures_every_config(tmp_path: Path) -> None:
-    result = run_bench("bench_online.py", tmp_path)
+    result = run_bench("bench_online.py", tmp_path, timeout=900)
     runs = result["latency"]["runs"]
-    assert set(runs) == {"none", "default", "handler", "isolated", "tracer", "noop", "capture"}
-    for config in ("default", "handler", "isolated"):
-        stats = runs[config][0]["handler_stats_at_loop_end"]
-        assert stats["sampled"] == 10 + 30  # warm-up + timed invocations, all sampled
-        assert runs[config][0]["settled_after_warmup"] is True
-        final = runs[config][0]["handler_stats"]  # the queue held them all; all were scored
+    assert set(runs) == {
+        "none",
+        "default",
+        "prod",
+        "handler",
+        "isolated",
+        "tracer",
+        "noop",
+        "capture",
+    }
+    for config in ("default", "prod", "handler", "isolated"):
+        (run,) = runs[config]
+        stats = run["handler_stats_at_loop_end"]
+        assert stats["sampled"] == 10 + 30  # warm-up + timed pairs: one sampled call each
+        assert run["settled_after_warmup"] is True
+        final = run["handler_stats"]  # the queue held them all; all were scored
         assert final["dropped"] == 0
         assert final["processed"] == final["sampled"] == 40
         accounting = result["latency"][config]["accounting"]
         assert accounting["unscored"] == 0
         assert accounting["refused"] is False
+        # the runtime is read from the handler: a child process has a pid, threads none
+        assert (run["child_pid"] is not None) == (run["runtime"] == "ProcessRuntime")
+        assert run["runtime"] in result["latency"][config]["runtime"]
+        assert run["pairs_with_first"] == 15  # each side first in half the pairs
+        blocks = result["blocks"][config]
+        assert blocks["none"]["calls"] == blocks["noop"]["calls"] == blocks[config]["calls"] == 10
+        assert blocks["accounting"]["unscored"] == 0
+    assert runs["handler"][0]["runtime"] == "ThreadRuntime"
+    assert runs["isolated"][0]["runtime"] == "ProcessRuntime"
     assert runs["isolated"][0]["child_rss_mib"] > 0  # the child really ran
+    prod = runs["prod"][0]
+    assert prod["isolation_asked"] == "auto"
+    if prod["runtime"] == "ThreadRuntime":  # auto fell back: it said so, and the table says so
+        assert prod["warnings"]
+        assert "auto fell back" in result["latency"]["prod"]["runtime"]
+    assert result["latency"]["prod"]["accounting"]["sinks"]["LangSmithFeedbackSink"] == {
+        "delivered": 80,  # 40 retrievals x 2 metrics, every one sent to the stub
+        "skipped": 0,
+        "errors": 0,
+        "dropped": 0,
+        "pending": 0,
+    }
+    assert result["latency"]["langsmith_feedback"] == 80
     assert runs["capture"][0]["handler_stats_at_loop_end"]["sampled"] == 0
     assert result["latency"]["langsmith_runs"] > 0  # the tracer really sent its runs
+    assert "Method check (A/A" in result["table"]
     memory = result["memory"]
     assert memory["delivered"] == memory["handler_stats"]["scored"] > 0
 
