@@ -2,8 +2,8 @@
 
 Both sides import these classes, so a message is read by attribute, never by position. The
 parent sends :class:`ScoreItems`, :class:`FlushRequest` and :class:`CloseRequest`; the child
-answers with :class:`Ready`, :class:`Report`, :class:`Flushed`, :class:`Closed`,
-:class:`Fatal` and :class:`LogRecordData`. All are frozen dataclasses: cheap to build and to
+answers with :class:`Ready`, :class:`Report`, :class:`Results`, :class:`Flushed`,
+:class:`Closed`, :class:`Fatal` and :class:`LogRecordData`. All are frozen dataclasses: cheap to build and to
 pickle.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from langchain_ragmetrics._retrieval import Retrieval
+from langchain_ragmetrics._retrieval import OnlineResult, Retrieval
 from langchain_ragmetrics.callbacks._settings import HandlerSettings
 from langchain_ragmetrics.callbacks._stats import HandlerStats
 
@@ -28,6 +28,7 @@ __all__ = [
     "ParentMessage",
     "Ready",
     "Report",
+    "Results",
     "ScoreItems",
 ]
 
@@ -42,6 +43,9 @@ class ChildStart:
     """The handler's settings, picklable copy (:meth:`HandlerSettings.for_child`)."""
     log_levels: dict[str, int] = field(default_factory=dict)
     """Effective levels of the application's loggers, mirrored in the child."""
+    forward_results: bool = False
+    """Send every result up as :class:`Results` (the parent delivers them to the user's own
+    sinks) instead of delivering them to sinks built in the child."""
 
 
 @dataclass(frozen=True)
@@ -85,6 +89,17 @@ class Report:
 
 
 @dataclass(frozen=True)
+class Results:
+    """Results for the parent's sinks, in order, batched (at most every report interval).
+
+    Sent before the :class:`Report`, :class:`Flushed` or :class:`Closed` that counts them, so
+    a parent that has read an answer has every result it covers.
+    """
+
+    items: list[OnlineResult]
+
+
+@dataclass(frozen=True)
 class Flushed:
     """The answer to a :class:`FlushRequest`."""
 
@@ -115,5 +130,5 @@ class LogRecordData:
     fields: dict[str, Any]
 
 
-ChildMessage = Ready | Report | Flushed | Closed | Fatal | LogRecordData
+ChildMessage = Ready | Report | Results | Flushed | Closed | Fatal | LogRecordData
 """Anything the child sends."""
