@@ -27,7 +27,6 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 
 from langchain_ragmetrics._retrieval import OnlineResult
-
 from langchain_ragmetrics.callbacks._background import ThreadRuntime
 from langchain_ragmetrics.callbacks._isolation import ProcessIsolation, build_setup
 from langchain_ragmetrics.callbacks._messages import (
@@ -168,8 +167,7 @@ def _report(
     heartbeat: float,
     results: _ResultBuffer | None,
 ) -> None:
-    """Send the results waiting, then the counters when they change (at least every
-    ``heartbeat`` seconds).
+    """Send the results waiting, then the counters when changed (or every ``heartbeat`` s).
 
     The counters are read before the results are taken, so every result they count has
     gone up first.

@@ -3,8 +3,8 @@
 Both sides import these classes, so a message is read by attribute, never by position. The
 parent sends :class:`ScoreItems`, :class:`FlushRequest` and :class:`CloseRequest`; the child
 answers with :class:`Ready`, :class:`Report`, :class:`Results`, :class:`Flushed`,
-:class:`Closed`, :class:`Fatal` and :class:`LogRecordData`. All are frozen dataclasses: cheap to build and to
-pickle.
+:class:`Closed`, :class:`Fatal` and :class:`LogRecordData`. All are frozen dataclasses:
+cheap to build and to pickle.
 """
 
 from __future__ import annotations
