@@ -89,15 +89,19 @@ class _ResultBuffer:
         with self._lock:
             self._items.extend(items)
 
-    def send(self) -> None:
-        """Send what is waiting as one :class:`Results` message (nothing when empty)."""
+    def send(self, stats: HandlerStats | None = None) -> bool:
+        """Send what is waiting as one :class:`Results` message, with ``stats`` if given.
+
+        Returns:
+            Whether a message was sent (False: nothing was waiting).
+        """
         with self._send_lock:
             with self._lock:
                 items, self._items = self._items, []
             if not items:
-                return
+                return False
             try:
-                self._channel.send(Results(items))
+                self._channel.send(Results(items, stats))
             except Exception as exc:  # a result that does not pickle: send the others
                 kept = [item for item in items if _picklable(item)]
                 lost = len(items) - len(kept)
@@ -108,8 +112,9 @@ class _ResultBuffer:
                     lost,
                     exc,
                 )
-                if kept:
-                    self._channel.send(Results(kept))
+                if kept or stats is not None:
+                    self._channel.send(Results(kept, stats))
+            return True
 
 
 def _picklable(item: object) -> bool:
@@ -177,9 +182,9 @@ def _report(
     while not stop.wait(_REPORT_EVERY_SECONDS):
         quiet += _REPORT_EVERY_SECONDS
         current = totals()
-        if results is not None:
-            results.send()
-        if current != last or quiet >= heartbeat:
+        if results is not None and results.send(current):
+            last, quiet = current, 0.0  # the results carried the counters
+        elif current != last or quiet >= heartbeat:
             channel.send(Report(current))
             last, quiet = current, 0.0
 

@@ -536,11 +536,12 @@ class ProcessRuntime:
         if isinstance(message, Results):
             for box in self._outboxes or ():
                 box.put(message.items)  # never blocks: a full outbox drops (counted)
-            return
+            if message.stats is None:
+                return
         with self._cond:
             if isinstance(message, Ready):
                 child.ready = True
-            elif isinstance(message, Report):
+            elif isinstance(message, Report | Results) and message.stats is not None:
                 self._apply(child, message.stats)
             elif isinstance(message, Flushed):
                 self._apply(child, message.stats)
@@ -612,11 +613,11 @@ class ProcessRuntime:
                 if self._crashes > self.isolation.max_restarts:
                     self._disabled = True
             disabled, stopping = self._disabled, self._stopping
+            if lost:  # counted before a waiting flush wakes: its caller sees the figure
+                self._counters.add(abandoned=lost)
             self._cond.notify_all()
         with contextlib.suppress(OSError):
             child.send.close()
-        if lost:
-            self._counters.add(abandoned=lost)
         if reason is not None:
             tail = ""
             if disabled:

@@ -92,11 +92,14 @@ class Report:
 class Results:
     """Results for the parent's sinks, in order, batched (at most every report interval).
 
-    Sent before the :class:`Report`, :class:`Flushed` or :class:`Closed` that counts them, so
-    a parent that has read an answer has every result it covers.
+    Sent before the :class:`Flushed` or :class:`Closed` that counts them, so a parent that
+    has read an answer has every result it covers. While results flow they carry the
+    counters too (``stats``, read before the results were taken), in place of a
+    :class:`Report`: one message, one wake-up of the parent's listener per interval.
     """
 
     items: list[OnlineResult]
+    stats: HandlerStats | None = None
 
 
 @dataclass(frozen=True)

@@ -308,8 +308,9 @@ def test_a_killed_child_counts_its_work_as_abandoned_and_the_next_one_delivers_h
         pid = runtime.child_pid
         assert pid is not None
         os.kill(pid, signal.SIGKILL)
-        assert not handler.flush(START)  # the child died with the retrieval
-        assert handler.stats.abandoned == 1
+        # False if the death is noticed during the flush, True if before: counted either way.
+        handler.flush(START)
+        assert handler.stats.abandoned == 1  # the child died with the retrieval
         app.chain.invoke(question(2), config={"callbacks": [handler]})
         assert handler.flush(START)  # a new child scored it; this process delivered it
         assert runtime.children_started == 2
