@@ -19,7 +19,8 @@ callbacks, then over as many calls with the handler and its flush: the differenc
 retrieval is what scoring costs the application's process (its threads compete with the
 requests for the GIL). Scored and dropped retrievals are printed beside it.
 
-Usage: ``python bench/bench_online_auto.py [--invocations N] [--repeats N] [--rate R]``
+Usage: ``python bench/bench_online_auto.py [--tiny] [--invocations N] [--repeats N] [--rate R]
+[--out DIR]``
 """
 
 from __future__ import annotations
@@ -27,11 +28,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from _common import base_parser, command_line, median, publish, table
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = ("production", "production-thread", "default")
@@ -106,9 +108,8 @@ def drive(config: str, base_url: str, invocations: int, rate: float) -> dict[str
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = base_parser(__doc__.splitlines()[0])
     parser.add_argument("--invocations", type=int, default=200)
-    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--rate", type=float, default=20.0)
     parser.add_argument("--config", choices=CONFIGS, help=argparse.SUPPRESS)
     parser.add_argument("--base-url", help=argparse.SUPPRESS)
@@ -116,10 +117,10 @@ def main() -> None:
     if args.config:
         print(json.dumps(drive(args.config, args.base_url, args.invocations, args.rate)))
         return
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
-    }
+    invocations = 5 if args.tiny else args.invocations
+    repeats = args.repeats or (1 if args.tiny else 3)
+    path = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "PYTHONPATH": path}
     server = subprocess.Popen(
         [sys.executable, "-c", SERVER],
         stdin=subprocess.PIPE,
@@ -127,47 +128,51 @@ def main() -> None:
         text=True,
         env=env,
     )
+    assert server.stdin is not None
     assert server.stdout is not None
     base_url = server.stdout.readline().strip()
-    figures: dict[str, list[dict[str, float]]] = {c: [] for c in CONFIGS}
+    runs: dict[str, list[dict[str, float]]] = {c: [] for c in CONFIGS}
     try:
-        for round_ in range(args.repeats):
-            order = CONFIGS[round_ % len(CONFIGS) :] + CONFIGS[: round_ % len(CONFIGS)]
-            for config in order:
+        for round_ in range(repeats):
+            shift = round_ % len(CONFIGS)
+            for config in CONFIGS[shift:] + CONFIGS[:shift]:  # rotated: none always first
                 done = subprocess.run(
                     [
-                        sys.executable,
-                        __file__,
-                        "--config",
-                        config,
-                        "--base-url",
-                        base_url,
-                        "--invocations",
-                        str(args.invocations),
-                        "--rate",
-                        str(args.rate),
+                        *(sys.executable, __file__, "--config", config, "--base-url", base_url),
+                        *("--invocations", str(invocations), "--rate", str(args.rate)),
                     ],
                     capture_output=True,
                     text=True,
                     env=env,
                     check=True,
                 )
-                figures[config].append(json.loads(done.stdout.strip().splitlines()[-1]))
+                runs[config].append(json.loads(done.stdout.strip().splitlines()[-1]))
     finally:
-        server.stdin.close()  # type: ignore[union-attr]
+        server.stdin.close()
         server.wait(30)
-    command = " ".join(["python bench/bench_online_auto.py", *sys.argv[1:]])
-    print(f"$ {command}")
-    print(
-        "config | mode | app CPU ms per scored retrieval (median of runs) | runs | scored | dropped"
+    rows = [
+        [
+            config,
+            "child process" if found[0]["mode"] else "threads here",
+            median([r["cpu_ms"] for r in found]),
+            ", ".join(f"{r['cpu_ms']:.1f}" for r in found),
+            sum(int(r["scored"]) for r in found),
+            sum(int(r["dropped"]) for r in found),
+        ]
+        for config, found in runs.items()
+    ]
+    headers = ["config", "scored in", "app CPU ms / scored retrieval", "runs", "scored", "dropped"]
+    text = table(headers, rows) + (
+        f"\n\nCommand: `{command_line()}`. {invocations} calls per run at {args.rate:g}/s, "
+        f"{repeats} runs per config (fresh processes, rotated order); median over runs."
     )
-    for config, runs in figures.items():
-        mode = "child process" if runs[0]["mode"] else "threads here"
-        cpu = statistics.median(r["cpu_ms"] for r in runs)
-        each = ", ".join(f"{r['cpu_ms']:.1f}" for r in runs)
-        scored = sum(int(r["scored"]) for r in runs)
-        dropped = sum(int(r["dropped"]) for r in runs)
-        print(f"{config} | {mode} | {cpu:.1f} | {each} | {scored} | {dropped}")
+    publish(
+        args.out,
+        "online_auto",
+        "Online: the application's CPU, production set-up",
+        text,
+        {"runs": runs},
+    )
 
 
 if __name__ == "__main__":

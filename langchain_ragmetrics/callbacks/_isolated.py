@@ -288,8 +288,9 @@ class ProcessRuntime:
         with self._cond:
             self._accepting = False
             feeder = self._feeder
-            if feeder is None:
-                return self._close_sinks(remaining(deadline))
+        if feeder is None:  # never started: nothing was scored, only the sinks to close
+            return self._close_sinks(remaining(deadline))
+        with self._cond:
             if not self._stopping:
                 self._stopping = True
                 self._queue.put(CloseRequest(timeout), counted=False)
