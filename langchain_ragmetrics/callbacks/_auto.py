@@ -1,15 +1,20 @@
 """The default ``isolation="auto"``: score in a child process where that is safe, else here.
 
-Safe means the child can score exactly what the handler would have scored in this process,
-and deliver it the same way:
+Under ``auto`` the child runs the judges and the segmentation (the CPU of scoring) and the
+user's sinks stay in this process: the child sends its results up and this process delivers
+them to the very sink objects the user passed (an ``InMemorySink`` the application reads, a
+callable, a file, LangSmith, logs), through the same per-sink outboxes as the thread mode.
+So the sinks never decide the mode. Safe then means the child can score exactly what the
+handler would have scored here:
 
-* the metrics and the ``reference_provider`` cross to the child by value (they pickle, and
-  without anything defined in ``__main__``, which the child does not import): the default
-  metrics with the default judge do; a metric holding a live client (``llm=ChatOpenAI(...)``)
-  does not;
-* every sink is a :class:`LoggingSink` (its records are re-logged in this process, so its
-  output is the same): any other sink keeps state or a connection that the application reads
-  or owns (an ``InMemorySink``, a file, a callable), so it must stay in this process;
+* the metrics and the ``reference_provider`` cross to the child by value, without anything
+  defined in ``__main__`` (which the child does not import). Metrics that pickle as they are
+  (the defaults, with the default judge) go as they are; a metric holding a live judge
+  (``llm=ChatOpenAI(base_url=..., api_key=...)``) goes without it, with a
+  :class:`~langchain_ragmetrics.evaluation._recipe.JudgeRecipe` per distinct judge, and the
+  child builds the judges (as ``evaluate(workers=...)`` and Ray do). A judge the recipe
+  refuses (its own ``http_client``, ``rate_limiter`` or ``callbacks``, or a chat model
+  LangChain cannot serialize) would come out different, so it stays here;
 * ``trace_judge`` is None or a project name (a tracer object cannot cross);
 * the platform can start a fresh interpreter with inherited pipes (POSIX), the application
   is not a frozen executable (``sys.frozen``: ``sys.executable`` is the app) and the
@@ -27,15 +32,18 @@ import os
 import pickle
 import sys
 import threading
-from typing import Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from langchain_core.callbacks import BaseCallbackHandler
 
 from langchain_ragmetrics.callbacks._isolation import ProcessIsolation, ScoringSetup
 from langchain_ragmetrics.callbacks._launch import interpreter
 from langchain_ragmetrics.callbacks._stats import logger
-from langchain_ragmetrics.callbacks.sinks import BaseSink, LoggingSink
+from langchain_ragmetrics.callbacks.sinks import BaseSink
 from langchain_ragmetrics.metrics._base import BaseRagMetric
+
+if TYPE_CHECKING:
+    from langchain_ragmetrics.evaluation._recipe import ScoringRecipe
 
 __all__ = [
     "Resolved",
@@ -60,18 +68,28 @@ class Resolved(NamedTuple):
 
 
 class ShippedSetup:
-    """The child's setup under ``isolation="auto"``: the parent's own objects, by value."""
+    """The child's setup under ``isolation="auto"``: the parent's metrics and provider, by value.
 
-    def __init__(self, blob: bytes, names: list[str]) -> None:
+    The metrics are the parent's own objects, or a :class:`ScoringRecipe` (judge-less
+    metrics and one recipe per distinct judge) whose judges the child builds. The child
+    gets no sinks: it sends its results to the parent's.
+    """
+
+    def __init__(self, blob: bytes, names: list[str], judges: int = 0) -> None:
         self.blob = blob
         self.names = names
+        self.judges = judges
 
     def __call__(self) -> ScoringSetup:
-        metrics, sinks, provider = pickle.loads(self.blob)  # noqa: S301 - our parent's bytes
-        return ScoringSetup(metrics=metrics, sinks=sinks, reference_provider=provider)
+        shipped, provider = pickle.loads(self.blob)  # noqa: S301 - our parent's bytes
+        from langchain_ragmetrics.evaluation._recipe import ScoringRecipe
+
+        metrics = shipped.build_metrics() if isinstance(shipped, ScoringRecipe) else shipped
+        return ScoringSetup(metrics=metrics, sinks=[], reference_provider=provider)
 
     def __repr__(self) -> str:
-        return f"ShippedSetup({', '.join(self.names)}; {len(self.blob):,} bytes)"
+        recipes = f"; {self.judges} judge recipe{'s' * (self.judges != 1)}" if self.judges else ""
+        return f"ShippedSetup({', '.join(self.names)}{recipes}; {len(self.blob):,} bytes)"
 
 
 def _portable(value: object) -> bytes | None:
@@ -109,33 +127,51 @@ def resolve_auto(
 ) -> Resolved:
     """Choose the isolated mode when the child can do the same work (see the module doc).
 
-    The arguments are the handler's checked options; a fallback warns once per process.
+    The arguments are the handler's checked options (``sinks`` is accepted for the record:
+    they are delivered in this process in either mode); a fallback warns once per process.
     """
 
     def stay(reason: str) -> Resolved:
         _warn_once(reason)
         return Resolved("thread", reason)
 
+    del sinks  # they stay in this process whatever the mode: they never decide it
     reason = platform_reason()
     if reason is not None:
         return stay(reason)
     if trace_judge is not None and not isinstance(trace_judge, str):
         return stay("`trace_judge` is a tracer object, which cannot reach a child process")
-    kept = [type(s).__name__ for s in sinks if type(s) is not LoggingSink]
-    if kept:
+    if _portable(reference_provider) is None:
         return stay(
-            f"the sinks {', '.join(kept)} keep state or connections this process reads "
-            "(only LoggingSink is delivered the same from a child process)"
+            "`reference_provider` cannot be sent to a child process (a lambda or closure, a "
+            "live client, a lock, or something defined in __main__)"
         )
-    blob = _portable((metrics, sinks, reference_provider))
+    shipped: list[BaseRagMetric] | ScoringRecipe = metrics
+    judges = 0
+    if _portable(metrics) is None:
+        recipe = _recipe(metrics)
+        if isinstance(recipe, str):
+            return stay(recipe)
+        shipped, judges = recipe, len(recipe.judge_recipes)
+    blob = _portable((shipped, reference_provider))
     if blob is None:
-        what = "the metrics" if _portable(metrics) is None else "`reference_provider`"
         return stay(
-            f"{what} cannot be sent to a child process (a live client such as "
-            "llm=ChatOpenAI(...), a lock, or something defined in __main__)"
+            "the metrics cannot be sent to a child process (a live object other than the "
+            "judge, or a class defined in __main__)"
         )
-    names = [m.metric_name for m in metrics] + [type(s).__name__ for s in sinks]
-    return Resolved(ProcessIsolation(setup=ShippedSetup(blob, names)), None)
+    names = [m.metric_name for m in metrics]
+    return Resolved(ProcessIsolation(setup=ShippedSetup(blob, names, judges)), None)
+
+
+def _recipe(metrics: list[BaseRagMetric]) -> ScoringRecipe | str:
+    """Judge-less metrics and a recipe per distinct judge, or why they cannot be made."""
+    from langchain_ragmetrics.evaluation._recipe import ScoringRecipe
+
+    try:
+        return ScoringRecipe(metrics)
+    except Exception as exc:
+        # The recipe's messages end with advice for evaluate(workers=...): keep the reason.
+        return str(exc).rpartition("; ")[0] or str(exc)
 
 
 def _warn_once(reason: str) -> None:

@@ -9,15 +9,16 @@ work is flushed at interpreter exit even when the user dropped every reference.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 from langchain_core.runnables import RunnableConfig
 
 from langchain_ragmetrics._engine import ScoringEngine
 from langchain_ragmetrics._queue import deadline_after, remaining
-from langchain_ragmetrics._retrieval import Capture, Retrieval
+from langchain_ragmetrics._retrieval import Capture, OnlineResult, Retrieval
 from langchain_ragmetrics._threads import DaemonThreadPool
 from langchain_ragmetrics.callbacks import _exit
-from langchain_ragmetrics.callbacks._outbox import SinkOutbox, flush_all, outboxes_for
+from langchain_ragmetrics.callbacks._outbox import SinkOutbox, close_all, flush_all, outboxes_for
 from langchain_ragmetrics.callbacks._pipeline import ScoringPipeline
 from langchain_ragmetrics.callbacks._settings import HandlerSettings
 from langchain_ragmetrics.callbacks._setup import judge_callbacks, untraced
@@ -42,10 +43,16 @@ class ThreadRuntime:
         settings: The handler's options.
         counters: Shared counters.
         failures: Shared log-once reporter.
+        forward: Also called with each retrieval's results (see ``ScoringPipeline``).
     """
 
     def __init__(
-        self, settings: HandlerSettings, *, counters: Counters, failures: FailureLog
+        self,
+        settings: HandlerSettings,
+        *,
+        counters: Counters,
+        failures: FailureLog,
+        forward: Callable[[list[OnlineResult]], None] | None = None,
     ) -> None:
         name = settings.name
         judge_config: RunnableConfig = {"callbacks": judge_callbacks(settings.trace_judge)}
@@ -67,6 +74,7 @@ class ThreadRuntime:
             outboxes=self.outboxes,
             counters=counters,
             failures=failures,
+            forward=forward,
         )
         self.worker: BackgroundWorker[Capture | Retrieval] = BackgroundWorker(
             self.pipeline.process,
@@ -189,24 +197,7 @@ class ThreadRuntime:
             if thread is not threading.current_thread():
                 thread.join(remaining(deadline))
         judges_done = not any(t.is_alive() for t in self.judges.threads)
-        unfinished = flush_all(self.outboxes, remaining(deadline), self._failures, action="close")
-        left: dict[str, int] = {}
-        for box in self.outboxes:
-            if box in unfinished:
-                left[box.key] = box.abandon()
-            else:
-                box.stop()
-        for box in self.outboxes:
-            if box.thread is not None and box not in unfinished:
-                box.thread.join(remaining(deadline))
-        if any(left.values()):
-            described = ", ".join(f"{key}: {n}" for key, n in left.items() if n)
-            logger.warning(
-                "ragmetrics: sinks still busy when close gave up; results not delivered "
-                "(counted in stats.sinks[...].dropped) - %s",
-                described,
-            )
-        return judges_done and not unfinished
+        return close_all(self.outboxes, remaining(deadline), self._failures) and judges_done
 
     def _flush_at_exit(self, timeout: float) -> None:
         """The interpreter-exit hook: close within ``timeout``; never raises.

@@ -7,6 +7,10 @@ in-process :class:`ThreadRuntime` (same engine, ``score_retrieval`` and sinks co
 sends its counters (when they change, and at least every ``heartbeat`` seconds:
 the parent's proof of life) and its log records on the other pipe. If the parent goes away
 the child closes its sinks briefly and exits.
+
+Under ``isolation="auto"`` (``ChildStart.forward_results``) the child has no sinks: it sends
+its results up as :class:`Results` batches, with each report (every 0.2 s at most) and
+before each flush or close answer, and the parent's sinks deliver them.
 """
 
 from __future__ import annotations
@@ -15,12 +19,14 @@ import contextlib
 import logging
 import multiprocessing
 import os
+import pickle
 import signal
 import threading
 import traceback
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 
+from langchain_ragmetrics._retrieval import OnlineResult
 from langchain_ragmetrics.callbacks._background import ThreadRuntime
 from langchain_ragmetrics.callbacks._isolation import ProcessIsolation, build_setup
 from langchain_ragmetrics.callbacks._messages import (
@@ -34,9 +40,10 @@ from langchain_ragmetrics.callbacks._messages import (
     LogRecordData,
     Ready,
     Report,
+    Results,
     ScoreItems,
 )
-from langchain_ragmetrics.callbacks._stats import Counters, FailureLog, HandlerStats
+from langchain_ragmetrics.callbacks._stats import Counters, FailureLog, HandlerStats, logger
 
 __all__ = ["bootstrap", "main"]
 
@@ -63,6 +70,59 @@ class _Channel:
                 self._conn.send(message)
             except (OSError, ValueError):
                 self.broken = True
+
+
+class _ResultBuffer:
+    """Results waiting to go up to the parent: appended by scoring, sent in batches."""
+
+    def __init__(self, channel: _Channel, counters: Counters) -> None:
+        self._channel = channel
+        self._counters = counters
+        self._items: list[OnlineResult] = []
+        self._lock = threading.Lock()
+        self._send_lock = threading.Lock()
+        """Held from taking a batch to having sent it: a flush answer sent after
+        :meth:`send` returns follows every batch taken before."""
+
+    def add(self, items: list[OnlineResult]) -> None:
+        """Keep one retrieval's results for the next batch (scoring's side: an append)."""
+        with self._lock:
+            self._items.extend(items)
+
+    def send(self, stats: HandlerStats | None = None) -> bool:
+        """Send what is waiting as one :class:`Results` message, with ``stats`` if given.
+
+        Returns:
+            Whether a message was sent (False: nothing was waiting).
+        """
+        with self._send_lock:
+            with self._lock:
+                items, self._items = self._items, []
+            if not items:
+                return False
+            try:
+                self._channel.send(Results(items, stats))
+            except Exception as exc:  # a result that does not pickle: send the others
+                kept = [item for item in items if _picklable(item)]
+                lost = len(items) - len(kept)
+                self._counters.add(handler_errors=lost)
+                logger.warning(
+                    "ragmetrics: %d results could not be sent to the application's sinks "
+                    "(%r); they are lost",
+                    lost,
+                    exc,
+                )
+                if kept or stats is not None:
+                    self._channel.send(Results(kept, stats))
+            return True
+
+
+def _picklable(item: object) -> bool:
+    try:
+        pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:
+        return False
+    return True
 
 
 class _ForwardLogs(logging.Handler):
@@ -106,15 +166,25 @@ def _forward_logging(channel: _Channel, levels: dict[str, int]) -> None:
 
 
 def _report(
-    channel: _Channel, totals: Callable[[], HandlerStats], stop: threading.Event, heartbeat: float
+    channel: _Channel,
+    totals: Callable[[], HandlerStats],
+    stop: threading.Event,
+    heartbeat: float,
+    results: _ResultBuffer | None,
 ) -> None:
-    """Send the counters when they change, and at least every ``heartbeat`` seconds."""
+    """Send the results waiting, then the counters when changed (or every ``heartbeat`` s).
+
+    The counters are read before the results are taken, so every result they count has
+    gone up first.
+    """
     last: HandlerStats | None = None
     quiet = 0.0
     while not stop.wait(_REPORT_EVERY_SECONDS):
         quiet += _REPORT_EVERY_SECONDS
         current = totals()
-        if current != last or quiet >= heartbeat:
+        if results is not None and results.send(current):
+            last, quiet = current, 0.0  # the results carried the counters
+        elif current != last or quiet >= heartbeat:
             channel.send(Report(current))
             last, quiet = current, 0.0
 
@@ -156,7 +226,13 @@ def main(recv: Connection, send: Connection, start: ChildStart) -> None:
     try:
         counters = Counters()
         child_settings = settings.in_child(build_setup(isolation.setup))
-        background = ThreadRuntime(child_settings, counters=counters, failures=FailureLog())
+        results = _ResultBuffer(channel, counters) if start.forward_results else None
+        background = ThreadRuntime(
+            child_settings,
+            counters=counters,
+            failures=FailureLog(),
+            forward=None if results is None else results.add,
+        )
     except Exception as exc:
         text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
         channel.send(Fatal(text))
@@ -169,15 +245,22 @@ def main(recv: Connection, send: Connection, start: ChildStart) -> None:
     stop = threading.Event()
     reporter = threading.Thread(
         target=_report,
-        args=(channel, _totals, stop, isolation.heartbeat),
+        args=(channel, _totals, stop, isolation.heartbeat, results),
         name=f"{settings.name}-reporter",
         daemon=True,
     )
     reporter.start()
 
+    def answer() -> HandlerStats:
+        """The counters, once every result they count has gone up."""
+        stats = _totals()
+        if results is not None:
+            results.send()
+        return stats
+
     def flush(request: FlushRequest) -> None:
         ok = background.flush(request.timeout)
-        channel.send(Flushed(request.token, ok, _totals()))
+        channel.send(Flushed(request.token, ok, answer()))
 
     while True:
         try:
@@ -194,6 +277,6 @@ def main(recv: Connection, send: Connection, start: ChildStart) -> None:
             ).start()
         elif isinstance(message, CloseRequest):
             ok = background.close(message.timeout)
-            channel.send(Closed(ok, _totals()))
+            channel.send(Closed(ok, answer()))
             break
     stop.set()

@@ -8,8 +8,16 @@ pipe (typed messages, see ``_messages``) to a child process started with the ``s
 method, which builds its metrics and sinks from :attr:`ProcessIsolation.setup` and scores
 with the same :class:`~langchain_ragmetrics.callbacks._background.ThreadRuntime` as the
 in-process mode. The child's counters and log records come back up another pipe. The
-application's process thus runs no judge client, no segmentation and no sink: its threads
-never wait behind them for the GIL.
+application's process thus runs no judge client and no segmentation: its threads never wait
+behind them for the GIL.
+
+Where the sinks run depends on who asked for the child. With an explicit
+``ProcessIsolation(setup=...)`` the setup builds them in the child. Under the default
+``isolation="auto"`` the handler passes the user's own sink objects (``sinks``): the child
+sends its results up in batches (:class:`~langchain_ragmetrics.callbacks._messages.Results`)
+and this process delivers them through one outbox per sink, as the thread mode does (see
+``_outbox``), so an ``InMemorySink`` the application holds fills up, a callable runs here and
+files are written by the application.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ import logging
 import pickle
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any
@@ -48,10 +57,13 @@ from langchain_ragmetrics.callbacks._messages import (
     ParentMessage,
     Ready,
     Report,
+    Results,
     ScoreItems,
 )
+from langchain_ragmetrics.callbacks._outbox import SinkOutbox, close_all, flush_all, outboxes_for
 from langchain_ragmetrics.callbacks._settings import HandlerSettings
 from langchain_ragmetrics.callbacks._stats import Counters, FailureLog, HandlerStats, SinkStats
+from langchain_ragmetrics.callbacks.sinks import BaseSink
 
 __all__ = [
     "HookError",
@@ -119,6 +131,9 @@ class ProcessRuntime:
         isolation: The child's setup and supervision options.
         counters: Shared counters (the child's are added in as they arrive).
         failures: Shared log-once reporter.
+        sinks: Sinks of this process (``isolation="auto"``): the child sends its results
+            here and these deliver them, each through its own outbox. None: the child's
+            setup builds and runs the sinks.
     """
 
     engine = None
@@ -131,6 +146,7 @@ class ProcessRuntime:
         *,
         counters: Counters,
         failures: FailureLog,
+        sinks: Sequence[BaseSink] | None = None,
     ) -> None:
         self._child_start = settings.for_child()  # checks trace_judge now, not in the child
         max_queue_size = settings.max_queue_size
@@ -158,6 +174,12 @@ class ProcessRuntime:
         self._flushed: dict[int, bool] = {}
         self._hurry = threading.Event()
         """Set with a flush or close request: the feeder sends at once, without its pause."""
+        self._outboxes: list[SinkOutbox] | None = None
+        """This process's sink outboxes (None: the sinks run in the child)."""
+        if sinks is not None:
+            self._outboxes = outboxes_for(
+                sinks, max_size=settings.sink_queue_size, name=name, failures=failures
+            )
 
     # ------------------------------------------------------------------ caller side
 
@@ -213,6 +235,7 @@ class ProcessRuntime:
         with self._cond:
             child = self._child
             own = [self._feeder, None if child is None else child.listener]
+        own.extend(box.thread for box in self._outboxes or ())
         if not any(current is thread for thread in own):
             return False
         self._failures.report(
@@ -222,27 +245,35 @@ class ProcessRuntime:
         return True
 
     def flush(self, timeout: float | None) -> bool:
-        """Wait until the retrievals submitted so far are scored and delivered by the child.
+        """Wait until the retrievals submitted so far are scored and delivered.
+
+        Delivered by the child's sinks, or (``sinks`` given) sent up by the child and then
+        delivered by this process's sinks, within the same deadline.
 
         Returns:
-            False at the deadline (``stats.pending_at_deadline`` says how many were left),
-            or when the child died meanwhile (its retrievals count as ``abandoned``).
+            False at the deadline (``stats.pending_at_deadline`` says how many were left,
+            ``stats.sinks[key].pending`` what each sink here still holds), or when the child
+            died meanwhile (its retrievals count as ``abandoned``).
         """
         if self.owns_current_thread("flush"):
             return False
+        deadline = deadline_after(timeout)
         with self._cond:
             if self._outstanding() == 0 and (self._child is None or self._child.dead):
-                self._counters.set("pending_at_deadline", 0)
-                return True
-            if self._stopping:
+                done, left = True, 0
+            elif self._stopping:
                 return False
-            token = next(self._tokens)
-            self._queue.put(FlushRequest(token, timeout), counted=False)
-            self._hurry.set()
-            answered = self._cond.wait_for(lambda: token in self._flushed, timeout)
-            done = self._flushed.pop(token, False) if answered else False
-            left = 0 if done else self._outstanding()
+            else:
+                token = next(self._tokens)
+                self._queue.put(FlushRequest(token, timeout), counted=False)
+                self._hurry.set()
+                answered = self._cond.wait_for(lambda: token in self._flushed, timeout)
+                done = self._flushed.pop(token, False) if answered else False
+                left = 0 if done else self._outstanding()
         self._counters.set("pending_at_deadline", left)
+        if self._outboxes:  # the child's answer came after its results: deliver them here
+            unfinished = flush_all(self._outboxes, remaining(deadline), self._failures)
+            done = done and not unfinished
         return done
 
     def close(self, timeout: float | None) -> bool:
@@ -257,8 +288,9 @@ class ProcessRuntime:
         with self._cond:
             self._accepting = False
             feeder = self._feeder
-            if feeder is None:
-                return True
+        if feeder is None:  # never started: nothing was scored, only the sinks to close
+            return self._close_sinks(remaining(deadline))
+        with self._cond:
             if not self._stopping:
                 self._stopping = True
                 self._queue.put(CloseRequest(timeout), counted=False)
@@ -270,10 +302,17 @@ class ProcessRuntime:
             self._kill(child, "did not finish closing in time")
             self._on_death(child, None)  # account now, not when the listener wakes
         feeder.join(_KILL_GRACE_SECONDS)
+        sinks_closed = self._close_sinks(remaining(deadline))
         _exit.unregister(self)
         self._counters.set("pending_at_deadline", left)
         clean = child is None or child.closed is not False
-        return settled and clean and left == 0 and not feeder.is_alive()
+        return settled and clean and left == 0 and sinks_closed and not feeder.is_alive()
+
+    def _close_sinks(self, timeout: float | None) -> bool:
+        """Deliver what this process's sinks hold and close them, within ``timeout``."""
+        if self._outboxes is None:
+            return True
+        return close_all(self._outboxes, timeout, self._failures)
 
     def _settled(self) -> bool:
         """Whether the child exited (or never started) and nothing is left to send (lock held)."""
@@ -308,7 +347,9 @@ class ProcessRuntime:
             self.close(timeout)
 
     def sink_stats(self) -> dict[str, SinkStats]:
-        """Each sink's figures in the child, added up over its restarts."""
+        """Each sink's figures: this process's sinks, or the child's added up over restarts."""
+        if self._outboxes is not None:
+            return {box.key: box.stats() for box in self._outboxes}
         with self._cond:
             return {
                 key: SinkStats(**totals, pending=self._sink_pending.get(key, 0))
@@ -317,6 +358,8 @@ class ProcessRuntime:
 
     def reset_sink_stats(self) -> None:
         """Zero the sinks' counts (``pending`` stays live)."""
+        for box in self._outboxes or ():
+            box.reset()
         with self._cond:
             self._sinks = {key: dict.fromkeys(totals, 0) for key, totals in self._sinks.items()}
 
@@ -391,7 +434,11 @@ class ProcessRuntime:
         """Start a child process and its listener thread (lock held); None if impossible."""
         from langchain_ragmetrics.callbacks import _child
 
-        start = ChildStart(self._child_start, log_levels=_log_levels())
+        start = ChildStart(
+            self._child_start,
+            log_levels=_log_levels(),
+            forward_results=self._outboxes is not None,
+        )
         self._children += 1
         try:
             process, parent_recv, parent_send, first = start_child(
@@ -487,10 +534,15 @@ class ProcessRuntime:
         if isinstance(message, LogRecordData):
             _relog(message.fields)
             return
+        if isinstance(message, Results):
+            for box in self._outboxes or ():
+                box.put(message.items)  # never blocks: a full outbox drops (counted)
+            if message.stats is None:
+                return
         with self._cond:
             if isinstance(message, Ready):
                 child.ready = True
-            elif isinstance(message, Report):
+            elif isinstance(message, Report | Results) and message.stats is not None:
                 self._apply(child, message.stats)
             elif isinstance(message, Flushed):
                 self._apply(child, message.stats)
@@ -562,11 +614,11 @@ class ProcessRuntime:
                 if self._crashes > self.isolation.max_restarts:
                     self._disabled = True
             disabled, stopping = self._disabled, self._stopping
+            if lost:  # counted before a waiting flush wakes: its caller sees the figure
+                self._counters.add(abandoned=lost)
             self._cond.notify_all()
         with contextlib.suppress(OSError):
             child.send.close()
-        if lost:
-            self._counters.add(abandoned=lost)
         if reason is not None:
             tail = ""
             if disabled:

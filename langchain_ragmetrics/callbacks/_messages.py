@@ -2,9 +2,9 @@
 
 Both sides import these classes, so a message is read by attribute, never by position. The
 parent sends :class:`ScoreItems`, :class:`FlushRequest` and :class:`CloseRequest`; the child
-answers with :class:`Ready`, :class:`Report`, :class:`Flushed`, :class:`Closed`,
-:class:`Fatal` and :class:`LogRecordData`. All are frozen dataclasses: cheap to build and to
-pickle.
+answers with :class:`Ready`, :class:`Report`, :class:`Results`, :class:`Flushed`,
+:class:`Closed`, :class:`Fatal` and :class:`LogRecordData`. All are frozen dataclasses:
+cheap to build and to pickle.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from langchain_ragmetrics._retrieval import Retrieval
+from langchain_ragmetrics._retrieval import OnlineResult, Retrieval
 from langchain_ragmetrics.callbacks._settings import HandlerSettings
 from langchain_ragmetrics.callbacks._stats import HandlerStats
 
@@ -28,6 +28,7 @@ __all__ = [
     "ParentMessage",
     "Ready",
     "Report",
+    "Results",
     "ScoreItems",
 ]
 
@@ -42,6 +43,9 @@ class ChildStart:
     """The handler's settings, picklable copy (:meth:`HandlerSettings.for_child`)."""
     log_levels: dict[str, int] = field(default_factory=dict)
     """Effective levels of the application's loggers, mirrored in the child."""
+    forward_results: bool = False
+    """Send every result up as :class:`Results` (the parent delivers them to the user's own
+    sinks) instead of delivering them to sinks built in the child."""
 
 
 @dataclass(frozen=True)
@@ -85,6 +89,20 @@ class Report:
 
 
 @dataclass(frozen=True)
+class Results:
+    """Results for the parent's sinks, in order, batched (at most every report interval).
+
+    Sent before the :class:`Flushed` or :class:`Closed` that counts them, so a parent that
+    has read an answer has every result it covers. While results flow they carry the
+    counters too (``stats``, read before the results were taken), in place of a
+    :class:`Report`: one message, one wake-up of the parent's listener per interval.
+    """
+
+    items: list[OnlineResult]
+    stats: HandlerStats | None = None
+
+
+@dataclass(frozen=True)
 class Flushed:
     """The answer to a :class:`FlushRequest`."""
 
@@ -115,5 +133,5 @@ class LogRecordData:
     fields: dict[str, Any]
 
 
-ChildMessage = Ready | Report | Flushed | Closed | Fatal | LogRecordData
+ChildMessage = Ready | Report | Results | Flushed | Closed | Fatal | LogRecordData
 """Anything the child sends."""

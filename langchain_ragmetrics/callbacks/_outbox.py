@@ -18,10 +18,10 @@ from typing import Literal
 
 from langchain_ragmetrics._queue import BoundedQueue, deadline_after, remaining
 from langchain_ragmetrics._retrieval import OnlineResult
-from langchain_ragmetrics.callbacks._stats import FailureLog, SinkStats
+from langchain_ragmetrics.callbacks._stats import FailureLog, SinkStats, logger
 from langchain_ragmetrics.callbacks.sinks import BaseSink, SinkSkipError, SinkUnavailableError
 
-__all__ = ["SinkOutbox", "flush_all", "outboxes_for"]
+__all__ = ["SinkOutbox", "close_all", "flush_all", "outboxes_for"]
 
 
 @dataclass
@@ -254,3 +254,33 @@ def flush_all(
                 exc,
             )
     return unfinished
+
+
+def close_all(outboxes: Sequence[SinkOutbox], timeout: float | None, failures: FailureLog) -> bool:
+    """Deliver what is queued, close every sink and stop its thread, all within ``timeout``.
+
+    A sink still busy at the deadline has its queue dropped (counted in its ``dropped``) and
+    a warning names it; its thread is left to finish the call it is stuck in.
+
+    Returns:
+        True when every sink closed in time.
+    """
+    deadline = deadline_after(timeout)
+    unfinished = flush_all(outboxes, remaining(deadline), failures, action="close")
+    left: dict[str, int] = {}
+    for box in outboxes:
+        if box in unfinished:
+            left[box.key] = box.abandon()
+        else:
+            box.stop()
+    for box in outboxes:
+        if box.thread is not None and box not in unfinished:
+            box.thread.join(remaining(deadline))
+    if any(left.values()):
+        described = ", ".join(f"{key}: {n}" for key, n in left.items() if n)
+        logger.warning(
+            "ragmetrics: sinks still busy when close gave up; results not delivered "
+            "(counted in stats.sinks[...].dropped) - %s",
+            described,
+        )
+    return not unfinished

@@ -8,11 +8,11 @@ so no sink can hold up scoring.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from langchain_ragmetrics._engine import ScoringEngine, failure_report
-from langchain_ragmetrics._retrieval import Capture, Retrieval, score_retrieval
+from langchain_ragmetrics._retrieval import Capture, OnlineResult, Retrieval, score_retrieval
 from langchain_ragmetrics._schema import MetricResult
 from langchain_ragmetrics.callbacks._stats import Counters, FailureLog
 
@@ -32,6 +32,8 @@ class ScoringPipeline:
         outboxes: One per sink.
         counters: Shared counters.
         failures: Shared log-once reporter.
+        forward: Also called with each retrieval's results (the isolated child sends them
+            to the application's process, whose sinks deliver them).
     """
 
     def __init__(
@@ -42,8 +44,10 @@ class ScoringPipeline:
         outboxes: Sequence[SinkOutbox],
         counters: Counters,
         failures: FailureLog,
+        forward: Callable[[list[OnlineResult]], None] | None = None,
     ) -> None:
         self.settings = settings
+        self.forward = forward
         self.metrics = list(settings.metrics)
         self.engine = engine
         self.outboxes = list(outboxes)
@@ -71,6 +75,8 @@ class ScoringPipeline:
         self._count([item.result for item in items])
         for outbox in self.outboxes:
             outbox.put(items)
+        if self.forward is not None:
+            self.forward(items)
 
     def _mapping_failed(self, exc: Exception) -> None:
         kind = f"mapping:{type(exc).__name__}"

@@ -13,6 +13,7 @@ cannot drift between the modes.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from langchain_ragmetrics.callbacks._background import ThreadRuntime
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from langchain_ragmetrics._retrieval import Capture
     from langchain_ragmetrics.callbacks._settings import HandlerSettings
     from langchain_ragmetrics.callbacks._stats import Counters, FailureLog, SinkStats
+    from langchain_ragmetrics.callbacks.sinks import BaseSink
 
 __all__ = ["ProcessRuntime", "Runtime", "ThreadRuntime", "start_runtime"]
 
@@ -67,10 +69,18 @@ class Runtime(Protocol):
 
 
 def start_runtime(
-    settings: HandlerSettings, *, counters: Counters, failures: FailureLog
+    settings: HandlerSettings,
+    *,
+    counters: Counters,
+    failures: FailureLog,
+    sinks: Sequence[BaseSink] | None = None,
 ) -> Runtime:
-    """The runtime ``settings.isolation`` asks for (threads started lazily, on first work)."""
+    """The runtime ``settings.isolation`` asks for (threads started lazily, on first work).
+
+    ``sinks``: with a child process, sinks of this process that deliver the child's results
+    (``isolation="auto"``); None: the child's setup builds its own.
+    """
     process = settings.process
     if process is not None:
-        return ProcessRuntime(settings, process, counters=counters, failures=failures)
+        return ProcessRuntime(settings, process, counters=counters, failures=failures, sinks=sinks)
     return ThreadRuntime(settings, counters=counters, failures=failures)

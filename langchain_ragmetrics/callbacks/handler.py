@@ -92,9 +92,11 @@ class RagMetricsCallbackHandler(BaseCallbackHandler):
             the handler (unfinished work is reported, then dropped); None disables it.
             Queued work is flushed at exit even if the handler was dropped.
         name: Prefix of the background threads' names.
-        isolation: ``"auto"`` (default): in a child process when that is safe (the
-            metrics and ``reference_provider`` pickle, e.g. the defaults, every sink is a
-            ``LoggingSink``, POSIX, not frozen), else on this process's threads with one
+        isolation: ``"auto"`` (default): judges and segmentation in a child process when
+            that is safe (POSIX, not frozen; the metrics and ``reference_provider`` pickle,
+            or the metrics' judges can be rebuilt there from a recipe, as ``ChatOpenAI``
+            can; ``trace_judge`` is not a tracer object), with the results delivered to
+            ``sinks`` here, in this process; else on this process's threads with one
             warning saying why. ``"thread"``: on background threads of this process.
             ``"process"`` or a :class:`ProcessIsolation`: in a child process that builds
             its own metrics and sinks (``ProcessIsolation.setup``; then ``metrics``,
@@ -150,7 +152,9 @@ class RagMetricsCallbackHandler(BaseCallbackHandler):
         self.metrics = self.settings.metrics
         """The metrics scored with (in a child process: copies of these)."""
         self.sinks = self.settings.sinks
-        """The sinks results go to (in a child process: copies of these)."""
+        """The sinks results go to (always these objects, in this process, unless an explicit
+        ``ProcessIsolation(setup=...)`` builds others in the child)."""
+        local_sinks: list[BaseSink] | None = None
         if auto:
             resolved = resolve_auto(
                 metrics=self.metrics,
@@ -161,6 +165,7 @@ class RagMetricsCallbackHandler(BaseCallbackHandler):
             if resolved.isolation != "thread":
                 options.update(metrics=None, sinks=None, reference_provider=None)
                 self.settings = HandlerSettings(**options, isolation=resolved.isolation)
+                local_sinks = self.sinks  # the child sends its results here
         self.sample_rate = self.settings.sample_rate
         self.exit_timeout = self.settings.exit_timeout
         self.name = name
@@ -170,7 +175,7 @@ class RagMetricsCallbackHandler(BaseCallbackHandler):
             max_open_traces=max_open_traces, find_trace_id=langsmith_trace_id
         )
         self._background = start_runtime(
-            self.settings, counters=self._counters, failures=self._failures
+            self.settings, counters=self._counters, failures=self._failures, sinks=local_sinks
         )
         self.engine = self._background.engine
         self._finalizer = weakref.finalize(self, self._background.stop_when_idle)

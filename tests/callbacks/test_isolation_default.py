@@ -1,9 +1,11 @@
 """The default ``isolation="auto"``: a child process where that is safe, threads otherwise.
 
 A handler with portable options (the default metrics and judge, a ``LoggingSink``) scores in
-a child process started without re-running the application's script; live objects (a judge
-client, an ``InMemorySink``, a tracer) keep scoring on this process's threads, with one
-warning per process; a short script that exits without ``close`` still delivers its results.
+a child process started without re-running the application's script, and its sinks deliver in
+this process; what cannot reach a child (a judge with its own HTTP client, a lambda reference
+provider, a tracer) keeps scoring on this process's threads, with one warning per process; a
+short script that exits without ``close`` still delivers its results. The production set-up
+(a live ``ChatOpenAI`` judge, the user's own sinks) is tested in ``test_isolation_auto.py``.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_openai import ChatOpenAI
@@ -43,6 +46,15 @@ REPO = Path(__file__).resolve().parents[2]
 def provider(question: str | None, metadata: Any) -> str | None:
     """A module-level reference provider: it pickles by name, so it can reach a child."""
     return None
+
+
+def _local_metric() -> ContextRelevance:
+    """A metric whose class is local to a function: it cannot be pickled, judge or not."""
+
+    class Local(ContextRelevance):
+        pass
+
+    return Local()
 
 
 @pytest.fixture
@@ -92,8 +104,11 @@ def test_the_default_handler_scores_in_a_child_process(
     assert pid != os.getpid()
     assert (stats.sampled, stats.processed, stats.scored, stats.dropped) == (3, 3, 3, 0)
     assert default_judge.count("RelevantSentences") == 3
-    logged = [r.getMessage() for r in caplog.records if r.name == "langchain_ragmetrics.online"]
-    assert len([m for m in logged if "context_relevance=" in m]) == 3  # re-logged here
+    logged = [r for r in caplog.records if r.name == "langchain_ragmetrics.online"]
+    lines = [r for r in logged if "context_relevance=" in r.getMessage()]
+    assert len(lines) == 3  # logged by the LoggingSink of this process
+    assert {r.process for r in lines} == {os.getpid()}
+    assert stats.sinks["LoggingSink"].delivered == 3
     assert fallbacks(caplog) == []
 
 
@@ -107,15 +122,19 @@ def test_live_objects_keep_scoring_here_with_one_warning(
     sink = InMemorySink()
     with caplog.at_level(logging.WARNING, logger="langchain_ragmetrics"):
         handler = RagMetricsCallbackHandler(
-            metrics=[ContextRelevance(llm=make_judge())], sinks=[sink]
+            metrics=[ContextRelevance(llm=make_judge())],
+            sinks=[sink],
+            reference_provider=lambda q, m: None,
         )
-        again = RagMetricsCallbackHandler(metrics=[ContextRelevance(llm=make_judge())])
-        chosen = RagMetricsCallbackHandler(sinks=[InMemorySink()], isolation="thread")
+        again = RagMetricsCallbackHandler(trace_judge=BaseCallbackHandler())
+        chosen = RagMetricsCallbackHandler(
+            metrics=[ContextRelevance(llm=make_judge())], isolation="thread"
+        )
     assert (handler.settings.isolation, again.settings.isolation) == ("thread", "thread")
     assert chosen.settings.isolation == "thread"
     warned = fallbacks(caplog)
     assert len(warned) == 1  # once per process, not per handler
-    assert "InMemorySink" in warned[0]
+    assert "`reference_provider`" in warned[0]
     assert "isolation='thread'" in warned[0]
     with handler:
         app.chain.invoke(question(1), config={"callbacks": [handler]})
@@ -128,12 +147,19 @@ def test_live_objects_keep_scoring_here_with_one_warning(
 @pytest.mark.parametrize(
     ("options", "reason"),
     [
-        ({"sinks": [InMemorySink()]}, "the sinks InMemorySink keep state"),
-        ({"metrics": [ContextRelevance(llm=ChatOpenAI(api_key="k"))]}, "the metrics cannot"),
+        (
+            {
+                "metrics": [
+                    ContextRelevance(llm=ChatOpenAI(api_key="k", http_client=httpx.Client()))
+                ]
+            },
+            "the judge ChatOpenAI's http_client cannot be sent",
+        ),
+        ({"metrics": [_local_metric()]}, "the metrics cannot be sent"),
         ({"reference_provider": lambda q, m: None}, "`reference_provider` cannot"),
         ({"trace_judge": BaseCallbackHandler()}, "`trace_judge` is a tracer object"),
     ],
-    ids=["sink", "live-judge", "lambda-provider", "tracer"],
+    ids=["judge-http-client", "live-metric-field", "lambda-provider", "tracer"],
 )
 def test_each_unsafe_option_is_named_in_the_fallback(
     options: dict[str, Any], reason: str, fresh_warning: None
@@ -159,14 +185,11 @@ def test_portable_options_go_to_the_child(fresh_warning: None) -> None:
     assert process is not None
     shipped = process.setup
     assert isinstance(shipped, _auto.ShippedSetup)
-    assert repr(shipped) == (
-        f"ShippedSetup(context_relevance, LoggingSink; {len(shipped.blob):,} bytes)"
-    )
+    assert repr(shipped) == f"ShippedSetup(context_relevance; {len(shipped.blob):,} bytes)"
     setup = shipped()  # what the child calls
     assert setup.metrics is not None
-    assert setup.sinks is not None
     assert [type(m) for m in setup.metrics] == [ContextRelevance]
-    assert [type(s) for s in setup.sinks] == [LoggingSink]
+    assert setup.sinks == []  # the sinks stay in this process
     assert setup.reference_provider is provider
     assert handler.close()
 
