@@ -8,9 +8,9 @@ feed as each side asks for them, the parent one at a time and each worker a few 
 (a quarter of its concurrency, asked for before it runs dry), so a worker's start-up is
 never on the critical path, a slow worker takes fewer jobs, and the sides finish together.
 
-Scoring itself is the engine's on both sides: the job threads of :class:`ScoringEngine` (its
-``_work`` loop: slots, backoff hand-over, timeouts) take jobs from a :class:`_PullBatch`, an
-engine batch whose jobs arrive while it runs. Each worker gets a
+Scoring itself is the engine's on both sides: :meth:`ScoringEngine.run_feed` (slots, backoff
+hand-over, timeouts) runs the jobs of a :class:`~langchain_ragmetrics._engine.JobFeed`, which
+arrive while it runs. Each worker gets a
 :class:`~langchain_ragmetrics.evaluation._recipe.ScoringRecipe` (never a live client), builds
 its judges and engine once, and streams results back over its own pipe:
 the caller's thread keeps the progress bar, ``on_result`` and the results, in input order
@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import TYPE_CHECKING, Any, Literal
 
-from langchain_ragmetrics._engine import Job, ScoringEngine, _Batch, _JobTimeoutError
+from langchain_ragmetrics._engine import Job, JobFeed, ScoringEngine
 from langchain_ragmetrics._schema import MetricResult, RagSample
 
 if TYPE_CHECKING:
@@ -171,142 +171,6 @@ def _main_left_alone() -> Iterator[None]:
             multiprocessing.spawn.get_preparation_data = original
 
 
-# --------------------------------------------------------------------------- pulling jobs
-
-
-class _PullBatch(_Batch):
-    """An engine batch whose jobs arrive while it runs: ``refill`` asks for more when low.
-
-    ``refill(block)`` is called without the batch lock: when the batch has run dry
-    (``block``: it should not return before asking) or is running low (``low`` jobs or
-    fewer left, so the next ones arrive before they are needed). Jobs come in through
-    :meth:`add`; :meth:`close` says no more will. ``refill`` returns True when it did either
-    before returning (the parent's feed is local), False when the answer comes later (a
-    worker's request travels to the parent): then the taking thread waits for it.
-    """
-
-    def __init__(
-        self, spawn: Callable[[], None], refill: Callable[[bool], bool], *, low: int = 0
-    ) -> None:
-        self.job_list: list[Job] = []
-        super().__init__(self.job_list, spawn)
-        self.refill = refill
-        self.low = low
-        self.closed = False
-        self.arrived = threading.Condition(self.lock)
-
-    @property
-    def exhausted(self) -> bool:
-        """No job is left to start, and none will come."""
-        return self.stop.is_set() or (self.closed and self.cursor >= len(self.job_list))
-
-    @property
-    def finished(self) -> bool:
-        """Every job that came was settled, and none will come."""
-        with self.lock:
-            return self.closed and len(self.done) == len(self.job_list)
-
-    def add(self, jobs: Sequence[Job]) -> None:
-        with self.lock:
-            self.job_list.extend(jobs)
-            self.arrived.notify_all()
-
-    def close(self) -> None:
-        with self.lock:
-            self.closed = True
-            self.arrived.notify_all()
-        self.outbox.put((-1, _WakeUpError()))  # the waiting loop re-checks ``finished`` now
-
-    def take(self, admission: Any) -> int | None:
-        """The next job for a worker thread holding a slot; waits for more while none is left."""
-        while True:
-            with self.lock:
-                if self.stop.is_set():
-                    return None
-                if self.cursor < len(self.job_list):
-                    index = self.cursor
-                    self.cursor += 1
-                    deadline = math.inf if admission.deadline is None else admission.deadline
-                    self.running[index] = (deadline, admission)
-                    left = len(self.job_list) - self.cursor
-                    break
-                if self.closed:
-                    return None
-            if self.refill(True):
-                continue  # jobs came in synchronously (or none will): take again at once
-            with self.lock:
-                if self.cursor >= len(self.job_list) and not self.closed and not self.stop.is_set():
-                    self.arrived.wait(_POLL_S)
-        if left <= self.low:
-            self.refill(False)
-        return index
-
-
-class _WakeUpError(Exception):
-    """Put in a batch's outbox to wake its waiting loop (not a job's outcome)."""
-
-
-def _drive(
-    engine: ScoringEngine,
-    batch: _PullBatch,
-    deliver: Callable[[Job, MetricResult], None],
-    threads: int,
-) -> None:
-    """``ScoringEngine.run`` for a batch whose jobs arrive while it runs."""
-    import contextvars
-
-    context = contextvars.copy_context()
-    observed = engine._observed()
-
-    def spawn() -> None:
-        threading.Thread(
-            target=context.copy().run,
-            args=(engine._work, batch, observed),
-            name="ragmetrics-job",
-            daemon=True,
-        ).start()
-
-    batch.spawn = spawn
-    batch.waiting = threads
-    for _ in range(threads):
-        spawn()
-    try:
-        while True:
-            if batch.stop.is_set():
-                _deliver_waiting(engine, batch, deliver)
-                return
-            if batch.finished and batch.outbox.empty():
-                return
-            late, wait_s = batch.overdue()
-            for index, admission in late:
-                if batch.settle(index, _JobTimeoutError()):
-                    admission.close()
-                    batch.spare()
-            try:
-                index, outcome = batch.outbox.get(timeout=wait_s)
-            except queue.Empty:
-                continue
-            if index < 0:
-                continue
-            job = batch.job_list[index]
-            deliver(job, engine._finish(job, outcome, None))
-    finally:
-        batch.stop.set()
-
-
-def _deliver_waiting(
-    engine: ScoringEngine, batch: _PullBatch, deliver: Callable[[Job, MetricResult], None]
-) -> None:
-    while True:
-        try:
-            index, outcome = batch.outbox.get_nowait()
-        except queue.Empty:
-            return
-        if index >= 0:
-            job = batch.job_list[index]
-            deliver(job, engine._finish(job, outcome, None))
-
-
 # --------------------------------------------------------------------------- the worker
 
 
@@ -327,7 +191,7 @@ class _WorkerSide:
         self.chunk = max(1, math.ceil(self.slots / 4))
         self.asking = threading.Lock()
         self.asked = False
-        self.batch = _PullBatch(lambda: None, self.refill, low=self.chunk)
+        self.batch = JobFeed(self.refill, low=self.chunk)
         self.granted = threading.Event()
 
     def send(self, *message: Any) -> None:
@@ -365,10 +229,8 @@ class _WorkerSide:
                     break
         except (EOFError, OSError):
             pass
-        batch.stop.set()
+        batch.cancel()
         self.granted.set()
-        with batch.lock:
-            batch.arrived.notify_all()
 
     def deliver(self, job: Job, result: MetricResult) -> None:
         row, col = job.tag
@@ -380,7 +242,7 @@ class _WorkerSide:
         self.granted.wait()  # no job is asked for before this process may run one
         if not self.batch.stop.is_set():
             self.refill(True)
-            _drive(self.engine, self.batch, self.deliver, self.slots)
+            self.engine.run_feed(self.batch, on_result=self.deliver)
         self.send("done")
 
 
@@ -523,7 +385,7 @@ class _Pool:
         self.share_recipe = recipe.split(processes)
         self.processes = processes
         self.limiter = engine.limiter
-        self.own: _PullBatch | None = None
+        self.own: JobFeed | None = None
 
     # ------------------------------------------------------------ start
 
@@ -572,9 +434,9 @@ class _Pool:
             row, col = job.tag
             self.events.put(("result", row, col, result))
 
-        batch = self.own = _PullBatch(lambda: None, refill)
+        batch = self.own = JobFeed(refill)
         try:
-            _drive(engine, batch, deliver, engine.max_concurrency)
+            engine.run_feed(batch, on_result=deliver)
         except BaseException as exc:
             self.events.put(("raise", exc))
 
@@ -681,7 +543,7 @@ class _Pool:
         """Stop everyone, collect what workers finished (on stop), then end them."""
         self.halt.set()
         if self.own is not None:
-            self.own.stop.set()
+            self.own.cancel()
         self.feed.stop()
         workers = list(self.workers)
         for worker in workers:

@@ -30,7 +30,7 @@ from langchain_openai import ChatOpenAI
 from langchain_ragmetrics import ContextPrecision, ContextRecall, MetricResult, VerdictCache
 from langchain_ragmetrics._cli._common import ExitCode
 from langchain_ragmetrics._cli._evaluate import _workers_arg
-from langchain_ragmetrics._engine import ScoringEngine
+from langchain_ragmetrics._engine import JobFeed, ScoringEngine
 from langchain_ragmetrics.evaluation import _run as run_module
 from langchain_ragmetrics.evaluation import _workers as workers_module
 from langchain_ragmetrics.evaluation import evaluate
@@ -127,7 +127,7 @@ def dies_on_first_jobs(recipe: ScoringRecipe, conn: Any, control: Any) -> None:
     def add(self: Any, jobs: Any) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
-    workers_module._PullBatch.add = add  # type: ignore[method-assign]
+    JobFeed.add = add  # type: ignore[method-assign]
     workers_module._worker_main(recipe, conn, control)
 
 
