@@ -2,11 +2,19 @@
 
 One process spends most of a run's CPU on building prompts, parsing answers and HTTP
 plumbing under one interpreter lock; more processes use more cores. The calling process
-scores at once on its own threads, exactly as with one process, while the workers start
-(spawning one and importing LangChain takes a second or two): jobs are handed out from one
-feed as each side asks for them, the parent one at a time and each worker a few at a time
-(a quarter of its concurrency, asked for before it runs dry), so a worker's start-up is
-never on the critical path, a slow worker takes fewer jobs, and the sides finish together.
+scores at once on its own threads, exactly as with one process, while the workers start:
+jobs are handed out from one feed as each side asks for them, the parent one at a time and
+each worker a few at a time (a quarter of its concurrency, asked for before it runs dry), so
+a worker's start-up is never on the critical path, a slow worker takes fewer jobs, and the
+sides finish together.
+
+How workers start (:func:`start_method`): on Linux, when the calling process runs a single
+thread, they are forked before the parent's own scoring threads start, so they inherit the
+imports and are ready within milliseconds; otherwise (other threads alive, macOS, Windows)
+they are spawned, which re-imports LangChain and takes a second or two of CPU each. A forked
+worker keeps nothing live from the parent: it closes the parent's ends of the pipes, clears
+langchain-openai's cached HTTP clients, and builds its judges, engine and verdict-cache
+connection from the pickled recipe exactly as a spawned one does.
 
 Scoring itself is the engine's on both sides: :meth:`ScoringEngine.run_feed` (slots, backoff
 hand-over, timeouts) runs the jobs of a :class:`~langchain_ragmetrics._engine.JobFeed`, which
@@ -44,6 +52,7 @@ import os
 import pickle
 import queue
 import signal
+import sys
 import threading
 import time
 from collections import deque
@@ -64,11 +73,13 @@ if TYPE_CHECKING:
 __all__ = [
     "AUTO_MIN_JOBS",
     "AUTO_SLOTS_PER_PROCESS",
+    "START_METHOD_ENV",
     "WORKER_RESTARTS",
     "Workers",
     "available_cores",
     "needs_main",
     "score_in_processes",
+    "start_method",
     "worker_count",
 ]
 
@@ -86,6 +97,17 @@ AUTO_SLOTS_PER_PROCESS = 8
 
 AUTO_MIN_RATE_PER_MINUTE = 3000.0
 """Below this ``rate_limit_per_minute`` one process keeps up (half a core): auto stays at 1."""
+
+START_METHOD_ENV = "RAGMETRICS_START_METHOD"
+"""Sets how workers start: ``fork``, ``spawn``, ``forkserver`` or ``auto`` (the default)."""
+
+_INHERITED_CLIENT_CACHES = {
+    "langchain_openai.chat_models._client_utils": (
+        "_cached_sync_httpx_client",
+        "_cached_async_httpx_client",
+    ),
+}
+"""Functions that cache live HTTP clients per process: a forked worker clears them."""
 
 _POLL_S = 0.2  # bounded waits keep threads interruptible and watching for stop
 _STOP_GRACE_S = 5.0  # how long stopping workers may take to hand over what they finished
@@ -169,6 +191,77 @@ def _main_left_alone() -> Iterator[None]:
             yield
         finally:
             multiprocessing.spawn.get_preparation_data = original
+
+
+def start_method() -> str:
+    """How worker processes start now: the user's choice, else fork where safe, else spawn.
+
+    In order: ``$RAGMETRICS_START_METHOD`` when set to ``fork``, ``spawn`` or ``forkserver``
+    (``auto`` or unset: decide); then a start method the program chose with
+    ``multiprocessing.set_start_method`` when it is not the platform's default (a default
+    that is merely fixed is no choice: tqdm, for one, fixes it as a side effect); then
+    ``fork`` on Linux when this process runs a single Python thread at this moment (so no
+    lock can be held by a thread the child lacks, and Python 3.12+ has nothing to warn
+    about); otherwise ``spawn``.
+
+    Raises:
+        ValueError: ``$RAGMETRICS_START_METHOD`` names no start method of this platform.
+    """
+    wanted = os.environ.get(START_METHOD_ENV, "").strip().lower()
+    if wanted and wanted != "auto":
+        if wanted not in multiprocessing.get_all_start_methods():
+            allowed = ", ".join(["auto", *multiprocessing.get_all_start_methods()])
+            msg = f"${START_METHOD_ENV} must be one of {allowed}; got {wanted!r}"
+            raise ValueError(msg)
+        return wanted
+    fixed = multiprocessing.get_start_method(allow_none=True)
+    if fixed is not None and fixed != multiprocessing.get_all_start_methods()[0]:
+        return fixed
+    if sys.platform == "linux" and single_threaded():
+        return "fork"
+    return "spawn"
+
+
+def single_threaded() -> bool:
+    """Whether this process runs no Python thread but the calling one.
+
+    Native threads of C libraries do not count: those that may run at import (OpenBLAS's
+    pool, started by ``import numpy``) shut themselves down at fork (``pthread_atfork``), so
+    the process forks single-threaded; Python's own check, which warns on 3.12+, runs after
+    that and sees one thread.
+    """
+    return threading.active_count() == 1
+
+
+def _forget_parent_clients() -> None:
+    """Clear the per-process caches of live HTTP clients a forked worker inherited."""
+    for module_name, names in _INHERITED_CLIENT_CACHES.items():
+        module = sys.modules.get(module_name)
+        for name in names:
+            clear = getattr(getattr(module, name, None), "cache_clear", None)
+            if callable(clear):
+                clear()
+
+
+def _forked_main(
+    target: Callable[[ScoringRecipe, Connection, Connection], None],
+    recipe: bytes,
+    conn: Connection,
+    control: Connection,
+    inherited: Sequence[Connection],
+) -> None:
+    """A forked worker: drop what it inherited live, then run ``target`` like a spawned one.
+
+    ``inherited`` are the parent's ends of this worker's pipes and of earlier workers' pipes:
+    closed here so that each pipe's end of file still means its peer is gone. The recipe
+    arrives pickled, so judges, metrics and verdict-cache connections are built anew.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for connection in inherited:
+        with contextlib.suppress(OSError):
+            connection.close()
+    _forget_parent_clients()
+    target(pickle.loads(recipe), conn, control)  # noqa: S301 (our own bytes, from the parent)
 
 
 # --------------------------------------------------------------------------- the worker
@@ -376,7 +469,9 @@ class _Pool:
         self.engine = engine
         self.recipe = recipe
         self.stop = stop
-        self.context = multiprocessing.get_context("spawn")
+        self.method = start_method()
+        """How this run's workers start (fork, spawn, forkserver): see :func:`start_method`."""
+        self.context: Any = multiprocessing.get_context(self.method)  # a start method's context
         self.feed = _Feed([(r, c) for r in range(len(samples)) for c in range(len(metrics))])
         self.events: queue.SimpleQueue[Event] = queue.SimpleQueue()
         self.workers: list[_Worker] = []
@@ -390,15 +485,21 @@ class _Pool:
     # ------------------------------------------------------------ start
 
     def start_workers(self) -> None:
-        keep_main = needs_main(self.recipe)
+        forked = self.method == "fork"
+        keep_main = forked or needs_main(self.recipe)
+        recipe = pickle.dumps(self.share_recipe) if forked else None
         for _ in range(self.processes - 1):
             receiver, sender = self.context.Pipe(duplex=False)
             listener, control = self.context.Pipe(duplex=False)
+            if recipe is not None:
+                inherited = [receiver, control]
+                inherited += [c for w in self.workers for c in (w.conn, w.control)]
+                target: Callable[..., None] = _forked_main
+                args: tuple[Any, ...] = (_worker_main, recipe, sender, listener, inherited)
+            else:
+                target, args = _worker_main, (self.share_recipe, sender, listener)
             process = self.context.Process(
-                target=_worker_main,
-                args=(self.share_recipe, sender, listener),
-                name="ragmetrics-worker",
-                daemon=True,
+                target=target, args=args, name="ragmetrics-worker", daemon=True
             )
             if keep_main:
                 process.start()
@@ -588,12 +689,15 @@ def score_in_processes(
     processes: int,
     on_result: Callable[[int, int, MetricResult], None],
     stop: threading.Event,
+    on_start: Callable[[], None] | None = None,
 ) -> None:
     """Score every (row x metric) job here and in ``processes - 1`` workers; see the module.
 
     ``on_result`` runs on the calling thread with (row, column, result), once per job. Setting
     ``stop`` (or Ctrl-C, which propagates) ends the run: what was finished is collected, the
-    rest stays unscored.
+    rest stays unscored. ``on_start`` runs once the workers may be forked, before the first
+    result: start anything that runs a thread there (a tqdm bar starts a monitor thread), so
+    that it does not keep the workers from being forked.
     """
     pool = _Pool(
         samples=samples,
@@ -613,9 +717,17 @@ def score_in_processes(
 
     own = threading.Thread(target=pool.run_own, name="ragmetrics-own", daemon=True)
     serving = threading.Thread(target=pool.serve, name="ragmetrics-feed", daemon=True)
-    own.start()  # the parent's jobs are under way before the first worker is spawned
     try:
-        pool.start_workers()
+        if pool.method == "fork":  # forked while this process is single-threaded: in ms
+            pool.start_workers()
+            if on_start is not None:
+                on_start()
+            own.start()
+        else:  # the parent's jobs are under way before the first worker is spawned
+            if on_start is not None:
+                on_start()
+            own.start()
+            pool.start_workers()
         serving.start()
         while len(received) < total and not stop.is_set():
             try:
