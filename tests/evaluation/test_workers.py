@@ -605,7 +605,7 @@ def test_workers_are_spawned_while_another_thread_is_alive(
 ) -> None:
     monkeypatch.delenv(START_METHOD_ENV, raising=False)
     with monkeypatch.context() as alone:
-        alone.setattr(workers_module.threading, "active_count", lambda: 1)
+        alone.setattr(threading, "active_count", lambda: 1)
         assert start_method() == ("fork" if sys.platform == "linux" else "spawn")
     release = threading.Event()
     other = threading.Thread(target=release.wait, name="held")
