@@ -109,6 +109,20 @@ _INHERITED_CLIENT_CACHES = {
 }
 """Functions that cache live HTTP clients per process: a forked worker clears them."""
 
+_OWN_THREADS = frozenset(
+    {
+        "ragmetrics-call",
+        "ragmetrics-feed",
+        "ragmetrics-job",
+        "ragmetrics-lend",
+        "ragmetrics-own",
+        "ragmetrics-preflight",
+    }
+)
+"""Threads of earlier runs that end by themselves (or, idle call threads, when told to)."""
+_QUIESCE_S = 1.0
+"""How long :func:`single_threaded` waits for them before it settles for spawn."""
+
 _POLL_S = 0.2  # bounded waits keep threads interruptible and watching for stop
 _STOP_GRACE_S = 5.0  # how long stopping workers may take to hand over what they finished
 _JOIN_S = 5.0
@@ -223,13 +237,27 @@ def start_method() -> str:
 
 
 def single_threaded() -> bool:
-    """Whether this process runs no Python thread but the calling one.
+    """Whether this process runs no Python thread but the calling one (waiting for ours).
 
-    Native threads of C libraries do not count: those that may run at import (OpenBLAS's
-    pool, started by ``import numpy``) shut themselves down at fork (``pthread_atfork``), so
-    the process forks single-threaded; Python's own check, which warns on 3.12+, runs after
-    that and sees one thread.
+    Threads this package left from earlier runs do not count when nothing else runs: job
+    threads end within a poll interval, idle helper threads of per-context calls are told to
+    end, and both are waited for (up to :data:`_QUIESCE_S`), so back-to-back ``evaluate()``
+    calls fork too. Native threads of C libraries do not count either: those that may run at
+    import (OpenBLAS's pool, started by ``import numpy``) shut themselves down at fork
+    (``pthread_atfork``), and Python's own check, which warns on 3.12+, runs after that.
     """
+    if threading.active_count() == 1:
+        return True
+    here = threading.current_thread()
+    others = [t for t in threading.enumerate() if t is not here]
+    if not all(t.name in _OWN_THREADS for t in others):
+        return False
+    from langchain_ragmetrics.metrics._base import retire_idle_call_threads
+
+    retire_idle_call_threads()
+    deadline = time.monotonic() + _QUIESCE_S
+    for thread in others:
+        thread.join(max(0.0, deadline - time.monotonic()))
     return threading.active_count() == 1
 
 

@@ -630,27 +630,27 @@ def test_the_start_method_variable_wins_and_is_checked(monkeypatch: pytest.Monke
 
 
 FORK_SCRIPT = """
-import json, sys, warnings
+import json, sys, threading, warnings
 from langchain_openai import ChatOpenAI
 from langchain_ragmetrics import ContextPrecision, ContextRecall, evaluate
 from langchain_ragmetrics.evaluation import _workers
 
 llm = ChatOpenAI(model="m", base_url=sys.argv[1], api_key="test", max_retries=0)
 rows = json.loads(sys.argv[2])
-metrics = [ContextRecall(), ContextPrecision()]
+metrics = [ContextRecall(), ContextPrecision(per_context=True)]  # helper threads
+one = evaluate(rows, metrics, llm=llm, workers=1, show_progress=False)
+lingering = sorted({t.name for t in threading.enumerate()} - {"MainThread"})
 warm = {"question": "warm-up?", "contexts": ["Warm."], "reference": "Warm."}
-ContextRecall(llm=llm).invoke(warm)  # this process's client now keeps a connection open
+ContextRecall(llm=llm).invoke(warm)  # the last request of this process before the workers'
 methods = []
 choose = _workers.start_method
 _workers.start_method = lambda: methods.append(choose()) or methods[-1]
-own = _workers._Pool.run_own
 _workers._Pool.run_own = lambda self: None  # the worker scores every job
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     two = evaluate(rows, metrics, llm=llm, workers=2, show_progress=False)
-_workers._Pool.run_own = own
-one = evaluate(rows, metrics, llm=llm, workers=1, show_progress=False)
 print(json.dumps({
+    "lingering": lingering,
     "methods": methods,
     "warnings": [f"{w.category.__name__}: {w.message}" for w in caught],
     "same": all(list(one[m]) == list(two[m]) for m in one.metrics),
@@ -660,7 +660,7 @@ print(json.dumps({
 
 
 def test_a_forked_worker_opens_its_own_connections_and_scores_the_same(
-    judge_server: JudgeServer, tmp_path: Path
+    judge_server: JudgeServer,
 ) -> None:
     judge_server.script = lexical_judge()
     data = rows(6)
@@ -672,14 +672,17 @@ def test_a_forked_worker_opens_its_own_connections_and_scores_the_same(
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout.splitlines()[-1])
+    # helper threads of the first run were still alive: they were ended, and the run forked
+    assert "ragmetrics-call" in report["lingering"], report
     assert report["methods"] == ["fork" if sys.platform == "linux" else "spawn"]
     assert report["warnings"] == []  # no DeprecationWarning / RuntimeWarning about the fork
     assert report["same"]
     assert report["scored"] == 12
     requests = judge_server.requests
-    warm = [r for r in requests if "warm-up?" in r.text]
-    assert len(warm) == 1
-    worker = requests[len(warm) : len(warm) + 12]  # workers=2: the worker's, all 12
-    assert all("warm-up?" not in r.text for r in worker)
-    assert {r.client_port for r in worker}.isdisjoint({warm[0].client_port})
-    assert None not in {r.client_port for r in worker}
+    (warm,) = [i for i, r in enumerate(requests) if "warm-up?" in r.text]
+    parent, worker = requests[: warm + 1], requests[warm + 1 :]
+    assert len(worker) == len(parent) - 1  # the same jobs as the first run, all the worker's
+    parent_ports = {r.client_port for r in parent}
+    worker_ports = {r.client_port for r in worker}
+    assert None not in parent_ports | worker_ports
+    assert worker_ports.isdisjoint(parent_ports)  # no connection of the parent's pool reused
