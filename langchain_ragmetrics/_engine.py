@@ -9,7 +9,9 @@
   included, with langchain-core's ``InMemoryRateLimiter``;
 * :meth:`ScoringEngine.run` scores jobs on threads with each metric's sync ``invoke`` (no
   event loop: it works the same from a script, a notebook or an async web handler, and it
-  never touches async HTTP clients that belong to another loop);
+  never touches async HTTP clients that belong to another loop); :meth:`ScoringEngine.run_feed`
+  is the same loop for jobs that arrive while it runs (a :class:`JobFeed`: the worker
+  processes of ``evaluate(workers=N)`` and their parent pull jobs from one feed);
 * :meth:`ScoringEngine.arun` / :meth:`ScoringEngine.ascore` score on the caller's event loop
   with ``ainvoke``, or with ``invoke`` on an executor when one is given (the online worker).
 """
