@@ -393,13 +393,15 @@ print("scored", sum(r.status("context_recall") == "scored" for r in result.rows)
 """
 
 
+@pytest.mark.parametrize("method", ["spawn", "auto"])  # auto: forked (one thread, Linux)
 def test_a_script_without_the_main_guard_is_not_rerun_by_its_workers(
-    judge_server: JudgeServer, tmp_path: Path
+    judge_server: JudgeServer, tmp_path: Path, method: str
 ) -> None:
     judge_server.script = lexical_judge()
     script = tmp_path / "unguarded.py"
     script.write_text(UNGUARDED_SCRIPT, encoding="utf-8")
     env = {**clean_env(), "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    env[START_METHOD_ENV] = method
     proc = subprocess.run(
         [sys.executable, str(script), judge_server.base_url],
         env=env, capture_output=True, text=True, timeout=300, check=False,
