@@ -121,7 +121,7 @@ _OWN_THREADS = frozenset(
 )
 """Threads of earlier runs that end by themselves (or, idle call threads, when told to)."""
 _QUIESCE_S = 1.0
-"""How long :func:`single_threaded` waits for them before it settles for spawn."""
+"""How long :func:`_single_threaded` waits for them before it settles for spawn."""
 
 _POLL_S = 0.2  # bounded waits keep threads interruptible and watching for stop
 _STOP_GRACE_S = 5.0  # how long stopping workers may take to hand over what they finished
@@ -231,12 +231,12 @@ def start_method() -> str:
     fixed = multiprocessing.get_start_method(allow_none=True)
     if fixed is not None and fixed != multiprocessing.get_all_start_methods()[0]:
         return fixed
-    if sys.platform == "linux" and single_threaded():
+    if sys.platform == "linux" and _single_threaded():
         return "fork"
     return "spawn"
 
 
-def single_threaded() -> bool:
+def _single_threaded() -> bool:
     """Whether this process runs no Python thread but the calling one (waiting for ours).
 
     Threads this package left from earlier runs do not count when nothing else runs: job
