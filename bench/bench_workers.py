@@ -12,8 +12,9 @@ alternate within each repeat so a busy machine slows them alike; load averages a
 * **scale**: 1,000 distinct generated samples (``make_dataset.build``, ~600-character
   contexts, a third in Japanese) x the 4 LLM-judged metrics = 4,000 jobs (about 5,000 judge
   requests) at 64 concurrent jobs, 50 ms judge: ``workers=1`` vs ``workers=2`` (the caller
-  plus one spawned process; its start-up is inside the timed call, as a user pays it). Target:
-  2 processes score >= 1.8x what one does. Realistic texts on purpose: with tiny rows a job
+  plus one worker process, forked: the driver runs one thread; its start-up is inside the
+  timed call, as a user pays it). Target: 2 processes score >= 1.8x what one does.
+  Realistic texts on purpose: with tiny rows a job
   costs the client ~2 ms of CPU, and the judge's own CPU and a worker's start-up (on the same
   two cores) would weigh as much as the work being spread.
 * **check**: the issue's check: 200 distinct generated samples x the 4 LLM-judged metrics

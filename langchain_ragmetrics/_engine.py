@@ -9,7 +9,9 @@
   included, with langchain-core's ``InMemoryRateLimiter``;
 * :meth:`ScoringEngine.run` scores jobs on threads with each metric's sync ``invoke`` (no
   event loop: it works the same from a script, a notebook or an async web handler, and it
-  never touches async HTTP clients that belong to another loop);
+  never touches async HTTP clients that belong to another loop); :meth:`ScoringEngine.run_feed`
+  is the same loop for jobs that arrive while it runs (a :class:`JobFeed`: the worker
+  processes of ``evaluate(workers=N)`` and their parent pull jobs from one feed);
 * :meth:`ScoringEngine.arun` / :meth:`ScoringEngine.ascore` score on the caller's event loop
   with ``ainvoke``, or with ``invoke`` on an executor when one is given (the online worker).
 """
@@ -36,7 +38,14 @@ from langchain_ragmetrics._schema import MetricResult, RagSample, Usage
 from langchain_ragmetrics.metrics._base import BaseRagMetric
 from langchain_ragmetrics.metrics._judge import PERMANENT_CAUSES, cause_of
 
-__all__ = ["EngineStats", "Job", "ScoringEngine", "failure_report", "make_rate_limiter"]
+__all__ = [
+    "EngineStats",
+    "Job",
+    "JobFeed",
+    "ScoringEngine",
+    "failure_report",
+    "make_rate_limiter",
+]
 
 _WAIT_POLL_S = 0.2  # bounded waits keep the caller's thread interruptible by Ctrl-C
 
@@ -112,11 +121,12 @@ class _JobTimeoutError(TimeoutError):
 
 
 class _Batch:
-    """Shared state of one :meth:`ScoringEngine.run`: the job cursor, the jobs in flight."""
+    """Shared state of one run of the engine: the job cursor, the jobs in flight."""
 
-    def __init__(self, jobs: Sequence[Job], spawn: Callable[[], None]) -> None:
+    def __init__(self, jobs: Sequence[Job]) -> None:
         self.jobs = jobs
-        self.spawn = spawn
+        self.spawn: Callable[[], None] = lambda: None
+        """Starts one more job thread (set by the run)."""
         self.lock = threading.Lock()
         self.cursor = 0
         self.waiting = 0  # workers waiting for a slot
@@ -132,16 +142,26 @@ class _Batch:
         """No job is left to start."""
         return self.stop.is_set() or self.cursor >= len(self.jobs)
 
+    @property
+    def finished(self) -> bool:
+        """Every job was settled, and none will come."""
+        with self.lock:
+            return len(self.done) == len(self.jobs)
+
     def take(self, admission: Admission) -> int | None:
         """The next job index for a worker holding a slot (None when none is left)."""
         with self.lock:
             if self.exhausted:
                 return None
-            index = self.cursor
-            self.cursor += 1
-            deadline = math.inf if admission.deadline is None else admission.deadline
-            self.running[index] = (deadline, admission)
-            return index
+            return self._start(admission)
+
+    def _start(self, admission: Admission) -> int:
+        """Hand out the job at the cursor; call with the lock held."""
+        index = self.cursor
+        self.cursor += 1
+        deadline = math.inf if admission.deadline is None else admission.deadline
+        self.running[index] = (deadline, admission)
+        return index
 
     def spare(self) -> None:
         """A slot came free mid-job (a backoff, an abandoned job): make sure a worker takes it."""
@@ -170,6 +190,81 @@ class _Batch:
             upcoming = [d for d, _ in self.running.values() if d > now]
         wait = min([_WAIT_POLL_S, *(d - now for d in upcoming)])
         return late, max(wait, 0.001)
+
+
+class JobFeed(_Batch):
+    """Jobs that arrive while :meth:`ScoringEngine.run_feed` runs; ``refill`` asks for more.
+
+    ``refill(block)`` is called without the feed's lock: when the feed has run dry
+    (``block``: it should not return before asking) or is running low (``low`` jobs or fewer
+    left, so the next ones arrive before they are needed). Jobs come in through :meth:`add`;
+    :meth:`close` says no more will, :meth:`cancel` stops the run. ``refill`` returns True when
+    it did either before returning (a local source), False when the answer comes later (a
+    request to another process): then the taking thread waits for it.
+    """
+
+    def __init__(self, refill: Callable[[bool], bool], *, low: int = 0) -> None:
+        self.job_list: list[Job] = []
+        super().__init__(self.job_list)
+        self.refill = refill
+        self.low = low
+        self.closed = False
+        self.arrived = threading.Condition(self.lock)
+
+    @property
+    def exhausted(self) -> bool:
+        """No job is left to start, and none will come."""
+        return self.stop.is_set() or (self.closed and self.cursor >= len(self.job_list))
+
+    @property
+    def finished(self) -> bool:
+        """Every job that came was settled, and none will come."""
+        with self.lock:
+            return self.closed and len(self.done) == len(self.job_list)
+
+    def add(self, jobs: Sequence[Job]) -> None:
+        """More jobs, started after those that came before."""
+        with self.lock:
+            self.job_list.extend(jobs)
+            self.arrived.notify_all()
+
+    def close(self) -> None:
+        """No more jobs will come: the run ends once those that came are settled."""
+        with self.lock:
+            self.closed = True
+            self.arrived.notify_all()
+        self.outbox.put((-1, _WakeUpError()))  # the waiting loop re-checks ``finished`` now
+
+    def cancel(self) -> None:
+        """End the run: no job starts any more; finished ones are still delivered."""
+        self.stop.set()
+        with self.lock:
+            self.arrived.notify_all()
+
+    def take(self, admission: Admission) -> int | None:
+        """The next job for a worker thread holding a slot; waits for more while none is left."""
+        while True:
+            with self.lock:
+                if self.stop.is_set():
+                    return None
+                if self.cursor < len(self.job_list):
+                    index = self._start(admission)
+                    left = len(self.job_list) - self.cursor
+                    break
+                if self.closed:
+                    return None
+            if self.refill(True):
+                continue  # jobs came in synchronously (or none will): take again at once
+            with self.lock:
+                if self.cursor >= len(self.job_list) and not self.closed and not self.stop.is_set():
+                    self.arrived.wait(_WAIT_POLL_S)
+        if left <= self.low:
+            self.refill(False)
+        return index
+
+
+class _WakeUpError(Exception):
+    """Put in a batch's outbox to wake its waiting loop (not a job's outcome)."""
 
 
 class ScoringEngine:
@@ -377,6 +472,43 @@ class ScoringEngine:
         results: list[MetricResult | None] = [None] * len(job_list)
         if not job_list:
             return results
+
+        def record(index: int, result: MetricResult) -> None:
+            results[index] = result
+            if on_result is not None:
+                on_result(job_list[index], result)
+
+        self._drive(_Batch(job_list), record, stop, min(len(job_list), self.max_concurrency))
+        return results
+
+    def run_feed(
+        self,
+        feed: JobFeed,
+        *,
+        on_result: Callable[[Job, MetricResult], None],
+        stop: threading.Event | None = None,
+    ) -> None:
+        """:meth:`run` for jobs that arrive while it runs (worker processes pull theirs).
+
+        Returns once ``feed`` is closed and every job that came is delivered to
+        ``on_result``, or when the feed is cancelled or ``stop`` is set (finished jobs are
+        still delivered). The run keeps ``max_concurrency`` threads, which wait in
+        :meth:`JobFeed.take` while the feed is empty.
+        """
+
+        def record(index: int, result: MetricResult) -> None:
+            on_result(feed.job_list[index], result)
+
+        self._drive(feed, record, stop, self.max_concurrency)
+
+    def _drive(
+        self,
+        batch: _Batch,
+        deliver: Callable[[int, MetricResult], None],
+        stop: threading.Event | None,
+        threads: int,
+    ) -> None:
+        """Start ``threads`` job threads on ``batch`` and deliver its results until it ends."""
         context = contextvars.copy_context()
         observed = self._observed()
 
@@ -388,15 +520,17 @@ class ScoringEngine:
                 daemon=True,
             ).start()
 
-        batch = _Batch(job_list, spawn)
-        workers = batch.waiting = min(len(job_list), self.max_concurrency)
-        for _ in range(workers):
+        batch.spawn = spawn
+        batch.waiting = threads
+        for _ in range(threads):
             spawn()
         try:
-            while len(batch.done) < len(job_list) or not batch.outbox.empty():
-                if stop is not None and stop.is_set():
-                    self._deliver_finished(batch, results, on_result)
-                    break
+            while True:
+                if batch.stop.is_set() or (stop is not None and stop.is_set()):
+                    self._deliver_finished(batch, deliver)
+                    return
+                if batch.finished and batch.outbox.empty():
+                    return
                 late, wait = batch.overdue()
                 for index, admission in late:
                     if batch.settle(index, _JobTimeoutError()):
@@ -406,18 +540,13 @@ class ScoringEngine:
                     index, outcome = batch.outbox.get(timeout=wait)
                 except queue.Empty:
                     continue
-                result = results[index] = self._finish(job_list[index], outcome, None)
-                if on_result is not None:
-                    on_result(job_list[index], result)
+                if index >= 0:  # not a wake-up call
+                    deliver(index, self._finish(batch.jobs[index], outcome, None))
         finally:
             batch.stop.set()
-        return results
 
     def _deliver_finished(
-        self,
-        batch: _Batch,
-        results: list[MetricResult | None],
-        on_result: Callable[[Job, MetricResult], None] | None,
+        self, batch: _Batch, deliver: Callable[[int, MetricResult], None]
     ) -> None:
         """On stop: hand over the results of jobs that finished but were not delivered yet."""
         while True:
@@ -425,9 +554,8 @@ class ScoringEngine:
                 index, outcome = batch.outbox.get_nowait()
             except queue.Empty:
                 return
-            result = results[index] = self._finish(batch.jobs[index], outcome, None)
-            if on_result is not None:
-                on_result(batch.jobs[index], result)
+            if index >= 0:
+                deliver(index, self._finish(batch.jobs[index], outcome, None))
 
     def _work(self, batch: _Batch, observed: bool) -> None:
         """A worker thread: take a slot, take the next job, run it; until none is left."""

@@ -239,7 +239,10 @@ class _Run:
         running loop (Jupyter). Finished results are kept when the run is interrupted.
         """
         jobs = self.jobs()
-        self._progress = Progress(len(jobs), self.columns, enabled=self.show_progress)
+
+        def show() -> None:  # a tqdm bar starts a thread: after the workers are forked
+            self._progress = Progress(len(jobs), self.columns, enabled=self.show_progress)
+
         start = time.perf_counter()
         try:
             if self.recipe is not None:
@@ -251,14 +254,17 @@ class _Run:
                     processes=self.workers,
                     on_result=self._record_at,
                     stop=self._stop,
+                    on_start=show,
                 )
             else:
+                show()
                 self.engine.run(jobs, on_result=self._record, stop=self._stop)
         except KeyboardInterrupt:
             self.stop()
         finally:
             self.elapsed = time.perf_counter() - start
-            self._progress.close()
+            if self._progress is not None:
+                self._progress.close()
         return not self.stop_requested
 
     async def aexecute(self) -> None:
@@ -399,7 +405,8 @@ def evaluate(
             metric's ``max_parallel_calls`` for ``per_context`` metrics); a job sleeping out a
             retry backoff does not count. With ``workers`` it is the total, shared among them.
         workers: Processes scoring the jobs, this one included. This process starts scoring
-            at once on its threads while the others start (a second or two each), and every
+            at once on its threads while the others start (forked on Linux while this
+            process runs one thread: milliseconds; else spawned: a second or two), and every
             process pulls jobs from one feed as it frees up, so extra processes never delay a
             run's start and a slow one takes fewer jobs. ``"auto"`` (the default) uses more
             than one only where that can pay off: more than one core, at least 400 jobs and 8

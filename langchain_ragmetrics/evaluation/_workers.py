@@ -2,15 +2,23 @@
 
 One process spends most of a run's CPU on building prompts, parsing answers and HTTP
 plumbing under one interpreter lock; more processes use more cores. The calling process
-scores at once on its own threads, exactly as with one process, while the workers start
-(spawning one and importing LangChain takes a second or two): jobs are handed out from one
-feed as each side asks for them, the parent one at a time and each worker a few at a time
-(a quarter of its concurrency, asked for before it runs dry), so a worker's start-up is
-never on the critical path, a slow worker takes fewer jobs, and the sides finish together.
+scores at once on its own threads, exactly as with one process, while the workers start:
+jobs are handed out from one feed as each side asks for them, the parent one at a time and
+each worker a few at a time (a quarter of its concurrency, asked for before it runs dry), so
+a worker's start-up is never on the critical path, a slow worker takes fewer jobs, and the
+sides finish together.
 
-Scoring itself is the engine's on both sides: the job threads of :class:`ScoringEngine` (its
-``_work`` loop: slots, backoff hand-over, timeouts) take jobs from a :class:`_PullBatch`, an
-engine batch whose jobs arrive while it runs. Each worker gets a
+How workers start (:func:`start_method`): on Linux, when the calling process runs a single
+thread, they are forked before the parent's own scoring threads start, so they inherit the
+imports and are ready within milliseconds; otherwise (other threads alive, macOS, Windows)
+they are spawned, which re-imports LangChain and takes a second or two of CPU each. A forked
+worker keeps nothing live from the parent: it closes the parent's ends of the pipes, clears
+langchain-openai's cached HTTP clients, and builds its judges, engine and verdict-cache
+connection from the pickled recipe exactly as a spawned one does.
+
+Scoring itself is the engine's on both sides: :meth:`ScoringEngine.run_feed` (slots, backoff
+hand-over, timeouts) runs the jobs of a :class:`~langchain_ragmetrics._engine.JobFeed`, which
+arrive while it runs. Each worker gets a
 :class:`~langchain_ragmetrics.evaluation._recipe.ScoringRecipe` (never a live client), builds
 its judges and engine once, and streams results back over its own pipe:
 the caller's thread keeps the progress bar, ``on_result`` and the results, in input order
@@ -44,6 +52,7 @@ import os
 import pickle
 import queue
 import signal
+import sys
 import threading
 import time
 from collections import deque
@@ -52,7 +61,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import TYPE_CHECKING, Any, Literal
 
-from langchain_ragmetrics._engine import Job, ScoringEngine, _Batch, _JobTimeoutError
+from langchain_ragmetrics._engine import Job, JobFeed, ScoringEngine
 from langchain_ragmetrics._schema import MetricResult, RagSample
 
 if TYPE_CHECKING:
@@ -64,11 +73,13 @@ if TYPE_CHECKING:
 __all__ = [
     "AUTO_MIN_JOBS",
     "AUTO_SLOTS_PER_PROCESS",
+    "START_METHOD_ENV",
     "WORKER_RESTARTS",
     "Workers",
     "available_cores",
     "needs_main",
     "score_in_processes",
+    "start_method",
     "worker_count",
 ]
 
@@ -86,6 +97,31 @@ AUTO_SLOTS_PER_PROCESS = 8
 
 AUTO_MIN_RATE_PER_MINUTE = 3000.0
 """Below this ``rate_limit_per_minute`` one process keeps up (half a core): auto stays at 1."""
+
+START_METHOD_ENV = "RAGMETRICS_START_METHOD"
+"""Sets how workers start: ``fork``, ``spawn``, ``forkserver`` or ``auto`` (the default)."""
+
+_INHERITED_CLIENT_CACHES = {
+    "langchain_openai.chat_models._client_utils": (
+        "_cached_sync_httpx_client",
+        "_cached_async_httpx_client",
+    ),
+}
+"""Functions that cache live HTTP clients per process: a forked worker clears them."""
+
+_OWN_THREADS = frozenset(
+    {
+        "ragmetrics-call",
+        "ragmetrics-feed",
+        "ragmetrics-job",
+        "ragmetrics-lend",
+        "ragmetrics-own",
+        "ragmetrics-preflight",
+    }
+)
+"""Threads of earlier runs that end by themselves (or, idle call threads, when told to)."""
+_QUIESCE_S = 1.0
+"""How long :func:`_single_threaded` waits for them before it settles for spawn."""
 
 _POLL_S = 0.2  # bounded waits keep threads interruptible and watching for stop
 _STOP_GRACE_S = 5.0  # how long stopping workers may take to hand over what they finished
@@ -171,140 +207,89 @@ def _main_left_alone() -> Iterator[None]:
             multiprocessing.spawn.get_preparation_data = original
 
 
-# --------------------------------------------------------------------------- pulling jobs
+def start_method() -> str:
+    """How worker processes start now: the user's choice, else fork where safe, else spawn.
 
+    In order: ``$RAGMETRICS_START_METHOD`` when set to ``fork``, ``spawn`` or ``forkserver``
+    (``auto`` or unset: decide); then a start method the program chose with
+    ``multiprocessing.set_start_method`` when it is not the platform's default (a default
+    that is merely fixed is no choice: tqdm, for one, fixes it as a side effect); then
+    ``fork`` on Linux when this process runs a single Python thread at this moment (so no
+    lock can be held by a thread the child lacks, and Python 3.12+ has nothing to warn
+    about); otherwise ``spawn``.
 
-class _PullBatch(_Batch):
-    """An engine batch whose jobs arrive while it runs: ``refill`` asks for more when low.
-
-    ``refill(block)`` is called without the batch lock: when the batch has run dry
-    (``block``: it should not return before asking) or is running low (``low`` jobs or
-    fewer left, so the next ones arrive before they are needed). Jobs come in through
-    :meth:`add`; :meth:`close` says no more will. ``refill`` returns True when it did either
-    before returning (the parent's feed is local), False when the answer comes later (a
-    worker's request travels to the parent): then the taking thread waits for it.
+    Raises:
+        ValueError: ``$RAGMETRICS_START_METHOD`` names no start method of this platform.
     """
-
-    def __init__(
-        self, spawn: Callable[[], None], refill: Callable[[bool], bool], *, low: int = 0
-    ) -> None:
-        self.job_list: list[Job] = []
-        super().__init__(self.job_list, spawn)
-        self.refill = refill
-        self.low = low
-        self.closed = False
-        self.arrived = threading.Condition(self.lock)
-
-    @property
-    def exhausted(self) -> bool:
-        """No job is left to start, and none will come."""
-        return self.stop.is_set() or (self.closed and self.cursor >= len(self.job_list))
-
-    @property
-    def finished(self) -> bool:
-        """Every job that came was settled, and none will come."""
-        with self.lock:
-            return self.closed and len(self.done) == len(self.job_list)
-
-    def add(self, jobs: Sequence[Job]) -> None:
-        with self.lock:
-            self.job_list.extend(jobs)
-            self.arrived.notify_all()
-
-    def close(self) -> None:
-        with self.lock:
-            self.closed = True
-            self.arrived.notify_all()
-        self.outbox.put((-1, _WakeUpError()))  # the waiting loop re-checks ``finished`` now
-
-    def take(self, admission: Any) -> int | None:
-        """The next job for a worker thread holding a slot; waits for more while none is left."""
-        while True:
-            with self.lock:
-                if self.stop.is_set():
-                    return None
-                if self.cursor < len(self.job_list):
-                    index = self.cursor
-                    self.cursor += 1
-                    deadline = math.inf if admission.deadline is None else admission.deadline
-                    self.running[index] = (deadline, admission)
-                    left = len(self.job_list) - self.cursor
-                    break
-                if self.closed:
-                    return None
-            if self.refill(True):
-                continue  # jobs came in synchronously (or none will): take again at once
-            with self.lock:
-                if self.cursor >= len(self.job_list) and not self.closed and not self.stop.is_set():
-                    self.arrived.wait(_POLL_S)
-        if left <= self.low:
-            self.refill(False)
-        return index
+    wanted = os.environ.get(START_METHOD_ENV, "").strip().lower()
+    if wanted and wanted != "auto":
+        if wanted not in multiprocessing.get_all_start_methods():
+            allowed = ", ".join(["auto", *multiprocessing.get_all_start_methods()])
+            msg = f"${START_METHOD_ENV} must be one of {allowed}; got {wanted!r}"
+            raise ValueError(msg)
+        return wanted
+    fixed = multiprocessing.get_start_method(allow_none=True)
+    if fixed is not None and fixed != multiprocessing.get_all_start_methods()[0]:
+        return fixed
+    if sys.platform == "linux" and _single_threaded():
+        return "fork"
+    return "spawn"
 
 
-class _WakeUpError(Exception):
-    """Put in a batch's outbox to wake its waiting loop (not a job's outcome)."""
+def _single_threaded() -> bool:
+    """Whether this process runs no Python thread but the calling one (waiting for ours).
+
+    Threads this package left from earlier runs do not count when nothing else runs: job
+    threads end within a poll interval, idle helper threads of per-context calls are told to
+    end, and both are waited for (up to :data:`_QUIESCE_S`), so back-to-back ``evaluate()``
+    calls fork too. Native threads of C libraries do not count either: those that may run at
+    import (OpenBLAS's pool, started by ``import numpy``) shut themselves down at fork
+    (``pthread_atfork``), and Python's own check, which warns on 3.12+, runs after that.
+    """
+    if threading.active_count() == 1:
+        return True
+    here = threading.current_thread()
+    others = [t for t in threading.enumerate() if t is not here]
+    if not all(t.name in _OWN_THREADS for t in others):
+        return False
+    from langchain_ragmetrics.metrics._base import retire_idle_call_threads
+
+    retire_idle_call_threads()
+    deadline = time.monotonic() + _QUIESCE_S
+    for thread in others:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    return threading.active_count() == 1
 
 
-def _drive(
-    engine: ScoringEngine,
-    batch: _PullBatch,
-    deliver: Callable[[Job, MetricResult], None],
-    threads: int,
+def _forget_parent_clients() -> None:
+    """Clear the per-process caches of live HTTP clients a forked worker inherited."""
+    for module_name, names in _INHERITED_CLIENT_CACHES.items():
+        module = sys.modules.get(module_name)
+        for name in names:
+            clear = getattr(getattr(module, name, None), "cache_clear", None)
+            if callable(clear):
+                clear()
+
+
+def _forked_main(
+    target: Callable[[ScoringRecipe, Connection, Connection], None],
+    recipe: bytes,
+    conn: Connection,
+    control: Connection,
+    inherited: Sequence[Connection],
 ) -> None:
-    """``ScoringEngine.run`` for a batch whose jobs arrive while it runs."""
-    import contextvars
+    """A forked worker: drop what it inherited live, then run ``target`` like a spawned one.
 
-    context = contextvars.copy_context()
-    observed = engine._observed()
-
-    def spawn() -> None:
-        threading.Thread(
-            target=context.copy().run,
-            args=(engine._work, batch, observed),
-            name="ragmetrics-job",
-            daemon=True,
-        ).start()
-
-    batch.spawn = spawn
-    batch.waiting = threads
-    for _ in range(threads):
-        spawn()
-    try:
-        while True:
-            if batch.stop.is_set():
-                _deliver_waiting(engine, batch, deliver)
-                return
-            if batch.finished and batch.outbox.empty():
-                return
-            late, wait_s = batch.overdue()
-            for index, admission in late:
-                if batch.settle(index, _JobTimeoutError()):
-                    admission.close()
-                    batch.spare()
-            try:
-                index, outcome = batch.outbox.get(timeout=wait_s)
-            except queue.Empty:
-                continue
-            if index < 0:
-                continue
-            job = batch.job_list[index]
-            deliver(job, engine._finish(job, outcome, None))
-    finally:
-        batch.stop.set()
-
-
-def _deliver_waiting(
-    engine: ScoringEngine, batch: _PullBatch, deliver: Callable[[Job, MetricResult], None]
-) -> None:
-    while True:
-        try:
-            index, outcome = batch.outbox.get_nowait()
-        except queue.Empty:
-            return
-        if index >= 0:
-            job = batch.job_list[index]
-            deliver(job, engine._finish(job, outcome, None))
+    ``inherited`` are the parent's ends of this worker's pipes and of earlier workers' pipes:
+    closed here so that each pipe's end of file still means its peer is gone. The recipe
+    arrives pickled, so judges, metrics and verdict-cache connections are built anew.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for connection in inherited:
+        with contextlib.suppress(OSError):
+            connection.close()
+    _forget_parent_clients()
+    target(pickle.loads(recipe), conn, control)  # noqa: S301 (our own bytes, from the parent)
 
 
 # --------------------------------------------------------------------------- the worker
@@ -327,7 +312,7 @@ class _WorkerSide:
         self.chunk = max(1, math.ceil(self.slots / 4))
         self.asking = threading.Lock()
         self.asked = False
-        self.batch = _PullBatch(lambda: None, self.refill, low=self.chunk)
+        self.batch = JobFeed(self.refill, low=self.chunk)
         self.granted = threading.Event()
 
     def send(self, *message: Any) -> None:
@@ -365,10 +350,8 @@ class _WorkerSide:
                     break
         except (EOFError, OSError):
             pass
-        batch.stop.set()
+        batch.cancel()
         self.granted.set()
-        with batch.lock:
-            batch.arrived.notify_all()
 
     def deliver(self, job: Job, result: MetricResult) -> None:
         row, col = job.tag
@@ -380,7 +363,7 @@ class _WorkerSide:
         self.granted.wait()  # no job is asked for before this process may run one
         if not self.batch.stop.is_set():
             self.refill(True)
-            _drive(self.engine, self.batch, self.deliver, self.slots)
+            self.engine.run_feed(self.batch, on_result=self.deliver)
         self.send("done")
 
 
@@ -514,7 +497,9 @@ class _Pool:
         self.engine = engine
         self.recipe = recipe
         self.stop = stop
-        self.context = multiprocessing.get_context("spawn")
+        self.method = start_method()
+        """How this run's workers start (fork, spawn, forkserver): see :func:`start_method`."""
+        self.context: Any = multiprocessing.get_context(self.method)  # a start method's context
         self.feed = _Feed([(r, c) for r in range(len(samples)) for c in range(len(metrics))])
         self.events: queue.SimpleQueue[Event] = queue.SimpleQueue()
         self.workers: list[_Worker] = []
@@ -523,20 +508,26 @@ class _Pool:
         self.share_recipe = recipe.split(processes)
         self.processes = processes
         self.limiter = engine.limiter
-        self.own: _PullBatch | None = None
+        self.own: JobFeed | None = None
 
     # ------------------------------------------------------------ start
 
     def start_workers(self) -> None:
-        keep_main = needs_main(self.recipe)
+        forked = self.method == "fork"
+        keep_main = forked or needs_main(self.recipe)
+        recipe = pickle.dumps(self.share_recipe) if forked else None
         for _ in range(self.processes - 1):
             receiver, sender = self.context.Pipe(duplex=False)
             listener, control = self.context.Pipe(duplex=False)
+            if recipe is not None:
+                inherited = [receiver, control]
+                inherited += [c for w in self.workers for c in (w.conn, w.control)]
+                target: Callable[..., None] = _forked_main
+                args: tuple[Any, ...] = (_worker_main, recipe, sender, listener, inherited)
+            else:
+                target, args = _worker_main, (self.share_recipe, sender, listener)
             process = self.context.Process(
-                target=_worker_main,
-                args=(self.share_recipe, sender, listener),
-                name="ragmetrics-worker",
-                daemon=True,
+                target=target, args=args, name="ragmetrics-worker", daemon=True
             )
             if keep_main:
                 process.start()
@@ -572,9 +563,9 @@ class _Pool:
             row, col = job.tag
             self.events.put(("result", row, col, result))
 
-        batch = self.own = _PullBatch(lambda: None, refill)
+        batch = self.own = JobFeed(refill)
         try:
-            _drive(engine, batch, deliver, engine.max_concurrency)
+            engine.run_feed(batch, on_result=deliver)
         except BaseException as exc:
             self.events.put(("raise", exc))
 
@@ -681,7 +672,7 @@ class _Pool:
         """Stop everyone, collect what workers finished (on stop), then end them."""
         self.halt.set()
         if self.own is not None:
-            self.own.stop.set()
+            self.own.cancel()
         self.feed.stop()
         workers = list(self.workers)
         for worker in workers:
@@ -726,12 +717,15 @@ def score_in_processes(
     processes: int,
     on_result: Callable[[int, int, MetricResult], None],
     stop: threading.Event,
+    on_start: Callable[[], None] | None = None,
 ) -> None:
     """Score every (row x metric) job here and in ``processes - 1`` workers; see the module.
 
     ``on_result`` runs on the calling thread with (row, column, result), once per job. Setting
     ``stop`` (or Ctrl-C, which propagates) ends the run: what was finished is collected, the
-    rest stays unscored.
+    rest stays unscored. ``on_start`` runs once the workers may be forked, before the first
+    result: start anything that runs a thread there (a tqdm bar starts a monitor thread), so
+    that it does not keep the workers from being forked.
     """
     pool = _Pool(
         samples=samples,
@@ -751,9 +745,17 @@ def score_in_processes(
 
     own = threading.Thread(target=pool.run_own, name="ragmetrics-own", daemon=True)
     serving = threading.Thread(target=pool.serve, name="ragmetrics-feed", daemon=True)
-    own.start()  # the parent's jobs are under way before the first worker is spawned
     try:
-        pool.start_workers()
+        if pool.method == "fork":  # forked while this process is single-threaded: in ms
+            pool.start_workers()
+            if on_start is not None:
+                on_start()
+            own.start()
+        else:  # the parent's jobs are under way before the first worker is spawned
+            if on_start is not None:
+                on_start()
+            own.start()
+            pool.start_workers()
         serving.start()
         while len(received) < total and not stop.is_set():
             try:

@@ -416,6 +416,7 @@ class _CallThreads:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._idle = 0  # threads waiting for a task, less the tasks queued for them
+        self._epoch = 0  # threads started before the last ``retire_idle`` end when done
         self._tasks: queue.SimpleQueue[Callable[[], object]] = queue.SimpleQueue()
 
     def submit(self, task: Callable[[], object]) -> None:
@@ -429,14 +430,28 @@ class _CallThreads:
             target=self._serve, args=(task,), name="ragmetrics-call", daemon=True
         ).start()
 
+    def retire_idle(self) -> None:
+        """End the threads idle now, and those busy now once done (before a fork)."""
+        with self._lock:  # under the lock: a thread timing out meanwhile sees them queued
+            for _ in range(self._idle):
+                self._tasks.put(_retire)
+            self._idle = 0
+            self._epoch += 1
+
     def _serve(self, task: Callable[[], object]) -> None:
+        with self._lock:
+            epoch = self._epoch
         while True:
             task()
             with self._lock:
+                if self._epoch != epoch:  # retired while busy
+                    return
                 self._idle += 1
             while True:
                 try:
                     task = self._tasks.get(timeout=_IDLE_S)
+                    if task is _retire:  # ``retire_idle`` took it off the idle count
+                        return
                     break
                 except queue.Empty:
                     with self._lock:  # a task queued meanwhile is someone's: keep waiting
@@ -445,7 +460,16 @@ class _CallThreads:
                             return
 
 
+def _retire() -> None:
+    """The task that ends an idle helper thread (see :meth:`_CallThreads.retire_idle`)."""
+
+
 _CALL_THREADS = _CallThreads()
+
+
+def retire_idle_call_threads() -> None:
+    """End the idle helper threads of per-context judge calls; they start again when needed."""
+    _CALL_THREADS.retire_idle()
 
 
 def _new_call_threads() -> None:

@@ -356,6 +356,8 @@ class JudgeRequest:
     model: str | None = None
     tool_names: list[str] = field(default_factory=list)
     received_at: float = field(default_factory=time.monotonic)
+    client_port: int | None = None
+    """The client's TCP port: requests on one kept-alive connection share it."""
 
     @classmethod
     def from_body(
@@ -871,6 +873,7 @@ class JudgeServer(LoopbackServer):
         req = JudgeRequest.from_body(
             body, path=path, headers={k.lower(): v for k, v in handler.headers.items()}
         )
+        req.client_port = handler.client_address[1]
         with self._lock:
             self._requests.append(req)
             self._stats.requests += 1

@@ -3,6 +3,11 @@
 Where a test needs one side to score (or not), it holds the other at a seam: the parent's own
 scoring (``_Pool.run_own``) waits for an event, or the worker's entry point is replaced by a
 function of this module that the spawned child imports. No test waits on luck.
+
+The tests that matter run under both start methods (``start_method`` fixture, set through
+``$RAGMETRICS_START_METHOD``): this test process runs other threads (the judge server's), so
+left alone it would always spawn. The automatic choice itself, and a fork from a truly
+single-threaded process, are checked in fresh interpreters.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -30,12 +35,12 @@ from langchain_openai import ChatOpenAI
 from langchain_ragmetrics import ContextPrecision, ContextRecall, MetricResult, VerdictCache
 from langchain_ragmetrics._cli._common import ExitCode
 from langchain_ragmetrics._cli._evaluate import _workers_arg
-from langchain_ragmetrics._engine import ScoringEngine
+from langchain_ragmetrics._engine import JobFeed, ScoringEngine
 from langchain_ragmetrics.evaluation import _run as run_module
 from langchain_ragmetrics.evaluation import _workers as workers_module
 from langchain_ragmetrics.evaluation import evaluate
 from langchain_ragmetrics.evaluation._recipe import JudgeRecipe, ScoringRecipe
-from langchain_ragmetrics.evaluation._workers import worker_count
+from langchain_ragmetrics.evaluation._workers import START_METHOD_ENV, start_method, worker_count
 from tests._support.judges import payload
 from tests._support.lexical_judge import lexical_judge
 from tests._support.openai_server import JudgeRequest, JudgeServer
@@ -73,6 +78,26 @@ def scores(result: Any, metric: str) -> list[float]:
 
 
 HOLD_S = 120.0  # an upper bound on waiting for a spawned worker, never reached when all is well
+
+
+@pytest.fixture(params=["fork", "spawn"])
+def start_method_used(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[str]:
+    """Workers start this way in the test (forced: this process runs other threads)."""
+    method: str = request.param
+    monkeypatch.setenv(START_METHOD_ENV, method)
+    methods: list[str] = []
+    original = workers_module._Pool.start_workers
+
+    def start_workers(self: Any) -> None:
+        original(self)
+        methods.extend(type(w.process).__name__ for w in self.workers)
+
+    monkeypatch.setattr(workers_module._Pool, "start_workers", start_workers)
+    yield method
+    assert methods, "no worker was started"
+    assert set(methods) == {f"{method.capitalize()}Process"}, methods
 
 
 def hold_parent(monkeypatch: pytest.MonkeyPatch, until: threading.Event | None) -> None:
@@ -114,6 +139,10 @@ def watch_workers(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     return seen
 
 
+WORKER_MAIN = workers_module._worker_main
+"""The real entry point (a forked child inherits the test's replacement of the module's)."""
+
+
 def never_ready(recipe: ScoringRecipe, conn: Any, control: Any) -> None:
     """A worker that never comes up: it waits for the parent to stop it (spawned child)."""
     del recipe, conn
@@ -127,12 +156,15 @@ def dies_on_first_jobs(recipe: ScoringRecipe, conn: Any, control: Any) -> None:
     def add(self: Any, jobs: Any) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
-    workers_module._PullBatch.add = add  # type: ignore[method-assign]
-    workers_module._worker_main(recipe, conn, control)
+    JobFeed.add = add  # type: ignore[method-assign]
+    WORKER_MAIN(recipe, conn, control)
 
 
 def test_the_parent_and_a_worker_give_the_same_results_in_input_order(
-    judge_server: JudgeServer, make_judge: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+    judge_server: JudgeServer,
+    make_judge: Callable[..., Any],
+    monkeypatch: pytest.MonkeyPatch,
+    start_method_used: str,
 ) -> None:
     judge_server.script = lexical_judge()
     data = rows(12)
@@ -165,7 +197,10 @@ def test_the_parent_and_a_worker_give_the_same_results_in_input_order(
 
 
 def test_the_parent_scores_every_job_when_no_worker_comes_up(
-    judge_server: JudgeServer, make_judge: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+    judge_server: JudgeServer,
+    make_judge: Callable[..., Any],
+    monkeypatch: pytest.MonkeyPatch,
+    start_method_used: str,
 ) -> None:
     judge_server.script = lexical_judge()
     monkeypatch.setattr(workers_module, "_worker_main", never_ready)
@@ -192,6 +227,7 @@ def test_the_verdict_cache_is_shared_across_processes(
     judge_server: JudgeServer,
     make_judge: Callable[..., Any],
     monkeypatch: pytest.MonkeyPatch,
+    start_method_used: str,
 ) -> None:
     judge_server.script = lexical_judge()
     path = tmp_path / "verdicts.sqlite3"
@@ -212,7 +248,10 @@ def test_the_verdict_cache_is_shared_across_processes(
 
 
 def test_a_dead_workers_jobs_go_back_to_the_feed_and_are_scored_once(
-    judge_server: JudgeServer, make_judge: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+    judge_server: JudgeServer,
+    make_judge: Callable[..., Any],
+    monkeypatch: pytest.MonkeyPatch,
+    start_method_used: str,
 ) -> None:
     judge_server.script = lexical_judge()
     monkeypatch.setattr(workers_module, "_worker_main", dies_on_first_jobs)
@@ -236,7 +275,10 @@ def test_a_dead_workers_jobs_go_back_to_the_feed_and_are_scored_once(
 
 
 def test_a_job_whose_holders_all_die_fails_with_the_cause(
-    judge_server: JudgeServer, make_judge: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+    judge_server: JudgeServer,
+    make_judge: Callable[..., Any],
+    monkeypatch: pytest.MonkeyPatch,
+    start_method_used: str,
 ) -> None:
     monkeypatch.setattr(workers_module, "WORKER_RESTARTS", 0)
     judge_server.script = lexical_judge()
@@ -261,7 +303,7 @@ def test_a_job_whose_holders_all_die_fails_with_the_cause(
 
 
 def test_a_keyboard_interrupt_from_on_result_keeps_the_partial_results(
-    judge_server: JudgeServer, make_judge: Callable[..., Any]
+    judge_server: JudgeServer, make_judge: Callable[..., Any], start_method_used: str
 ) -> None:
     judge_server.script = lexical_judge()
 
@@ -351,13 +393,15 @@ print("scored", sum(r.status("context_recall") == "scored" for r in result.rows)
 """
 
 
+@pytest.mark.parametrize("method", ["spawn", "auto"])  # auto: forked (one thread, Linux)
 def test_a_script_without_the_main_guard_is_not_rerun_by_its_workers(
-    judge_server: JudgeServer, tmp_path: Path
+    judge_server: JudgeServer, tmp_path: Path, method: str
 ) -> None:
     judge_server.script = lexical_judge()
     script = tmp_path / "unguarded.py"
     script.write_text(UNGUARDED_SCRIPT, encoding="utf-8")
     env = {**clean_env(), "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    env[START_METHOD_ENV] = method
     proc = subprocess.run(
         [sys.executable, str(script), judge_server.base_url],
         env=env, capture_output=True, text=True, timeout=300, check=False,
@@ -367,8 +411,9 @@ def test_a_script_without_the_main_guard_is_not_rerun_by_its_workers(
     assert judge_server.count() == 4
 
 
+@pytest.mark.parametrize("method", ["fork", "spawn"])
 def test_ctrl_c_on_the_cli_with_workers_keeps_the_partial_results(
-    judge_server: JudgeServer, tmp_path: Path
+    judge_server: JudgeServer, tmp_path: Path, method: str
 ) -> None:
     release = threading.Event()
     lexical = lexical_judge()
@@ -386,7 +431,11 @@ def test_ctrl_c_on_the_cli_with_workers_keeps_the_partial_results(
         [*RAGMETRICS, "evaluate", str(data), "--metrics", "context_recall",
          "--concurrency", "2", "--workers", "2", "--out", str(out_file), "--no-preflight",
          "--no-cache"],
-        env=clean_env(OPENAI_API_KEY="test", OPENAI_BASE_URL=judge_server.base_url),
+        env=clean_env(
+            OPENAI_API_KEY="test",
+            OPENAI_BASE_URL=judge_server.base_url,
+            **{START_METHOD_ENV: method},
+        ),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -518,3 +567,124 @@ def test_auto_stays_at_one_inside_a_daemonic_process(monkeypatch: pytest.MonkeyP
     assert this.daemon  # as in a multiprocessing pool's worker, which may not have children
     assert worker_count("auto", jobs=1000, max_concurrency=16, cores=2) == 1
     assert worker_count(2, jobs=1000, max_concurrency=16, cores=2) == 2  # asked for: tried
+
+
+CHOICE_SCRIPT = """
+import multiprocessing, sys, threading, tqdm
+from langchain_ragmetrics.evaluation._workers import start_method
+
+print(start_method())  # one thread: fork (Linux)
+release = threading.Event()
+other = threading.Thread(target=release.wait)
+other.start()
+print(start_method())  # another thread is alive: spawn
+release.set()
+other.join()
+tqdm.tqdm(total=1, file=sys.stderr).close()  # fixes the default method, starts a monitor
+tqdm.tqdm.monitor.exit()
+tqdm.tqdm.monitor.join()
+print(multiprocessing.get_start_method(allow_none=True), start_method())  # still decided
+multiprocessing.set_start_method("spawn", force=True)
+print(start_method())  # the program's own choice
+"""
+
+
+def test_workers_fork_only_while_the_process_runs_one_thread() -> None:
+    env = {**clean_env(), "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    env.pop(START_METHOD_ENV, None)
+    proc = subprocess.run(
+        [sys.executable, "-c", CHOICE_SCRIPT],
+        env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    default = multiprocessing.get_all_start_methods()[0]
+    alone = "fork" if sys.platform == "linux" else "spawn"
+    assert proc.stdout.splitlines() == [alone, "spawn", f"{default} {alone}", "spawn"]
+
+
+def test_workers_are_spawned_while_another_thread_is_alive(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv(START_METHOD_ENV, raising=False)
+    with monkeypatch.context() as alone:
+        alone.setattr(threading, "active_count", lambda: 1)
+        assert start_method() == ("fork" if sys.platform == "linux" else "spawn")
+    release = threading.Event()
+    other = threading.Thread(target=release.wait, name="held")
+    other.start()
+    try:
+        assert start_method() == "spawn"
+    finally:
+        release.set()
+        other.join()
+
+
+def test_the_start_method_variable_wins_and_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(START_METHOD_ENV, "spawn")
+    assert start_method() == "spawn"
+    monkeypatch.setenv(START_METHOD_ENV, " Fork ")
+    assert start_method() == "fork"
+    monkeypatch.setenv(START_METHOD_ENV, "thread")
+    with pytest.raises(
+        ValueError, match=r"\$RAGMETRICS_START_METHOD must be one of auto, .*'thread'"
+    ):
+        start_method()
+
+
+FORK_SCRIPT = """
+import json, sys, threading, warnings
+from langchain_openai import ChatOpenAI
+from langchain_ragmetrics import ContextPrecision, ContextRecall, evaluate
+from langchain_ragmetrics.evaluation import _workers
+
+llm = ChatOpenAI(model="m", base_url=sys.argv[1], api_key="test", max_retries=0)
+rows = json.loads(sys.argv[2])
+metrics = [ContextRecall(), ContextPrecision(per_context=True)]  # helper threads
+one = evaluate(rows, metrics, llm=llm, workers=1, show_progress=False)
+lingering = sorted({t.name for t in threading.enumerate()} - {"MainThread"})
+warm = {"question": "warm-up?", "contexts": ["Warm."], "reference": "Warm."}
+ContextRecall(llm=llm).invoke(warm)  # the last request of this process before the workers'
+methods = []
+choose = _workers.start_method
+_workers.start_method = lambda: methods.append(choose()) or methods[-1]
+_workers._Pool.run_own = lambda self: None  # the worker scores every job
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    two = evaluate(rows, metrics, llm=llm, workers=2, show_progress=False)
+print(json.dumps({
+    "lingering": lingering,
+    "methods": methods,
+    "warnings": [f"{w.category.__name__}: {w.message}" for w in caught],
+    "same": all(list(one[m]) == list(two[m]) for m in one.metrics),
+    "scored": sum(r.status(m) == "scored" for r in two.rows for m in two.metrics),
+}))
+"""
+
+
+def test_a_forked_worker_opens_its_own_connections_and_scores_the_same(
+    judge_server: JudgeServer,
+) -> None:
+    judge_server.script = lexical_judge()
+    data = rows(6)
+    env = {**clean_env(), "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    env.pop(START_METHOD_ENV, None)
+    proc = subprocess.run(
+        [sys.executable, "-c", FORK_SCRIPT, judge_server.base_url, json.dumps(data)],
+        env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout.splitlines()[-1])
+    # helper threads of the first run were still alive: they were ended, and the run forked
+    assert "ragmetrics-call" in report["lingering"], report
+    assert report["methods"] == ["fork" if sys.platform == "linux" else "spawn"]
+    assert report["warnings"] == []  # no DeprecationWarning / RuntimeWarning about the fork
+    assert report["same"]
+    assert report["scored"] == 12
+    requests = judge_server.requests
+    (warm,) = [i for i, r in enumerate(requests) if "warm-up?" in r.text]
+    parent, worker = requests[: warm + 1], requests[warm + 1 :]
+    assert len(worker) == len(parent) - 1  # the same jobs as the first run, all the worker's
+    parent_ports = {r.client_port for r in parent}
+    worker_ports = {r.client_port for r in worker}
+    assert None not in parent_ports | worker_ports
+    assert worker_ports.isdisjoint(parent_ports)  # no connection of the parent's pool reused

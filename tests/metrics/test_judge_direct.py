@@ -23,7 +23,7 @@ from langchain_ragmetrics import ContextEntityRecall, ContextPrecision, ContextR
 from langchain_ragmetrics._engine import Job, ScoringEngine
 from langchain_ragmetrics._schema import MetricResult, coerce_sample
 from langchain_ragmetrics.metrics import JudgedMetric, RetryPolicy
-from langchain_ragmetrics.metrics._base import run_parallel
+from langchain_ragmetrics.metrics._base import retire_idle_call_threads, run_parallel
 from tests._support.judges import EINSTEIN_REFERENCE, EINSTEIN_VERDICTS, keyword_precision
 from tests._support.openai_server import (
     JudgeServer,
@@ -281,6 +281,19 @@ def test_run_parallel_keeps_order_and_runs_up_to_limit_at_once() -> None:
     assert run_parallel(call, list(range(7)), limit=2) == [0, 10, 20, 30, 40, 50, 60]
     assert peak == 2
     assert run_parallel(call, [], limit=3) == []
+
+
+def test_idle_helper_threads_end_when_retired_and_come_back_when_needed() -> None:
+    """What ``evaluate(workers=...)`` does before it forks: no helper thread stays alive."""
+    all_three = threading.Barrier(3, timeout=30)  # the caller and two helper threads at once
+    assert run_parallel(lambda x: (all_three.wait(), x)[1], [1, 2, 3], limit=3) == [1, 2, 3]
+    helpers = [t for t in threading.enumerate() if t.name == "ragmetrics-call"]
+    assert len(helpers) >= 2
+    retire_idle_call_threads()
+    for thread in helpers:
+        thread.join(30)  # an upper bound, never reached: each ends at once
+    assert not [t for t in threading.enumerate() if t.name == "ragmetrics-call"]
+    assert run_parallel(lambda x: x * 2, [1, 2, 3], limit=3) == [2, 4, 6]
 
 
 def test_run_parallel_runs_every_call_and_raises_the_first_error_in_order() -> None:
