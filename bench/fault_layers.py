@@ -8,8 +8,10 @@ does not blur it)::
 
 then ``python bench/fault_layers.py OUT --report`` prints the figures. For each reply kind
 (``ok``, ``500``, ``429``, ``malformed``) it times N distinct ContextRecall calls, each layer
-on its own: ``sdk`` the bare openai SDK sending the very request body (the floor), ``gen``
-LangChain's ``ChatOpenAI._generate``, ``call`` our ``call_judge`` (no retry: one request), and
+on its own, from what the layer above would hand it (built outside the timed region): ``sdk``
+the bare openai SDK sending the very request body (the floor), ``gen`` LangChain's
+``ChatOpenAI._generate`` from the formatted messages, ``call`` our ``call_judge`` (no retry:
+one request; it formats the prompt itself), and
 ``job`` a whole job through ``score_unobserved`` with the default ``RetryPolicy`` (backoff
 zeroed) whose *first* request gets the fault: ``job`` of a fault kind minus ``job`` of ``ok``
 is what one failed request adds to a job, retry included. ``os.getppid()`` marks the region
@@ -96,23 +98,28 @@ def measure(out: Path, calls: int) -> None:
             retry = RetryPolicy(initial_backoff=0.0) if layer == "job" else once
             metric: Any = metric_from_name(key, llm=llm, retry=retry)
 
-            def calls_of(batch: list[Any], metric: Any = metric) -> list[Any]:
-                out = []
+            def prepare(batch: list[Any], layer: str = layer, metric: Any = metric) -> list[Any]:
+                """What each layer starts from, built outside the timed region."""
+                if layer == "job":
+                    return batch
+                items = []
                 for sample in batch:
                     call = metric.plan(metric.prepared(sample)[0]).calls[0]
-                    out.append((metric.runner(call), call))
-                return out
+                    runner = metric.runner(call)
+                    messages = runner.prompt.format_messages(**call.variables)
+                    body = runner.llm._get_request_payload(messages, **runner.model.kwargs)
+                    items.append((runner, call, messages, body))
+                return items
 
             def run(
-                batch: list[Any], layer: str = layer, metric: Any = metric, header: str = header
+                items: list[Any], layer: str = layer, metric: Any = metric, header: str = header
             ) -> None:
                 if layer == "job":
-                    for sample in batch:
+                    for sample in items:
                         assert not metric.score_unobserved(sample).failed
                     return
                 with unobserved():
-                    for runner, call in calls_of(batch):
-                        messages = runner.prompt.format_messages(**call.variables)
+                    for runner, call, messages, body in items:
                         if layer == "call":
                             call_judge(runner, call, None, once)
                             continue
@@ -120,16 +127,13 @@ def measure(out: Path, calls: int) -> None:
                             if layer == "gen":
                                 runner.llm._generate(messages, **runner.direct)
                             else:
-                                body = runner.llm._get_request_payload(
-                                    messages, **runner.model.kwargs
-                                )
                                 runner.llm.root_client.chat.completions.create(**body)
                         except Exception:  # the SDK's or LangChain's error: the fault
                             if header == "always-ok":
                                 raise
 
-            run([next(samples) for _ in range(2)])  # warm-up of this client and layer
-            batch = [next(samples) for _ in range(calls)]
+            run(prepare([next(samples) for _ in range(2)]))  # warm-up: client and layer
+            batch = prepare([next(samples) for _ in range(calls)])
             gc.collect()
             gc.disable()
             os.getppid()  # callgrind dumps here: the region starts
