@@ -13,6 +13,7 @@ Modes:
                 evaluate's own default), wall and CPU time; the CPU counts this process and
                 every worker process it started and reaped (``getrusage`` of ``RUSAGE_SELF``
                 plus ``RUSAGE_CHILDREN``); the orchestrator starts one process per repeat;
+                with ``--async``, ``aevaluate()`` on an event loop instead (one process);
     floor       the same calls with the bare openai SDK, no framework: with ``--bodies`` the
                 exact request bodies our run sent (messages, tool schema, tool choice), else
                 ``--calls`` requests with a 4,500-character prompt; ``--concurrency`` threads
@@ -22,6 +23,7 @@ Modes:
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import math
 import resource
@@ -62,17 +64,24 @@ def run_evaluate(
     metrics: list[Any],
     concurrency: int,
     workers: int | str = "auto",
+    *,
+    asynchronous: bool = False,
 ) -> dict[str, list[float]]:
-    """Score records with ``evaluate()`` (``workers`` as given); returns the scores per metric."""
-    from langchain_ragmetrics.evaluation import evaluate
+    """Score records with ``evaluate()`` (``workers`` as given), or ``aevaluate()`` (one
+    process, the event loop) when ``asynchronous``; returns the scores per metric."""
+    from langchain_ragmetrics.evaluation import aevaluate, evaluate
 
-    result = evaluate(
-        records,
-        metrics,
-        max_concurrency=concurrency,
-        show_progress=False,
-        workers=workers,  # type: ignore[arg-type]
-    )
+    if asynchronous:
+        run = aevaluate(records, metrics, max_concurrency=concurrency, show_progress=False)
+        result = asyncio.run(run)
+    else:
+        result = evaluate(
+            records,
+            metrics,
+            max_concurrency=concurrency,
+            show_progress=False,
+            workers=workers,  # type: ignore[arg-type]
+        )
     return {m.key: [math.nan if v is None else float(v) for v in result[m.key]] for m in metrics}
 
 
@@ -162,6 +171,12 @@ def main(argv: list[str] | None = None) -> int:
         help='throughput mode: evaluate(workers=...), "auto" or a number',
     )
     parser.add_argument(
+        "--async",
+        dest="asynchronous",
+        action="store_true",
+        help="throughput mode: aevaluate() on an event loop instead of evaluate()",
+    )
+    parser.add_argument(
         "--initial-backoff", type=float, default=None, help="RetryPolicy.initial_backoff"
     )
     args = parser.parse_args(argv)
@@ -178,16 +193,21 @@ def main(argv: list[str] | None = None) -> int:
         emit({"samples": len(records), "wall_s": wall, "scores": _summary(scores)})
         return 0
     warmup = load(samples=4)  # the shipped samples: the timed run's texts stay unseen
-    run_evaluate(warmup, _metrics(args.base_url, SIDE + WARMUP, keys), args.concurrency, 1)
+    warm = _metrics(args.base_url, SIDE + WARMUP, keys)
+    run_evaluate(warmup, warm, args.concurrency, 1, asynchronous=args.asynchronous)
     metrics = _metrics(args.base_url, keys=keys, initial_backoff=args.initial_backoff)
     from langchain_ragmetrics.evaluation._workers import worker_count
 
-    processes = worker_count(
-        args.workers, jobs=len(records) * len(metrics), max_concurrency=args.concurrency
-    )
+    processes = 1
+    if not args.asynchronous:
+        processes = worker_count(
+            args.workers, jobs=len(records) * len(metrics), max_concurrency=args.concurrency
+        )
     start, cpu, own = time.perf_counter(), _cpu_s(), time.process_time()
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)
-    scores = run_evaluate(records, metrics, args.concurrency, args.workers)
+    scores = run_evaluate(
+        records, metrics, args.concurrency, args.workers, asynchronous=args.asynchronous
+    )
     wall, cpu = time.perf_counter() - start, _cpu_s() - cpu
     emit(
         {

@@ -2,14 +2,21 @@
 
 ``evaluate()`` of 300 distinct samples x 2 metrics (ContextRecall, ContextPrecision),
 concurrency 16, the default ``RetryPolicy``, against the loopback judge answering after 100 ms.
-In the faulty runs each request independently fails with probability 0.3 (seeded), after the
-same 100 ms as an answer (a fault costs the judge's time, as a slow 500 does):
+In the faulty runs each request independently fails with probability 0.3 (seeded), as one of:
 
 * ``mixed`` (issue 18's mix): a third HTTP 500, a third HTTP 429 with ``Retry-After: 1``, a
   third malformed answers (tool-call arguments that are not JSON, retried at once by
   ``parse_retries``);
 * ``transient``: half HTTP 500, half HTTP 429 with ``Retry-After: 1`` (every fault waits out a
   backoff: the harder case).
+
+Two fault models, each run with both mixes:
+
+* *faults take the latency* (``slow``): every fault comes after the judge's full latency, as
+  a slow 500 does (the hard case: a failed request holds its slot as long as an answer);
+* *429/500 at once, malformed after the latency* (``fast``): 429s and 500s are answered
+  without latency, as rate-limiting gateways and overloaded front ends do (the model never
+  ran); a malformed answer still comes after the latency (the model did the work).
 
 The configurations alternate in one session, each run a fresh process
 (``_ours_driver.py throughput``), so the ratios compare like with like on a noisy machine.
@@ -23,12 +30,13 @@ job starts the run is CPU-bound) plus the tail of the last jobs' retry chains (t
 row are 2 s of ``Retry-After`` no client may shorten).
 Target (issue 18): with faults <= 1.5x the fault-free wall time.
 
-Usage: ``python bench/bench_faults.py [--tiny] [--repeats N] [--out DIR]`` (``--no-ragas`` is
-accepted and changes nothing: there is no RAGAS side).
+Usage: ``python bench/bench_faults.py [--tiny] [--repeats N] [--model slow|fast|both]
+[--out DIR]`` (``--no-ragas`` is accepted and changes nothing: there is no RAGAS side).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import sys
@@ -42,6 +50,8 @@ from bench_throughput import CONCURRENCY, distinct_dataset, throughput_run
 from tests._support.openai_server import (
     JudgeRequest,
     JudgeServer,
+    Reply,
+    reply_delay,
     reply_error,
     reply_garbage,
 )
@@ -53,36 +63,60 @@ FAULT_RATE = 0.30
 REPEATS = 3
 TARGET = 1.5
 RETRY_AFTER = {"Retry-After": "1"}
-SCENARIOS: tuple[tuple[str, float, tuple[str, ...]], ...] = (
-    ("none", 0.0, ()),
-    ("mixed", FAULT_RATE, ("500", "429", "malformed")),
-    ("transient", FAULT_RATE, ("500", "429")),
-)
-LABELS = {
-    "none": "none",
+MIXES: dict[str, tuple[str, ...]] = {
+    "mixed": ("500", "429", "malformed"),
+    "transient": ("500", "429"),
+}
+MODELS = {
+    "slow": "faults take the latency",
+    "fast": "429/500 at once, malformed after the latency",
+}
+MIX_LABELS = {
     "mixed": "30 %: 500 / 429 (Retry-After: 1) / malformed",
     "transient": "30 %: 500 / 429 (Retry-After: 1)",
 }
+
+
+def scenarios(models: tuple[str, ...]) -> list[tuple[str, float, tuple[str, ...], bool]]:
+    """``(name, rate, kinds, errors wait the latency)``: none, then each mix per model."""
+    out: list[tuple[str, float, tuple[str, ...], bool]] = [("none", 0.0, (), True)]
+    for model in models:
+        for mix, kinds in MIXES.items():
+            name = mix if model == "slow" else f"{mix}-fast"
+            out.append((name, FAULT_RATE, kinds, model == "slow"))
+    return out
+
+
+def label(name: str) -> str:
+    """The table's row label of a scenario."""
+    if name == "none":
+        return "none"
+    mix, _, fast = name.partition("-")
+    return f"{MIX_LABELS[mix]}; {MODELS['fast' if fast else 'slow']}"
 
 
 class FaultyJudge:
     """The benchmark judge, failing each request with probability ``rate`` (seeded).
 
     A fault is one of ``kinds`` with equal odds: ``500``, ``429`` (with ``hint`` as headers)
-    or ``malformed`` (a 200 whose tool-call arguments are not JSON). Every answer, fault or
-    not, comes after the server's latency.
+    or ``malformed`` (a 200 whose tool-call arguments are not JSON). Answers and malformed
+    answers come after ``latency``; 429s and 500s too when ``slow_errors``, else at once. (The
+    server itself runs without latency: the judge puts the wait on each reply.)
     """
 
-    def __init__(self, judge: BenchJudge, *, seed: int = 7) -> None:
+    def __init__(self, judge: BenchJudge, *, latency: float, seed: int = 7) -> None:
         self.judge = judge
+        self.latency = latency
         self.rate = 0.0
         self.kinds: tuple[str, ...] = ("500", "429")
+        self.slow_errors = True
         self.hint: dict[str, str] = dict(RETRY_AFTER)
         self._random = random.Random(seed)
         self._lock = threading.Lock()
         self.faults = 0
-        self.log: list[tuple[JudgeRequest, str]] = []
-        """The timed side's requests and what each got (``ok`` or the fault's kind)."""
+        self.log: list[tuple[JudgeRequest, str, float]] = []
+        """The timed side's requests, what each got (``ok`` or the fault's kind) and after how
+        many seconds."""
 
     def reset(self) -> None:
         """Forget the count and the log (before each run)."""
@@ -90,82 +124,93 @@ class FaultyJudge:
             self.faults = 0
             self.log = []
 
-    def __call__(self, req: JudgeRequest) -> Any:
+    def __call__(self, req: JudgeRequest) -> Reply:
         timed = req.headers.get("x-bench-side") == "ours"
         with self._lock:
             roll = self._random.random()
             kind = "ok"
             if roll < self.rate:
                 kind = self.kinds[min(int(roll / self.rate * len(self.kinds)), len(self.kinds) - 1)]
+            wait = self.latency if self.slow_errors or kind in ("ok", "malformed") else 0.0
             self.faults += kind != "ok" and timed
             if timed:
-                self.log.append((req, kind))
+                self.log.append((req, kind, wait))
         if kind == "500":
-            return reply_error(500, "injected server error")
+            return dataclasses.replace(reply_error(500, "injected server error"), delay=wait)
         if kind == "429":
-            return reply_error(429, "injected rate limit", headers=self.hint)
+            reply = reply_error(429, "injected rate limit", headers=self.hint)
+            return dataclasses.replace(reply, delay=wait)
         if kind == "malformed":
-            return reply_garbage()
-        return self.judge(req)
+            return dataclasses.replace(reply_garbage(), delay=self.latency)
+        answer = self.judge(req)
+        if isinstance(answer, str):
+            return reply_delay(self.latency, text=answer)
+        return reply_delay(self.latency, answer)
 
 
-def timeline(log: list[tuple[JudgeRequest, str]], latency: float) -> dict[str, Any]:
+def timeline(log: list[tuple[JudgeRequest, str, float]]) -> dict[str, Any]:
     """Where the time of one run went, from the judge's request log.
 
     A job is one (metric, prompt) pair: its first request is its start, later ones its
     retries. The *tail* runs from the last job's first request to the last answer: no job is
     left to start then, and the slots only serve the retries still to come; ``tail_busy_slots``
-    is the mean number of requests in flight in it (each holds a slot for ``latency``).
+    is the mean number of requests in flight in it (each holds a slot until its answer).
     """
     if not log:
         return {}
-    t0 = min(req.received_at for req, _ in log)
-    attempts: dict[tuple[str | None, str], list[float]] = {}
-    for req, _ in sorted(log, key=lambda entry: entry[0].received_at):
+    t0 = min(req.received_at for req, *_ in log)
+    attempts: dict[tuple[str | None, str], list[tuple[float, float]]] = {}
+    for req, _, wait in sorted(log, key=lambda entry: entry[0].received_at):
         key = (req.headers.get("x-bench-metric"), req.text)
-        attempts.setdefault(key, []).append(req.received_at - t0)
-    sent = sorted(t for times in attempts.values() for t in times)
-    last_start = max(times[0] for times in attempts.values())
-    end = sent[-1] + latency
+        attempts.setdefault(key, []).append((req.received_at - t0, wait))
+    sent = [attempt for chain in attempts.values() for attempt in chain]
+    last_start = max(chain[0][0] for chain in attempts.values())
+    end = max(t + wait for t, wait in sent)
     tail = end - last_start
-    busy = sum(min(t + latency, end) - max(t, last_start) for t in sent if t + latency > last_start)
+    busy = sum(min(t + w, end) - max(t, last_start) for t, w in sent if t + w > last_start)
     return {
         "jobs": len(attempts),
         "last_start_s": last_start,
         "end_s": end,
         "tail_s": tail,
-        "tail_requests": sum(1 for t in sent if t > last_start),
+        "tail_requests": sum(1 for t, _ in sent if t > last_start),
         "tail_busy_slots": busy / tail if tail > 0 else math.nan,
         "jobs_by_requests": {
-            str(n): sum(1 for times in attempts.values() if len(times) == n)
-            for n in sorted({len(times) for times in attempts.values()})
+            str(n): sum(1 for chain in attempts.values() if len(chain) == n)
+            for n in sorted({len(chain) for chain in attempts.values()})
         },
     }
 
 
-def measure(*, samples: int, latency: float, repeats: int, out: Any) -> dict[str, Any]:
+def measure(
+    *,
+    samples: int,
+    latency: float,
+    repeats: int,
+    out: Any,
+    models: tuple[str, ...] = ("slow", "fast"),
+    asynchronous: bool = False,
+) -> dict[str, Any]:
     """Alternate fault-free and faulty runs (fresh processes) and summarise."""
     dataset = distinct_dataset(out, samples)
-    faulty = FaultyJudge(BenchJudge())
-    runs: dict[str, list[dict[str, Any]]] = {name: [] for name, *_ in SCENARIOS}
-    with JudgeServer(faulty, latency=latency) as server:
+    faulty = FaultyJudge(BenchJudge(), latency=latency)
+    plan = scenarios(models)
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name, *_ in plan}
+    extra = ["--metrics", METRICS, *(["--async"] if asynchronous else [])]
+    with JudgeServer(faulty) as server:  # no latency of its own: the judge sets each wait
         for _ in range(repeats):
-            for name, rate, kinds in SCENARIOS:
+            for name, rate, kinds, slow_errors in plan:
                 faulty.rate, faulty.kinds = rate, kinds or faulty.kinds
+                faulty.slow_errors = slow_errors
                 faulty.reset()
                 server.reset()
                 report = throughput_run(
-                    sys.executable,
-                    "_ours_driver.py",
-                    server.base_url,
-                    dataset,
-                    "--metrics",
-                    METRICS,
+                    sys.executable, "_ours_driver.py", server.base_url, dataset, *extra
                 )
                 report["requests"] = len(faulty.log)
                 report["faults"] = faulty.faults
                 report["failed_jobs"] = sum(s["failed"] for s in report["scores"].values())
-                report["timeline"] = timeline(faulty.log, latency)
+                report["timeline"] = timeline(faulty.log)
                 runs[name].append(report)
     jobs = samples * len(METRICS.split(","))
     summary = {}
@@ -194,15 +239,17 @@ def measure(*, samples: int, latency: float, repeats: int, out: Any) -> dict[str
         "concurrency": CONCURRENCY,
         "latency_s": latency,
         "fault_rate": FAULT_RATE,
+        "models": list(models),
+        "entry_point": "aevaluate" if asynchronous else "evaluate",
         "runs": summary,
     }
 
 
 def render(result: dict[str, Any]) -> str:
-    """Markdown table and the verdict on the target."""
+    """Markdown table and the verdict on the target, per fault model."""
     rows = [
         [
-            LABELS[name],
+            label(name),
             s["requests"],
             s["faults"],
             s["failed_jobs"],
@@ -217,7 +264,7 @@ def render(result: dict[str, Any]) -> str:
         for name, s in result["runs"].items()
     ]
     headers = [
-        "judge faults",
+        "judge faults; fault model",
         "HTTP requests",
         "faults injected",
         "jobs failed",
@@ -229,29 +276,64 @@ def render(result: dict[str, Any]) -> str:
         f"slots busy in tail (of {result['concurrency']})",
         "vs no faults",
     ]
-    verdict = " ".join(
-        f"{name}: {s['slowdown']:.2f}x (target <= {TARGET:g}x: "
-        f"{'met' if s['slowdown'] <= TARGET else 'MISSED'})."
-        for name, s in result["runs"].items()
-        if name != "none"
-    )
+    verdicts = []
+    for model in result["models"]:
+        names = [
+            n for n in result["runs"] if n != "none" and n.endswith("-fast") == (model == "fast")
+        ]
+        verdicts.append(
+            f"Fault model *{MODELS[model]}*: "
+            + ", ".join(
+                f"{n.removesuffix('-fast')} {result['runs'][n]['slowdown']:.2f}x (target <= "
+                f"{TARGET:g}x: {'met' if result['runs'][n]['slowdown'] <= TARGET else 'MISSED'})"
+                for n in names
+            )
+            + "."
+        )
     head = (
-        f"{result['samples']} samples x 2 metrics ({result['jobs']} jobs), concurrency "
-        f"{result['concurrency']}, judge latency {result['latency_s'] * 1000:.0f} ms (faults "
-        f"too), default RetryPolicy, {len(result['runs']['none']['walls_s'])} runs per "
-        "configuration, alternating. Timeline columns are medians over runs, from the judge's "
-        "request log; the tail runs from the last new job's first request to the last answer."
+        f"`{result['entry_point']}()` of {result['samples']} samples x 2 metrics "
+        f"({result['jobs']} jobs), concurrency {result['concurrency']}, judge latency "
+        f"{result['latency_s'] * 1000:.0f} ms, default RetryPolicy, "
+        f"{len(result['runs']['none']['walls_s'])} runs per configuration, alternating. Fault "
+        "models: *faults take the latency* (every fault after the judge's latency, as a slow "
+        "500: the hard case) and *429/500 at once, malformed after the latency* (errors "
+        "answered without latency, as rate-limiting gateways do; a malformed answer still "
+        "after it: the model did the work). Timeline columns are "
+        "medians over runs, from the judge's request log; the tail runs from the last new "
+        "job's first request to the last answer."
     )
-    return "\n\n".join([head, table(headers, rows), verdict])
+    return "\n\n".join([head, table(headers, rows), "\n".join(verdicts)])
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = base_parser(__doc__.splitlines()[0])
+    parser.add_argument(
+        "--model",
+        choices=["slow", "fast", "both"],
+        default="both",
+        help="fault model: faults take the latency (slow), 429/500 at once (fast), or both",
+    )
+    parser.add_argument(
+        "--async",
+        dest="asynchronous",
+        action="store_true",
+        help="score with aevaluate() on an event loop instead of evaluate()",
+    )
     args = parser.parse_args(argv)
     samples, latency = (12, 0.01) if args.tiny else (SAMPLES, LATENCY)
     repeats = args.repeats or (1 if args.tiny else REPEATS)
-    result = measure(samples=samples, latency=latency, repeats=repeats, out=args.out)
-    publish(args.out, "faults", "Retries under faults", render(result), result)
+    models = ("slow", "fast") if args.model == "both" else (args.model,)
+    result = measure(
+        samples=samples,
+        latency=latency,
+        repeats=repeats,
+        out=args.out,
+        models=models,
+        asynchronous=args.asynchronous,
+    )
+    name = "faults" if not args.asynchronous else "faults_async"
+    title = "Retries under faults" + (" (aevaluate)" if args.asynchronous else "")
+    publish(args.out, name, title, render(result), result)
     return 0
 
 

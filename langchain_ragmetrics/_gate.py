@@ -15,6 +15,7 @@ import contextlib
 import threading
 import time
 import weakref
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextvars import ContextVar
 from typing import TYPE_CHECKING
@@ -28,6 +29,7 @@ __all__ = [
     "Admission",
     "DeadlineExceededError",
     "Gate",
+    "LoopSlots",
     "admitted",
     "current_admission",
 ]
@@ -35,11 +37,60 @@ __all__ = [
 _RATE_POLL_S = 0.05
 
 
+class LoopSlots:
+    """The slots of one event loop: a semaphore whose jobs back from a backoff go first.
+
+    ``asyncio.Semaphore`` serves its waiters in arrival order: ``arun`` starts every job at
+    once, so a job back from its backoff would wait behind every job not started yet (and
+    could pass its timeout there). Here :meth:`acquire` with ``resumed=True`` goes before the
+    fresh waiters, as :meth:`Gate.acquire_resumed` does for threads. A released slot is handed
+    to the next waiter directly.
+    """
+
+    def __init__(self, value: int) -> None:
+        self._value = value
+        self._resumed: deque[asyncio.Future[None]] = deque()
+        self._fresh: deque[asyncio.Future[None]] = deque()
+
+    @property
+    def resuming(self) -> int:
+        """Jobs back from a backoff that wait for a slot."""
+        return sum(1 for waiter in self._resumed if not waiter.done())
+
+    async def acquire(self, *, resumed: bool = False) -> None:
+        """Take a slot; ``resumed`` for a job back from its backoff (ahead of new jobs)."""
+        if self._value > 0:  # a free slot means no live waiter: release hands slots over
+            self._value -= 1
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        queue = self._resumed if resumed else self._fresh
+        queue.append(waiter)
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():  # handed a slot, then cancelled
+                self.release()
+            else:
+                with contextlib.suppress(ValueError):
+                    queue.remove(waiter)
+            raise
+
+    def release(self) -> None:
+        """Give a slot back: to the first resumed waiter, else the first fresh one."""
+        for queue in (self._resumed, self._fresh):
+            while queue:
+                waiter = queue.popleft()
+                if not waiter.done():
+                    waiter.set_result(None)
+                    return
+        self._value += 1
+
+
 class Gate:
     """The engine's limits: ``max_concurrency`` working jobs, ``rate_limiter``'s request rate.
 
-    Threads share one counting semaphore; each event loop gets its own ``asyncio.Semaphore``
-    of the same size (an engine runs its jobs on threads or on one loop, not both at once).
+    Threads share one counting semaphore; each event loop gets its own :class:`LoopSlots` of
+    the same size (an engine runs its jobs on threads or on one loop, not both at once).
     """
 
     def __init__(self, max_concurrency: int, rate_limiter: BaseRateLimiter | None = None) -> None:
@@ -51,9 +102,9 @@ class Gate:
         self.slots = threading.BoundedSemaphore(max_concurrency)
         self._resuming = 0  # jobs back from a backoff, waiting for a slot
         self._turns = threading.Condition()
-        self._loop_slots: weakref.WeakKeyDictionary[
-            asyncio.AbstractEventLoop, asyncio.Semaphore
-        ] = weakref.WeakKeyDictionary()
+        self._loop_slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopSlots] = (
+            weakref.WeakKeyDictionary()
+        )
 
     @property
     def resuming(self) -> int:
@@ -84,12 +135,12 @@ class Gate:
                 return False
         return self.slots.acquire(timeout=max(0.0, deadline - time.monotonic()))
 
-    def loop_slots(self) -> asyncio.Semaphore:
+    def loop_slots(self) -> LoopSlots:
         """The slots of the running event loop."""
         loop = asyncio.get_running_loop()
         slots = self._loop_slots.get(loop)
         if slots is None:
-            slots = self._loop_slots[loop] = asyncio.Semaphore(self.max_concurrency)
+            slots = self._loop_slots[loop] = LoopSlots(self.max_concurrency)
         return slots
 
 
@@ -115,7 +166,7 @@ class Admission:
         *,
         holding: bool = False,
         on_park: Callable[[], object] | None = None,
-        loop_slots: asyncio.Semaphore | None = None,
+        loop_slots: LoopSlots | None = None,
     ) -> None:
         self.gate = gate
         self.deadline = deadline
@@ -216,7 +267,7 @@ class Admission:
             if self._held or self._closed:
                 return
         slots = self._loop_slots or self.gate.loop_slots()
-        await slots.acquire()
+        await slots.acquire(resumed=True)  # ahead of the jobs not started yet
         self._took(ok=True)
 
     def _took(self, ok: bool) -> None:

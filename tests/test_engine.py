@@ -22,6 +22,7 @@ from langchain_ragmetrics import (
     RagSample,
 )
 from langchain_ragmetrics._engine import Job, ScoringEngine, failure_report, make_rate_limiter
+from langchain_ragmetrics._gate import LoopSlots
 from langchain_ragmetrics._schema import MetricResult
 from langchain_ragmetrics._threads import DaemonThreadPool
 from langchain_ragmetrics.metrics import RetryPolicy
@@ -433,3 +434,73 @@ def test_a_job_back_from_its_backoff_goes_before_new_jobs(
     assert [r.score for r in results if r is not None] == [0.5] * 3
     order = [payload(r)["question"] for r in judge_server.requests]
     assert order == ["#0", "#1", "#0", "#2"]
+
+
+def test_on_the_event_loop_too_a_job_back_from_its_backoff_goes_before_new_jobs(
+    judge_server: JudgeServer, make_judge: Callable[..., Any]
+) -> None:
+    """``arun`` starts every job at once: the retry of #0 must not queue behind #2.
+
+    (Behind every job not started yet, a retry of a long async run would pass its timeout.)
+    """
+    release = threading.Event()
+    failed: list[str] = []
+
+    def script(req: JudgeRequest) -> Any:
+        name = payload(req)["question"]
+        if name == "#0" and not failed:
+            failed.append(name)
+            return reply_error(500, "injected")
+        if name == "#1":
+            return reply_hold(release, EINSTEIN_VERDICTS)  # holds the only slot
+        return EINSTEIN_VERDICTS
+
+    judge_server.script = script
+    engine = ScoringEngine(max_concurrency=1)
+    recall = ContextRecall(llm=make_judge(), retry=RetryPolicy(initial_backoff=0))
+    jobs = [Job(sample(f"#{i}"), recall) for i in range(3)]
+
+    async def main() -> list[MetricResult]:
+        run = asyncio.ensure_future(engine.arun(jobs))
+        slots = engine.gate.loop_slots()
+        try:
+            deadline = time.monotonic() + 30
+            while slots.resuming == 0:  # #0 is back from its backoff, waiting for the slot
+                assert not run.done(), "the run ended before the retry waited for a slot"
+                assert time.monotonic() < deadline, "the retry never waited for a slot"
+                await asyncio.sleep(0.01)
+            assert judge_server.count() == 2  # #0's first attempt and #1 (held) only
+        finally:
+            release.set()
+        return await run
+
+    results = asyncio.run(main())
+    assert [r.score for r in results] == [0.5] * 3
+    order = [payload(r)["question"] for r in judge_server.requests]
+    assert order == ["#0", "#1", "#0", "#2"]
+
+
+def test_loop_slots_hand_a_cancelled_waiters_slot_on() -> None:
+    """A waiter cancelled while waiting takes no slot; one cancelled after it was handed a
+    slot gives it to the next waiter, so no slot is lost."""
+
+    async def main() -> None:
+        slots = LoopSlots(1)
+        await slots.acquire()
+        gone = asyncio.ensure_future(slots.acquire())
+        handed = asyncio.ensure_future(slots.acquire(resumed=True))
+        last = asyncio.ensure_future(slots.acquire())
+        await asyncio.sleep(0)  # all three wait
+        assert slots.resuming == 1
+        gone.cancel()
+        await asyncio.sleep(0)
+        slots.release()  # to the resumed waiter first ...
+        handed.cancel()  # ... which is cancelled before it runs: the slot goes on
+        await asyncio.sleep(0)
+        await asyncio.wait_for(last, 5)
+        assert gone.cancelled()
+        assert handed.cancelled()
+        slots.release()
+        await asyncio.wait_for(slots.acquire(), 5)  # the one slot is free again
+
+    asyncio.run(main())

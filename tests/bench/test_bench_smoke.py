@@ -16,10 +16,16 @@ from typing import Any
 
 import pytest
 
+from tests._support.openai_server import JudgeRequest
+
 pytestmark = pytest.mark.slow  # a third of the suite's time: `pytest -m "not slow"` skips them
 
 REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "bench"
+sys.path.insert(0, str(BENCH))
+
+import bench_faults  # noqa: E402 - bench/ is not a package
+from _judge import BenchJudge  # noqa: E402
 
 
 def run_bench(script: str, out: Path, *extra: str, timeout: float = 120) -> dict[str, Any]:
@@ -113,17 +119,42 @@ def test_throughput_floor_replays_our_request_bodies(
 
 
 def test_faults_retry_every_injected_fault(tmp_path: Path) -> None:
-    result = run_bench("bench_faults.py", tmp_path)
+    result = run_bench("bench_faults.py", tmp_path, timeout=300)
     runs = result["runs"]
-    assert set(runs) == {"none", "mixed", "transient"}
+    assert set(runs) == {"none", "mixed", "transient", "mixed-fast", "transient-fast"}
+    assert result["models"] == ["slow", "fast"]
     assert runs["none"]["requests"] == result["jobs"] == 24
-    for name in ("mixed", "transient"):  # every fault retried: one success per unfailed job
+    for name in ("mixed", "transient", "mixed-fast", "transient-fast"):
+        # every fault retried: one success per unfailed job
         run = runs[name]
         assert run["requests"] == result["jobs"] - run["failed_jobs"] + run["faults"]
         (timeline,) = run["timelines"]  # each job's attempts, from the judge's request log
         assert timeline["jobs"] == result["jobs"]
         assert sum(timeline["jobs_by_requests"].values()) == result["jobs"]
         assert 0 <= timeline["last_start_s"] < timeline["end_s"]
+    assert "Fault model *429/500 at once, malformed after the latency*: mixed" in result["table"]
+
+
+def test_the_fault_models_wait_as_labelled() -> None:
+    """Answers and malformed answers wait the latency; 429s and 500s only when slow."""
+    faulty = bench_faults.FaultyJudge(BenchJudge(), latency=0.1)
+    faulty.rate, faulty.kinds = 1.0, ("500", "429", "malformed")
+    request = JudgeRequest.from_body(
+        {"model": "m", "messages": [{"role": "user", "content": "x"}]},
+        path="/v1/chat/completions",
+        headers={"x-bench-side": "ours"},
+    )
+    for slow, error_wait in ((True, 0.1), (False, 0.0)):
+        faulty.slow_errors = slow
+        waits: dict[int, set[float]] = {}
+        for _ in range(60):
+            reply = faulty(request)
+            waits.setdefault(reply.status, set()).add(reply.delay)
+        assert waits == {500: {error_wait}, 429: {error_wait}, 200: {0.1}}
+        assert {wait for _, kind, wait in faulty.log if kind == "malformed"} == {0.1}
+        faulty.reset()
+    faulty.rate = 0.0
+    assert faulty(request).delay == 0.1
 
 
 @pytest.mark.timeout(900)  # 8 paired runs, 4 block runs and the memory run: fresh processes
