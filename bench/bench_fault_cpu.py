@@ -20,44 +20,19 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from make_dataset import build  # bench/ is the script's own directory
+from _fault_judge import start as start_fault_judge  # bench/ is the script's own directory
+from make_dataset import build
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # this checkout's package, for the imports in main()
 
 CONCURRENCY = 16
 KINDS = ("500", "429", "malformed")
-SERVER = """
-import sys, threading
-sys.path[:0] = [{bench!r}, {root!r}]
-from _judge import BenchJudge
-from tests._support.openai_server import JudgeServer, reply_error, reply_garbage
-
-judge, seen, lock = BenchJudge(), set(), threading.Lock()
-
-def script(req):
-    kind = req.headers.get("x-bench-fault", "ok")
-    with lock:
-        first = (kind, req.text) not in seen
-        seen.add((kind, req.text))
-    if kind == "ok" or not first:
-        return judge(req)
-    if kind == "500":
-        return reply_error(500, "injected server error")
-    if kind == "429":
-        return reply_error(429, "injected rate limit", headers={{"Retry-After": "0"}})
-    return reply_garbage()
-
-with JudgeServer(script, latency={latency}) as server:
-    print(server.base_url, flush=True)
-    sys.stdin.read()
-"""
 
 
 def client(url: str, kind: str, metric: str) -> Any:
@@ -91,13 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     from langchain_ragmetrics.evaluation import metric_from_name
     from langchain_ragmetrics.metrics import RetryPolicy
 
-    code = SERVER.format(bench=str(HERE), root=str(HERE.parent), latency=args.latency)
-    server = subprocess.Popen(  # our own interpreter and script
-        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    )
+    server, url = start_fault_judge(latency=args.latency)
     try:
-        assert server.stdout is not None
-        url = server.stdout.readline().strip()
         keys = args.metrics.split(",")
         retry = RetryPolicy(initial_backoff=0.0)
         sides = ("ok", *KINDS)

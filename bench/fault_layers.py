@@ -27,7 +27,6 @@ import gc
 import glob
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -37,34 +36,11 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 KINDS = ("ok", "500", "429", "malformed")
 LAYERS = ("sdk", "gen", "call", "job")
-SERVER = """
-import sys, threading
-sys.path[:0] = [{bench!r}, {root!r}]
-from _judge import BenchJudge
-from tests._support.openai_server import JudgeServer, reply_error, reply_garbage
-judge, seen, lock = BenchJudge(), set(), threading.Lock()
-def script(req):
-    kind = req.headers.get("x-bench-fault", "ok")
-    always = kind.startswith("always-")
-    kind = kind.removeprefix("always-")
-    with lock:
-        first = (kind, req.text) not in seen
-        seen.add((kind, req.text))
-    if kind == "ok" or not (first or always):
-        return judge(req)
-    if kind == "500":
-        return reply_error(500, "injected server error")
-    if kind == "429":
-        return reply_error(429, "injected rate limit", headers={{"Retry-After": "0"}})
-    return reply_garbage()
-with JudgeServer(script) as server:
-    print(server.base_url, flush=True)
-    sys.stdin.read()
-"""
 
 
 def measure(out: Path, calls: int) -> None:
     """Run every (kind, layer) region once; write the region names beside the dumps."""
+    from _fault_judge import start as start_fault_judge
     from langchain_openai import ChatOpenAI
     from make_dataset import build
 
@@ -73,12 +49,7 @@ def measure(out: Path, calls: int) -> None:
     from langchain_ragmetrics.metrics import RetryPolicy
     from langchain_ragmetrics.metrics._judge import call_judge, unobserved
 
-    code = SERVER.format(bench=str(HERE), root=str(HERE.parent))
-    server = subprocess.Popen(  # our own interpreter and script
-        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    )
-    assert server.stdout is not None
-    url = server.stdout.readline().strip()
+    server, url = start_fault_judge()
     key = "context_recall"
     samples = iter(coerce_sample(r) for r in build((calls + 2) * len(KINDS) * len(LAYERS)))
     once = RetryPolicy(max_retries=0, parse_retries=0)

@@ -469,6 +469,10 @@ def test_on_the_event_loop_too_a_job_back_from_its_backoff_goes_before_new_jobs(
                 assert not run.done(), "the run ended before the retry waited for a slot"
                 assert time.monotonic() < deadline, "the retry never waited for a slot"
                 await asyncio.sleep(0.01)
+            while judge_server.count() < 2:  # #1 took the slot; its request may be on its way
+                assert time.monotonic() < deadline, "#1 never reached the judge"
+                await asyncio.sleep(0.01)
+            # #1 holds the only slot until released: nothing else can have been sent.
             assert judge_server.count() == 2  # #0's first attempt and #1 (held) only
         finally:
             release.set()

@@ -19,7 +19,6 @@ import contextlib
 import logging
 import multiprocessing
 import os
-import pickle
 import signal
 import threading
 import traceback
@@ -42,6 +41,7 @@ from langchain_ragmetrics.callbacks._messages import (
     Report,
     Results,
     ScoreItems,
+    picklable,
 )
 from langchain_ragmetrics.callbacks._stats import Counters, FailureLog, HandlerStats, logger
 
@@ -103,7 +103,7 @@ class _ResultBuffer:
             try:
                 self._channel.send(Results(items, stats))
             except Exception as exc:  # a result that does not pickle: send the others
-                kept = [item for item in items if _picklable(item)]
+                kept = [item for item in items if picklable(item)]
                 lost = len(items) - len(kept)
                 self._counters.add(handler_errors=lost)
                 logger.warning(
@@ -115,14 +115,6 @@ class _ResultBuffer:
                 if kept or stats is not None:
                     self._channel.send(Results(kept, stats))
             return True
-
-
-def _picklable(item: object) -> bool:
-    try:
-        pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception:
-        return False
-    return True
 
 
 class _ForwardLogs(logging.Handler):

@@ -59,6 +59,7 @@ from langchain_ragmetrics.callbacks._messages import (
     Report,
     Results,
     ScoreItems,
+    picklable,
 )
 from langchain_ragmetrics.callbacks._outbox import SinkOutbox, close_all, flush_all, outboxes_for
 from langchain_ragmetrics.callbacks._settings import HandlerSettings
@@ -483,7 +484,7 @@ class ProcessRuntime:
 
     def _pickle_each(self, child: _Child, message: ScoreItems, exc: Exception) -> bytes:
         """Pickle the items that can be; the others are counted as errors and dropped."""
-        kept = [item for item in message.items if _picklable(item)]
+        kept = [item for item in message.items if picklable(item)]
         lost = len(message.items) - len(kept)
         self._counters.add(handler_errors=lost, abandoned=lost)
         with self._cond:
@@ -629,14 +630,6 @@ class ProcessRuntime:
                 "isolated:child-died",
                 f"the scoring process {reason}: {lost} retrievals lost{tail}",
             )
-
-
-def _picklable(item: object) -> bool:
-    try:
-        pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception:
-        return False
-    return True
 
 
 def _log_levels() -> dict[str, int]:

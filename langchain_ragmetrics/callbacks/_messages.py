@@ -9,6 +9,7 @@ cheap to build and to pickle.
 
 from __future__ import annotations
 
+import pickle
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +31,7 @@ __all__ = [
     "Report",
     "Results",
     "ScoreItems",
+    "picklable",
 ]
 
 # --------------------------------------------------------------------------- parent -> child
@@ -135,3 +137,12 @@ class LogRecordData:
 
 ChildMessage = Ready | Report | Results | Flushed | Closed | Fatal | LogRecordData
 """Anything the child sends."""
+
+
+def picklable(item: object) -> bool:
+    """Whether ``item`` can cross the pipe (a message with one that cannot is sent without it)."""
+    try:
+        pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:
+        return False
+    return True

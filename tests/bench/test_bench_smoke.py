@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -260,3 +261,24 @@ def test_monitor_benchmark_scores_every_run(tmp_path: Path) -> None:
     assert run["runs_scored"] == 20
     assert run["judge_calls"] == run["feedback_sent"] == 40
     assert level["cpu_ms_per_judge_call"] > 0
+
+
+def test_fault_cpu_prices_every_fault_kind() -> None:
+    """``bench_fault_cpu.py --tiny``: every fault kind was injected and retried, and priced."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "LANGSMITH_"))}
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / "bench_fault_cpu.py"), "--tiny"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+        env=env,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = proc.stdout.strip().splitlines()
+    assert summary[-1] == "command: python bench/bench_fault_cpu.py --tiny"
+    figures = dict(re.findall(r"(500|429|malformed) ([\d.]+) ms", summary[-2]))
+    assert set(figures) == {"500", "429", "malformed"}
+    assert all(float(value) > 0 for value in figures.values())
+    assert re.search(r"success [\d.]+ ms CPU/request", summary[-2])
