@@ -39,7 +39,6 @@ from langchain_core.callbacks import BaseCallbackHandler
 from langchain_ragmetrics.callbacks._isolation import ProcessIsolation, ScoringSetup
 from langchain_ragmetrics.callbacks._launch import interpreter
 from langchain_ragmetrics.callbacks._stats import logger
-from langchain_ragmetrics.callbacks.sinks import BaseSink
 from langchain_ragmetrics.metrics._base import BaseRagMetric
 
 if TYPE_CHECKING:
@@ -121,21 +120,19 @@ def platform_reason() -> str | None:
 def resolve_auto(
     *,
     metrics: list[BaseRagMetric],
-    sinks: list[BaseSink],
     reference_provider: Any,
     trace_judge: str | BaseCallbackHandler | None,
 ) -> Resolved:
     """Choose the isolated mode when the child can do the same work (see the module doc).
 
-    The arguments are the handler's checked options (``sinks`` is accepted for the record:
-    they are delivered in this process in either mode); a fallback warns once per process.
+    The arguments are the handler's checked options; the sinks do not decide (they deliver
+    in this process in either mode). A fallback warns once per process.
     """
 
     def stay(reason: str) -> Resolved:
         _warn_once(reason)
         return Resolved("thread", reason)
 
-    del sinks  # they stay in this process whatever the mode: they never decide it
     reason = platform_reason()
     if reason is not None:
         return stay(reason)

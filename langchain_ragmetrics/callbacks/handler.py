@@ -158,7 +158,6 @@ class RagMetricsCallbackHandler(BaseCallbackHandler):
         if auto:
             resolved = resolve_auto(
                 metrics=self.metrics,
-                sinks=self.sinks,
                 reference_provider=self.settings.reference_provider,
                 trace_judge=self.settings.trace_judge,
             )

@@ -167,7 +167,6 @@ def test_each_unsafe_option_is_named_in_the_fallback(
     handler = RagMetricsCallbackHandler(**options)
     resolved = _auto.resolve_auto(
         metrics=handler.metrics,
-        sinks=handler.sinks,
         reference_provider=handler.settings.reference_provider,
         trace_judge=handler.settings.trace_judge,
     )
