@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
             for kind in KINDS:
                 extra = row[kind + "_requests"] - row["ok_requests"]
                 row[kind + "_ms"] = (row[kind + "_cpu"] - row["ok_cpu"]) / extra * 1000
-                line.append(f"{kind} +{row[kind + '_ms']:.2f} ms/failed request ({extra:.0f})")
+                line.append(f"{kind} {row[kind + '_ms']:+.2f} ms/failed request ({extra:.0f})")
             rows.append(row)
             print(", ".join(line), flush=True)
         med = {k: statistics.median(row[k] for row in rows) for k in rows[0]}

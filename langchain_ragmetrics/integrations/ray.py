@@ -15,7 +15,8 @@ thing to fail). The cost: near the end of a run, an idle actor's share goes unus
 
 If an actor dies, Ray Data restarts it and re-runs the batch it held (its actors have
 unlimited ``max_restarts`` / ``max_task_retries`` by default); a batch's rows are output only
-when the whole batch returns, so a retried batch is not counted twice.
+when the whole batch returns, so a retried batch is not counted twice in the results (the
+judge does see its requests again: Ray runs a lost task at least once).
 """
 
 from __future__ import annotations
