@@ -143,14 +143,14 @@ def resolve_auto(
             "`reference_provider` cannot be sent to a child process (a lambda or closure, a "
             "live client, a lock, or something defined in __main__)"
         )
-    shipped: list[BaseRagMetric] | ScoringRecipe = metrics
     judges = 0
-    if _portable(metrics) is None:
+    blob = _portable((metrics, reference_provider))  # metrics that pickle go as they are
+    if blob is None:
         recipe = _recipe(metrics)
         if isinstance(recipe, str):
             return stay(recipe)
-        shipped, judges = recipe, len(recipe.judge_recipes)
-    blob = _portable((shipped, reference_provider))
+        judges = len(recipe.judge_recipes)
+        blob = _portable((recipe, reference_provider))
     if blob is None:
         return stay(
             "the metrics cannot be sent to a child process (a live object other than the "
@@ -162,13 +162,14 @@ def resolve_auto(
 
 def _recipe(metrics: list[BaseRagMetric]) -> ScoringRecipe | str:
     """Judge-less metrics and a recipe per distinct judge, or why they cannot be made."""
-    from langchain_ragmetrics.evaluation._recipe import ScoringRecipe
+    from langchain_ragmetrics.evaluation._recipe import RecipeError, ScoringRecipe
 
     try:
         return ScoringRecipe(metrics)
-    except Exception as exc:
-        # The recipe's messages end with advice for evaluate(workers=...): keep the reason.
-        return str(exc).rpartition("; ")[0] or str(exc)
+    except RecipeError as exc:  # its advice is for evaluate(workers=...): keep the reason
+        return exc.reason
+    except Exception as exc:  # an odd chat model must not fail the handler's construction
+        return f"the metrics cannot be described for a child process ({type(exc).__name__}: {exc})"
 
 
 def _warn_once(reason: str) -> None:

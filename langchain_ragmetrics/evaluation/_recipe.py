@@ -23,10 +23,23 @@ if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
     from langchain_core.runnables import RunnableConfig
 
-__all__ = ["JudgeRecipe", "ScoringRecipe"]
+__all__ = ["JudgeRecipe", "RecipeError", "ScoringRecipe"]
 
 _LIVE_FIELDS = ("http_client", "http_async_client", "rate_limiter", "callbacks")
 """Chat-model fields that hold live objects, which ``dumpd`` silently leaves out."""
+
+
+class RecipeError(ValueError):
+    """Something cannot be sent to another process: the reason, then what to do about it.
+
+    The reason stands alone (the callback handler's fallback warning quotes it); the advice
+    is for ``evaluate(workers=...)`` and Ray, where ``workers=1`` is the way out.
+    """
+
+    def __init__(self, reason: str, advice: str) -> None:
+        super().__init__(f"{reason}; {advice}")
+        self.reason = reason
+        self.advice = advice
 
 
 class JudgeRecipe(BaseModel):
@@ -57,7 +70,7 @@ class JudgeRecipe(BaseModel):
         """The recipe of a live chat model (LangChain-serializable ones: ChatOpenAI and most).
 
         Raises:
-            ValueError: The model cannot be serialized by LangChain, or holds live objects a
+            RecipeError: The model cannot be serialized by LangChain, or holds live objects a
                 serialized model would silently lose (its own HTTP client, rate limiter or
                 callbacks).
         """
@@ -66,20 +79,19 @@ class JudgeRecipe(BaseModel):
         serializable = getattr(type(llm), "is_lc_serializable", None)
         serialized = dumpd(llm) if callable(serializable) and serializable() else None
         if serialized is None or serialized.get("type") != "constructor":
-            msg = (
+            raise RecipeError(
                 f"the judge {type(llm).__name__} cannot be rebuilt in another process (LangChain "
-                "cannot serialize it); use a serializable chat model such as ChatOpenAI, or "
-                "workers=1"
+                "cannot serialize it)",
+                "use a serializable chat model such as ChatOpenAI, or workers=1",
             )
-            raise ValueError(msg)
         live = [name for name in _LIVE_FIELDS if getattr(llm, name, None) is not None]
         if live:
-            msg = (
+            raise RecipeError(
                 f"the judge {type(llm).__name__}'s {', '.join(live)} cannot be sent to another "
                 "process (LangChain leaves live objects out of a serialized model, so the "
-                "rebuilt judge would differ); drop it from the judge, or use workers=1"
+                "rebuilt judge would differ)",
+                "drop it from the judge, or use workers=1",
             )
-            raise ValueError(msg)
         secrets: dict[str, SecretStr] = {}
         for attr, secret_id in llm.lc_secrets.items():
             value = getattr(llm, attr, None)
@@ -125,7 +137,7 @@ class ScoringRecipe:
             default judge, from the receiving process's environment).
 
     Raises:
-        ValueError: A metric, its judge or the config cannot be sent to another process.
+        RecipeError: A metric, its judge or the config cannot be sent to another process.
     """
 
     def __init__(
@@ -140,11 +152,11 @@ class ScoringRecipe:
         default_judge: JudgeRecipe | None = None,
     ) -> None:
         if config and config.get("callbacks"):
-            msg = (
-                "config callbacks cannot be sent to worker processes; drop them or use workers=1 "
-                "(tracing through LANGSMITH_* variables works in workers)"
+            raise RecipeError(
+                "config callbacks cannot be sent to worker processes",
+                "drop them or use workers=1 (tracing through LANGSMITH_* variables works in "
+                "workers)",
             )
-            raise ValueError(msg)
         recipes: list[JudgeRecipe] = []
         self.judges: list[int | None] = []
         """Per metric: the index of its judge recipe (None: the metric's default judge)."""
@@ -172,11 +184,10 @@ class ScoringRecipe:
         try:
             pickle.dumps(self)
         except Exception as exc:
-            msg = (
-                f"the metrics cannot be sent to another process ({type(exc).__name__}: {exc}); "
-                "define custom metric classes in an importable module, or use workers=1"
-            )
-            raise ValueError(msg) from exc
+            raise RecipeError(
+                f"the metrics cannot be sent to another process ({type(exc).__name__}: {exc})",
+                "define custom metric classes in an importable module, or use workers=1",
+            ) from exc
 
     def split(self, parts: int) -> ScoringRecipe:
         """This recipe with concurrency and rate divided among ``parts`` processes.

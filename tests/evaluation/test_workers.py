@@ -39,7 +39,7 @@ from langchain_ragmetrics._engine import JobFeed, ScoringEngine
 from langchain_ragmetrics.evaluation import _run as run_module
 from langchain_ragmetrics.evaluation import _workers as workers_module
 from langchain_ragmetrics.evaluation import evaluate
-from langchain_ragmetrics.evaluation._recipe import JudgeRecipe, ScoringRecipe
+from langchain_ragmetrics.evaluation._recipe import JudgeRecipe, RecipeError, ScoringRecipe
 from langchain_ragmetrics.evaluation._workers import START_METHOD_ENV, start_method, worker_count
 from tests._support.judges import payload
 from tests._support.lexical_judge import lexical_judge
@@ -555,8 +555,12 @@ def test_a_judge_with_live_parts_is_not_rebuilt_without_them(
     from langchain_core.rate_limiters import InMemoryRateLimiter
 
     limited = make_judge(rate_limiter=InMemoryRateLimiter(requests_per_second=5))
-    with pytest.raises(ValueError, match="rate_limiter cannot be sent to another process"):
+    with pytest.raises(RecipeError, match="rate_limiter cannot be sent to another process") as info:
         JudgeRecipe.from_llm(limited)
+    # The reason stands alone (the handler's fallback warning quotes it); the advice follows.
+    assert "workers=1" not in info.value.reason
+    assert info.value.advice == "drop it from the judge, or use workers=1"
+    assert str(info.value) == f"{info.value.reason}; {info.value.advice}"
     with pytest.raises(ValueError, match="rate_limiter cannot be sent"):
         evaluate(rows(4), [ContextRecall(llm=limited)], workers=2, show_progress=False)
 
