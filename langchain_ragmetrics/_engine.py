@@ -35,6 +35,7 @@ from langchain_core.runnables.config import merge_configs
 
 from langchain_ragmetrics._gate import Admission, Gate, admitted
 from langchain_ragmetrics._schema import MetricResult, RagSample, Usage
+from langchain_ragmetrics._threads import transient_thread
 from langchain_ragmetrics.metrics._base import BaseRagMetric
 from langchain_ragmetrics.metrics._judge import PERMANENT_CAUSES, cause_of
 
@@ -513,11 +514,8 @@ class ScoringEngine:
         observed = self._observed()
 
         def spawn() -> None:
-            threading.Thread(
-                target=context.copy().run,
-                args=(self._work, batch, observed),
-                name="ragmetrics-job",
-                daemon=True,
+            transient_thread(
+                context.copy().run, args=(self._work, batch, observed), name="ragmetrics-job"
             ).start()
 
         batch.spawn = spawn

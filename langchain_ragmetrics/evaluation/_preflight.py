@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from langchain_ragmetrics._errors import PreflightError
+from langchain_ragmetrics._threads import transient_thread
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
@@ -139,7 +140,7 @@ def preflight(llm: BaseChatModel, *, timeout: float = DEFAULT_PREFLIGHT_TIMEOUT)
             done.set()
 
     # A daemon thread: a judge that never answers must not hold the caller or its exit.
-    threading.Thread(target=ask, name="ragmetrics-preflight", daemon=True).start()
+    transient_thread(ask, name="ragmetrics-preflight").start()
     where = f"the judge {_label(llm)}{_endpoint(llm)}"
     if not done.wait(timeout):
         msg = (

@@ -63,6 +63,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from langchain_ragmetrics._engine import Job, JobFeed, ScoringEngine
 from langchain_ragmetrics._schema import MetricResult, RagSample
+from langchain_ragmetrics._threads import is_transient, transient_thread
 
 if TYPE_CHECKING:
     from multiprocessing.process import BaseProcess
@@ -109,17 +110,6 @@ _INHERITED_CLIENT_CACHES = {
 }
 """Functions that cache live HTTP clients per process: a forked worker clears them."""
 
-_OWN_THREADS = frozenset(
-    {
-        "ragmetrics-call",
-        "ragmetrics-feed",
-        "ragmetrics-job",
-        "ragmetrics-lend",
-        "ragmetrics-own",
-        "ragmetrics-preflight",
-    }
-)
-"""Threads of earlier runs that end by themselves (or, idle call threads, when told to)."""
 _QUIESCE_S = 1.0
 """How long :func:`_single_threaded` waits for them before it settles for spawn."""
 
@@ -239,7 +229,8 @@ def start_method() -> str:
 def _single_threaded() -> bool:
     """Whether this process runs no Python thread but the calling one (waiting for ours).
 
-    Threads this package left from earlier runs do not count when nothing else runs: job
+    Threads this package left from earlier runs (made by ``transient_thread``: a user's
+    thread of the same name is the user's) do not count when nothing else runs: job
     threads end within a poll interval, idle helper threads of per-context calls are told to
     end, and both are waited for (up to :data:`_QUIESCE_S`), so back-to-back ``evaluate()``
     calls fork too. Native threads of C libraries do not count either: those that may run at
@@ -250,7 +241,7 @@ def _single_threaded() -> bool:
         return True
     here = threading.current_thread()
     others = [t for t in threading.enumerate() if t is not here]
-    if not all(t.name in _OWN_THREADS for t in others):
+    if not all(is_transient(t) for t in others):
         return False
     from langchain_ragmetrics.metrics._base import retire_idle_call_threads
 
@@ -608,9 +599,7 @@ class _Pool:
         elif kind == "ready":
             worker.ready = True
             self._rate_to(worker)
-            threading.Thread(
-                target=self._lend, args=(worker,), name="ragmetrics-lend", daemon=True
-            ).start()
+            transient_thread(self._lend, args=(worker,), name="ragmetrics-lend").start()
         elif kind == "done":
             worker.done = True
         elif kind == "raise":
@@ -743,8 +732,8 @@ def score_in_processes(
             received.add((row, col))
             on_result(row, col, result)
 
-    own = threading.Thread(target=pool.run_own, name="ragmetrics-own", daemon=True)
-    serving = threading.Thread(target=pool.serve, name="ragmetrics-feed", daemon=True)
+    own = transient_thread(pool.run_own, name="ragmetrics-own")
+    serving = transient_thread(pool.serve, name="ragmetrics-feed")
     try:
         if pool.method == "fork":  # forked while this process is single-threaded: in ms
             pool.start_workers()

@@ -32,6 +32,7 @@ from langchain_ragmetrics._errors import JudgeError
 from langchain_ragmetrics._prompts._common import to_payload
 from langchain_ragmetrics._schema import MetricInput, MetricResult, RagSample, Usage, coerce_sample
 from langchain_ragmetrics._text import Truncation, cap_texts, check_language, language_name
+from langchain_ragmetrics._threads import transient_thread
 from langchain_ragmetrics.metrics._judge import (
     JudgeCall,
     JudgeOutcome,
@@ -426,9 +427,7 @@ class _CallThreads:
                 self._idle -= 1
                 self._tasks.put(task)
                 return
-        threading.Thread(
-            target=self._serve, args=(task,), name="ragmetrics-call", daemon=True
-        ).start()
+        transient_thread(self._serve, args=(task,), name="ragmetrics-call").start()
 
     def retire_idle(self) -> None:
         """End the threads idle now, and those busy now once done (before a fork)."""

@@ -36,11 +36,13 @@ from langchain_ragmetrics import ContextPrecision, ContextRecall, MetricResult, 
 from langchain_ragmetrics._cli._common import ExitCode
 from langchain_ragmetrics._cli._evaluate import _workers_arg
 from langchain_ragmetrics._engine import JobFeed, ScoringEngine
+from langchain_ragmetrics._threads import is_transient, transient_thread
 from langchain_ragmetrics.evaluation import _run as run_module
 from langchain_ragmetrics.evaluation import _workers as workers_module
 from langchain_ragmetrics.evaluation import evaluate
 from langchain_ragmetrics.evaluation._recipe import JudgeRecipe, RecipeError, ScoringRecipe
 from langchain_ragmetrics.evaluation._workers import START_METHOD_ENV, start_method, worker_count
+from langchain_ragmetrics.metrics import _base as metrics_base
 from tests._support.judges import payload
 from tests._support.lexical_judge import lexical_judge
 from tests._support.openai_server import JudgeRequest, JudgeServer
@@ -621,6 +623,43 @@ def test_workers_are_spawned_while_another_thread_is_alive(
     finally:
         release.set()
         other.join()
+
+
+def test_a_users_thread_named_like_ours_is_the_users(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only threads the package made are waited for; a same-named user thread means spawn."""
+    monkeypatch.delenv(START_METHOD_ENV, raising=False)
+    told: list[str] = []
+    gate = threading.Event()
+
+    def retire() -> None:  # what ending our idle helper threads does: ours may now end
+        told.append("retire")
+        gate.set()
+
+    monkeypatch.setattr(metrics_base, "retire_idle_call_threads", retire)
+
+    def alone_with(thread: threading.Thread) -> None:  # xdist's own threads left out
+        monkeypatch.setattr(threading, "enumerate", lambda: [threading.current_thread(), thread])
+        monkeypatch.setattr(threading, "active_count", lambda: 1 + thread.is_alive())
+
+    theirs = threading.Thread(target=gate.wait, name="ragmetrics-job", daemon=True)
+    theirs.start()
+    alone_with(theirs)
+    try:
+        assert not is_transient(theirs)
+        assert start_method() == "spawn"
+        assert told == []  # nothing was ended or waited for on the user's account
+    finally:
+        gate.set()
+        theirs.join()
+    gate.clear()
+    ours = transient_thread(gate.wait, name="any-name")
+    assert is_transient(ours)
+    ours.start()
+    alone_with(ours)
+    assert start_method() == ("fork" if sys.platform == "linux" else "spawn")
+    if sys.platform == "linux":
+        assert told == ["retire"]  # told to end, then waited for
+        assert not ours.is_alive()
 
 
 def test_the_start_method_variable_wins_and_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
