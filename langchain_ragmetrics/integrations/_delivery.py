@@ -89,6 +89,7 @@ class GuardedDelivery:
         *,
         not_found: Callable[[Exception], bool],
         permanent: Callable[[Exception], bool],
+        landed: Callable[[], T | None] | None = None,
     ) -> T:
         """``call()``'s result; raises its last error, or SinkUnavailableError when open.
 
@@ -96,13 +97,24 @@ class GuardedDelivery:
             call: The request (run on the helper thread).
             not_found: Whether an error means "not stored yet" (retried, server is up).
             permanent: Whether an error cannot be fixed by retrying (bad request, auth).
+            landed: For a request that must not be stored twice: after a try that may have
+                reached the server (no answer, 5xx, a lost reply), this looks for what it
+                stored and returns it, or None; only then is the request sent again. It runs
+                under the same bounds and retries as the request.
         """
         self._refuse_if_open()
         attempt = 0
         waited_for = 0
         deadline: float | None = None
+        uncertain = False  # a try may have been stored: look before sending again
         while True:
             try:
+                if uncertain and landed is not None:
+                    found = self._bounded(landed)
+                    if found is not None:
+                        self._answered()
+                        return found
+                    uncertain = False
                 value = self._bounded(call)
             except Exception as exc:
                 if not_found(exc):
@@ -117,6 +129,7 @@ class GuardedDelivery:
                 if permanent(exc):
                     self._answered()
                     raise
+                uncertain = True
                 if self._failed() or attempt >= self.max_retries:
                     raise
                 delay = min(_MAX_BACKOFF_SECONDS, self.backoff * 2**attempt)

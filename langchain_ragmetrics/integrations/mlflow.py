@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import threading
+import uuid
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
@@ -36,7 +37,7 @@ from langchain_ragmetrics.integrations._otel_attributes import error_type
 if TYPE_CHECKING:
     from mlflow.entities import Feedback
 
-__all__ = ["MlflowSink"]
+__all__ = ["DELIVERY_KEY", "MlflowSink"]
 
 _MISSING_EXTRA = "MlflowSink needs MLflow 3: pip install 'langchain-ragmetrics[mlflow]'"
 _NOT_FOUND = "RESOURCE_DOES_NOT_EXIST"
@@ -44,6 +45,8 @@ _PERMANENT = frozenset(
     {"INVALID_PARAMETER_VALUE", "BAD_REQUEST", "PERMISSION_DENIED", "UNAUTHENTICATED"}
 )
 _REMEMBERED_ERRORS = 10_000
+DELIVERY_KEY = "ragmetrics.delivery_id"
+"""Metadata key of the id one ``emit`` gives its assessment: a retry looks for it first."""
 
 
 def _error_code(exc: Exception) -> str | None:
@@ -72,6 +75,11 @@ class MlflowSink(BaseSink):
     retried with backoff, ``failure_threshold`` failures in a row open a circuit breaker for
     ``cooldown`` seconds (results dropped and counted meanwhile), and "trace not found"
     (MLflow exports traces in the background) is retried for up to ``not_found_wait`` s.
+    A retry never stores an assessment twice: each ``emit`` tags its assessment with an id
+    (metadata ``ragmetrics.delivery_id``), and after a try that may have been stored (no
+    answer, a 5xx, a reply lost on the way back) the sink reads the trace and looks for that
+    id before sending again. MLflow's own HTTP retries (``MLFLOW_HTTP_REQUEST_MAX_RETRIES``)
+    happen inside one try, out of the sink's sight; set it to 0 to leave retrying to the sink.
 
     Args:
         request_timeout: Seconds the sink waits for one request.
@@ -115,14 +123,22 @@ class MlflowSink(BaseSink):
         self._failures = FailureLog()
         self._errors: OrderedDict[tuple[str, str | None, str], str] = OrderedDict()
 
-    def feedback(self, item: OnlineResult, *, overrides: str | None = None) -> Feedback:
-        """The ``Feedback`` for a result that has an MLflow trace (see the class docs)."""
+    def feedback(
+        self, item: OnlineResult, *, overrides: str | None = None, delivery_id: str | None = None
+    ) -> Feedback:
+        """The ``Feedback`` for a result that has an MLflow trace (see the class docs).
+
+        ``delivery_id`` goes in the metadata (``ragmetrics.delivery_id``), so that a retry
+        can tell whether an earlier try was stored.
+        """
         from mlflow.entities import AssessmentError, AssessmentSource, Feedback
 
         result = item.result
         _, span_id = item.links[MLFLOW]
         source = AssessmentSource(source_type="LLM_JUDGE", source_id=result.judge or "unknown")
         metadata = self._metadata(item)
+        if delivery_id is not None:
+            metadata[DELIVERY_KEY] = delivery_id
         if result.failed:
             return Feedback(
                 name=result.metric,
@@ -164,11 +180,13 @@ class MlflowSink(BaseSink):
         key = (trace_id, span_id, result.metric)
         with self._lock:
             replaces = None if result.failed else self._errors.get(key)
-        feedback = self.feedback(item, overrides=replaces)
+        delivery_id = uuid.uuid4().hex
+        feedback = self.feedback(item, overrides=replaces, delivery_id=delivery_id)
         logged = self.delivery.send(
             lambda: self._log(trace_id, feedback),
             not_found=lambda exc: _error_code(exc) == _NOT_FOUND,
             permanent=lambda exc: _error_code(exc) in _PERMANENT,
+            landed=lambda: self._find(trace_id, delivery_id),
         )
         with self._lock:
             if result.failed:
@@ -187,6 +205,22 @@ class MlflowSink(BaseSink):
         import mlflow
 
         return mlflow.log_assessment(trace_id=trace_id, assessment=feedback)
+
+    @staticmethod
+    def _find(trace_id: str, delivery_id: str) -> Any:
+        """The assessment an earlier try of this delivery stored, or None."""
+        import mlflow
+
+        try:
+            trace = mlflow.MlflowClient().get_trace(trace_id)  # the server's copy
+        except Exception as exc:
+            if _error_code(exc) == _NOT_FOUND:
+                return None
+            raise
+        for assessment in trace.info.assessments or []:
+            if (assessment.metadata or {}).get(DELIVERY_KEY) == delivery_id:
+                return assessment
+        return None
 
     def _metadata(self, item: OnlineResult) -> dict[str, str]:
         result = item.result

@@ -69,7 +69,8 @@ class PhoenixSink(BaseSink):
     ``stats.sinks["PhoenixSink"].skipped``, one warning). Delivery is bounded, retried
     and behind a circuit breaker as for the MLflow sink. Phoenix answers "not found" for a
     span it has not stored yet (spans are exported in the background): that is retried for
-    up to ``not_found_wait`` seconds.
+    up to ``not_found_wait`` seconds. A retry of an annotation Phoenix already stored (its
+    reply lost on the way back) replaces it: Phoenix keeps one annotation per span and name.
 
     Args:
         endpoint: Phoenix's base URL (e.g. ``http://127.0.0.1:6006``).

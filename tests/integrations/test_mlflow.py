@@ -31,7 +31,7 @@ from langchain_ragmetrics import (  # noqa: E402
     RagSample,
 )
 from langchain_ragmetrics.callbacks import ProcessIsolation  # noqa: E402
-from langchain_ragmetrics.integrations.mlflow import MlflowSink  # noqa: E402
+from langchain_ragmetrics.integrations.mlflow import DELIVERY_KEY, MlflowSink  # noqa: E402
 from tests._support.mlflow_setup import (  # noqa: E402
     MLFLOW_CLIENT_ENV,
     mlflow_child_setup,
@@ -39,6 +39,7 @@ from tests._support.mlflow_setup import (  # noqa: E402
     start_mlflow_server,
 )
 from tests._support.openai_server import JudgeServer  # noqa: E402
+from tests._support.proxy import LossyProxy  # noqa: E402
 from tests._support.rag import online_handler, question, rag_app  # noqa: E402
 from tests._support.servers import ServerProcess  # noqa: E402
 from tests._support.sink_checks import one_scored_item, outage_mid_run  # noqa: E402
@@ -138,6 +139,83 @@ def test_a_failed_result_is_an_error_that_a_later_success_overrides(
     assert success.value == item.result.score
     assert success.overrides == error.assessment_id
     assert stored[error.assessment_id].valid is False
+
+
+def _exported_item(
+    judge_server: JudgeServer, make_judge: JudgeFactory, i: int
+) -> tuple[OnlineResult, str]:
+    """A scored result for question ``i`` and its trace id, the trace stored on the server."""
+    item = one_scored_item(rag_app(judge_server, make_judge, max_retries=2), i)
+    mlflow.flush_trace_async_logging(terminate=False)
+    return item, item.links["mlflow"][0]
+
+
+@pytest.mark.parametrize("lost", [502, 504])
+def test_a_reply_lost_after_mlflow_stored_the_assessment_is_not_stored_twice(
+    lost: int,
+    tracking: str,
+    judge_server: JudgeServer,
+    make_judge: JudgeFactory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A gateway loses MLflow's reply to the first POST: the retry finds it and sends nothing."""
+    item, trace_id = _exported_item(judge_server, make_judge, 3)
+    failed = _result(item, score=math.nan, error="TimeoutError: judge timed out", reason="")
+    lost_once: list[str] = []
+
+    def answer(method: str, path: str) -> int | None:
+        if method == "POST" and "assessments" in path and not lost_once:
+            lost_once.append(path)
+            return lost  # stored by MLflow, reported to the client as failed
+        return None
+
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # retries are the sink's
+    with LossyProxy(tracking, answer) as proxy:
+        mlflow.set_tracking_uri(proxy.url)
+        sink = MlflowSink(backoff=0.01, max_retries=2)
+        try:
+            sink.emit(failed)  # the error: lost reply, then found
+            sink.emit(item)  # the score: delivered at once
+        finally:
+            mlflow.set_tracking_uri(tracking)
+            sink.close()
+        posts = proxy.requests_to("assessments")
+    assert lost_once  # the reply was lost once
+    assert [status for _, _, status in posts] == [200, 200]  # one POST per emit: no resend
+    stored = assessments(trace_id)
+    assert len(stored) == 2
+    (error,) = [a for a in stored if a.value is None]
+    (score,) = [a for a in stored if a.value is not None]
+    assert error.metadata[DELIVERY_KEY] != score.metadata[DELIVERY_KEY]
+    assert score.overrides == error.assessment_id  # the found error was remembered
+    assert sink.delivery.breaker.is_open is False
+
+
+def test_a_retry_sends_again_when_the_first_try_was_not_stored(
+    tracking: str,
+    judge_server: JudgeServer,
+    make_judge: JudgeFactory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Refused before MLflow stored it: the sink looks, finds nothing, and sends again."""
+    item, trace_id = _exported_item(judge_server, make_judge, 4)
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    sink = MlflowSink(backoff=0.01, max_retries=2)
+    original = MlflowSink._log
+    tries: list[str] = []
+
+    def refused_once(trace: str, feedback: Any) -> Any:
+        tries.append(trace)
+        if len(tries) == 1:
+            raise ConnectionRefusedError("refused")  # never reached the server
+        return original(trace, feedback)
+
+    sink._log = refused_once  # type: ignore[method-assign]
+    sink.emit(item)
+    sink.close()
+    assert len(tries) == 2
+    (score,) = assessments(trace_id)
+    assert score.value == item.result.score
 
 
 def test_without_an_mlflow_trace_results_are_skipped_with_one_warning(

@@ -42,6 +42,7 @@ from tests._support.phoenix_setup import (  # noqa: E402
     phoenix_server,
     start_phoenix_server,
 )
+from tests._support.proxy import LossyProxy  # noqa: E402
 from tests._support.rag import online_handler, question, rag_app  # noqa: E402
 from tests._support.servers import ServerProcess  # noqa: E402
 from tests._support.sink_checks import one_scored_item, outage_mid_run  # noqa: E402
@@ -134,6 +135,34 @@ def test_a_failed_result_is_replaced_by_a_later_success(
     (success,) = annotations(phoenix_server.url, span_id)
     assert success["result"]["score"] == item.result.score
     assert success["result"]["label"] is None
+
+
+def test_a_reply_lost_after_phoenix_stored_the_annotation_leaves_one_annotation(
+    phoenix_server: ServerProcess,
+    instrumented: Any,
+    judge_server: JudgeServer,
+    make_judge: JudgeFactory,
+) -> None:
+    """The retry of a stored annotation whose reply a gateway lost: Phoenix upserts it."""
+    item = one_scored_item(rag_app(judge_server, make_judge, max_retries=2), 5)
+    span_id = item.links["openinference"][1]
+    assert span_id is not None
+    lost_once: list[str] = []
+
+    def answer(method: str, path: str) -> int | None:
+        if method == "POST" and "span_annotations" in path and not lost_once:
+            lost_once.append(path)
+            return 502  # stored by Phoenix, reported to the client as failed
+        return None
+
+    with LossyProxy(phoenix_server.url, answer) as proxy:
+        sink = PhoenixSink(endpoint=proxy.url, backoff=0.01)
+        sink.emit(item)
+        sink.close()
+        posts = proxy.requests_to("span_annotations")
+    assert [status for _, _, status in posts] == [200, 200]  # stored, then stored again
+    (annotation,) = annotations(phoenix_server.url, span_id)  # one: the second replaced it
+    assert annotation["result"]["score"] == item.result.score
 
 
 def test_without_an_openinference_span_results_are_skipped_with_one_warning(
