@@ -35,7 +35,7 @@ from langchain_core.runnables.config import merge_configs
 
 from langchain_ragmetrics._gate import Admission, Gate, admitted
 from langchain_ragmetrics._schema import MetricResult, RagSample, Usage
-from langchain_ragmetrics._threads import transient_thread
+from langchain_ragmetrics._transient import transient_thread
 from langchain_ragmetrics.metrics._base import BaseRagMetric
 from langchain_ragmetrics.metrics._judge import PERMANENT_CAUSES, cause_of
 

@@ -1,20 +1,14 @@
-"""The package's daemon threads: a small fixed pool, and threads that end by themselves.
+"""A small fixed pool of daemon threads, started eagerly: the worker's judge and sink threads.
 
-:class:`DaemonThreadPool` is the worker's judge and sink threads. Unlike
-``ThreadPoolExecutor`` (which spawns threads on demand and refuses work once the interpreter
-starts shutting down), every thread exists from ``start()`` on, so the exit flush can still
-score and deliver. Threads start in an empty ``contextvars.Context``.
-
-:func:`transient_thread` makes the short-lived threads of a run (job, call, feed threads):
-they are remembered (weakly), so ``evaluate()`` can tell them from the application's own
-threads when it decides whether forking is safe, and wait for them to end.
+Unlike ``ThreadPoolExecutor`` (which spawns threads on demand and refuses work once the
+interpreter starts shutting down), every thread exists from ``start()`` on, so the exit
+flush can still score and deliver. Threads start in an empty ``contextvars.Context``.
 """
 
 from __future__ import annotations
 
 import contextvars
 import threading
-import weakref
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from typing import Any, TypeVar
@@ -23,33 +17,12 @@ from typing_extensions import ParamSpec, override
 
 from langchain_ragmetrics._queue import BoundedQueue
 
-__all__ = ["DaemonThreadPool", "is_transient", "transient_thread"]
+__all__ = ["DaemonThreadPool"]
 
 T = TypeVar("T")
 P = ParamSpec("P")
 _Call = tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any], Future[Any]]
 """A queued call: the function, its arguments and the future of its result."""
-
-_TRANSIENT: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
-"""Threads made by :func:`transient_thread` (an ended thread drops out when collected)."""
-
-
-def transient_thread(
-    target: Callable[..., object], *, name: str, args: tuple[Any, ...] = ()
-) -> threading.Thread:
-    """A daemon thread (not started) that ends by itself once its run is over.
-
-    Only threads that end without being told (or, idle call threads, when told through
-    ``retire_idle_call_threads``) may be made here: the fork decision waits for them.
-    """
-    thread = threading.Thread(target=target, args=args, name=name, daemon=True)
-    _TRANSIENT.add(thread)
-    return thread
-
-
-def is_transient(thread: threading.Thread) -> bool:
-    """Whether ``thread`` was made by :func:`transient_thread` (not a user's same-named one)."""
-    return thread in _TRANSIENT
 
 
 class DaemonThreadPool(Executor):

@@ -32,6 +32,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "_schema",
         "_segment_fast",
         "_text",
+        "_transient",
         "_version",
         "scoring",
     ),

@@ -162,11 +162,11 @@ def resolve_auto(
 
 def _recipe(metrics: list[BaseRagMetric]) -> ScoringRecipe | str:
     """Judge-less metrics and a recipe per distinct judge, or why they cannot be made."""
-    from langchain_ragmetrics.evaluation._recipe import RecipeError, ScoringRecipe
+    from langchain_ragmetrics.evaluation._recipe import ScoringRecipe, _RecipeError
 
     try:
         return ScoringRecipe(metrics)
-    except RecipeError as exc:  # its advice is for evaluate(workers=...): keep the reason
+    except _RecipeError as exc:  # its advice is for evaluate(workers=...): keep the reason
         return exc.reason
     except Exception as exc:  # an odd chat model must not fail the handler's construction
         return f"the metrics cannot be described for a child process ({type(exc).__name__}: {exc})"

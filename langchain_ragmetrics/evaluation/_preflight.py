@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from langchain_ragmetrics._errors import PreflightError
-from langchain_ragmetrics._threads import transient_thread
+from langchain_ragmetrics._transient import transient_thread
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel

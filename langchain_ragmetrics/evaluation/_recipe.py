@@ -23,13 +23,13 @@ if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
     from langchain_core.runnables import RunnableConfig
 
-__all__ = ["JudgeRecipe", "RecipeError", "ScoringRecipe"]
+__all__ = ["JudgeRecipe", "ScoringRecipe"]
 
 _LIVE_FIELDS = ("http_client", "http_async_client", "rate_limiter", "callbacks")
 """Chat-model fields that hold live objects, which ``dumpd`` silently leaves out."""
 
 
-class RecipeError(ValueError):
+class _RecipeError(ValueError):
     """Something cannot be sent to another process: the reason, then what to do about it.
 
     The reason stands alone (the callback handler's fallback warning quotes it); the advice
@@ -70,7 +70,7 @@ class JudgeRecipe(BaseModel):
         """The recipe of a live chat model (LangChain-serializable ones: ChatOpenAI and most).
 
         Raises:
-            RecipeError: The model cannot be serialized by LangChain, or holds live objects a
+            _RecipeError: The model cannot be serialized by LangChain, or holds live objects a
                 serialized model would silently lose (its own HTTP client, rate limiter or
                 callbacks).
         """
@@ -79,14 +79,14 @@ class JudgeRecipe(BaseModel):
         serializable = getattr(type(llm), "is_lc_serializable", None)
         serialized = dumpd(llm) if callable(serializable) and serializable() else None
         if serialized is None or serialized.get("type") != "constructor":
-            raise RecipeError(
+            raise _RecipeError(
                 f"the judge {type(llm).__name__} cannot be rebuilt in another process (LangChain "
                 "cannot serialize it)",
                 "use a serializable chat model such as ChatOpenAI, or workers=1",
             )
         live = [name for name in _LIVE_FIELDS if getattr(llm, name, None) is not None]
         if live:
-            raise RecipeError(
+            raise _RecipeError(
                 f"the judge {type(llm).__name__}'s {', '.join(live)} cannot be sent to another "
                 "process (LangChain leaves live objects out of a serialized model, so the "
                 "rebuilt judge would differ)",
@@ -137,7 +137,7 @@ class ScoringRecipe:
             default judge, from the receiving process's environment).
 
     Raises:
-        RecipeError: A metric, its judge or the config cannot be sent to another process.
+        _RecipeError: A metric, its judge or the config cannot be sent to another process.
     """
 
     def __init__(
@@ -152,7 +152,7 @@ class ScoringRecipe:
         default_judge: JudgeRecipe | None = None,
     ) -> None:
         if config and config.get("callbacks"):
-            raise RecipeError(
+            raise _RecipeError(
                 "config callbacks cannot be sent to worker processes",
                 "drop them or use workers=1 (tracing through LANGSMITH_* variables works in "
                 "workers)",
@@ -184,7 +184,7 @@ class ScoringRecipe:
         try:
             pickle.dumps(self)
         except Exception as exc:
-            raise RecipeError(
+            raise _RecipeError(
                 f"the metrics cannot be sent to another process ({type(exc).__name__}: {exc})",
                 "define custom metric classes in an importable module, or use workers=1",
             ) from exc

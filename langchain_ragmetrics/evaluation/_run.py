@@ -28,9 +28,12 @@ from langchain_ragmetrics.evaluation._registry import metric_from_name
 from langchain_ragmetrics.evaluation._result import EvaluationResult, EvaluationRow, column_names
 from langchain_ragmetrics.evaluation._saved import run_info
 from langchain_ragmetrics.evaluation._workers import (
+    AUTO_MIN_JOBS_FORKED,
     Workers,
+    available_cores,
     needs_main,
     score_in_processes,
+    start_method,
     worker_count,
 )
 from langchain_ragmetrics.metrics import BaseRagMetric, JudgedMetric
@@ -166,6 +169,8 @@ class _Run:
         self.workers = 1
         """Processes scoring the jobs, this one included."""
         self.recipe: ScoringRecipe | None = None
+        self.start_method: str | None = None
+        """How workers start, when ``workers="auto"`` decided it (None: decided later)."""
         """Set when worker processes share the jobs (``workers > 1``)."""
 
     def use_workers(self, workers: Workers, *, rate_limit_per_minute: float | None) -> None:
@@ -178,11 +183,15 @@ class _Run:
         in the first case and relies on the guard in the second.
         """
         engine = self.engine
+        jobs = len(self.data.samples) * len(self.metrics)
+        if workers == "auto" and jobs >= 2 * AUTO_MIN_JOBS_FORKED and available_cores() > 1:
+            self.start_method = start_method()  # forked workers pay off on shorter runs
         count = worker_count(
             workers,
-            jobs=len(self.data.samples) * len(self.metrics),
+            jobs=jobs,
             max_concurrency=engine.max_concurrency,
             rate_limit_per_minute=rate_limit_per_minute if workers == "auto" else None,
+            forked=self.start_method == "fork",
         )
         if count == 1:
             return
@@ -199,8 +208,8 @@ class _Run:
             if workers == "auto":
                 return
             raise
-        if workers == "auto" and needs_main(recipe):
-            return
+        if workers == "auto" and self.start_method != "fork" and needs_main(recipe):
+            return  # a forked worker has the script's classes; a spawned one re-runs it
         self.workers, self.recipe = count, recipe
 
     def jobs(self) -> list[Job]:
@@ -255,6 +264,7 @@ class _Run:
                     on_result=self._record_at,
                     stop=self._stop,
                     on_start=show,
+                    method=self.start_method,
                 )
             else:
                 show()

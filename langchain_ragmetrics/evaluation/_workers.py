@@ -20,7 +20,9 @@ Scoring itself is the engine's on both sides: :meth:`ScoringEngine.run_feed` (sl
 hand-over, timeouts) runs the jobs of a :class:`~langchain_ragmetrics._engine.JobFeed`, which
 arrive while it runs. Each worker gets a
 :class:`~langchain_ragmetrics.evaluation._recipe.ScoringRecipe` (never a live client), builds
-its judges and engine once, and streams results back over its own pipe:
+its judges and engine once, and streams results back over its own pipe, up to
+:data:`_RESULT_BATCH` to a message and none held longer than :data:`_RESULT_TICK_S` (a
+message per result woke the parent's threads, and took its interpreter lock, once per job):
 the caller's thread keeps the progress bar, ``on_result`` and the results, in input order
 whatever order they arrive in.
 
@@ -63,7 +65,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from langchain_ragmetrics._engine import Job, JobFeed, ScoringEngine
 from langchain_ragmetrics._schema import MetricResult, RagSample
-from langchain_ragmetrics._threads import is_transient, transient_thread
+from langchain_ragmetrics._transient import is_transient, transient_thread
 
 if TYPE_CHECKING:
     from multiprocessing.process import BaseProcess
@@ -73,6 +75,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AUTO_MIN_JOBS",
+    "AUTO_MIN_JOBS_FORKED",
     "AUTO_SLOTS_PER_PROCESS",
     "START_METHOD_ENV",
     "WORKER_RESTARTS",
@@ -91,7 +94,12 @@ WORKER_RESTARTS = 1
 """How many times a dead worker's unfinished job goes back to the feed before it fails."""
 
 AUTO_MIN_JOBS = 400
-"""``workers="auto"`` adds a process per this many jobs at most (shorter runs stay in one)."""
+"""``workers="auto"`` adds a spawned process per this many jobs at most (shorter runs stay in
+one): a spawned worker takes seconds of CPU to start (``bench/auto_threshold.py``)."""
+
+AUTO_MIN_JOBS_FORKED = 100
+"""The same for forked workers, ready in about 0.1 s: from 100 jobs a second process is
+faster (``bench/auto_threshold.py``: 1.16x at 100 jobs, 1.04x at 52, 1.24x at 400)."""
 
 AUTO_SLOTS_PER_PROCESS = 8
 """``workers="auto"`` gives every process at least this many of ``max_concurrency``'s slots."""
@@ -114,6 +122,10 @@ _QUIESCE_S = 1.0
 """How long :func:`_single_threaded` waits for them before it settles for spawn."""
 
 _POLL_S = 0.2  # bounded waits keep threads interruptible and watching for stop
+_RESULT_BATCH = 16
+"""A worker sends its results to the parent in messages of up to this many."""
+_RESULT_TICK_S = 0.02
+"""... and no later than this after they finished."""
 _STOP_GRACE_S = 5.0  # how long stopping workers may take to hand over what they finished
 _JOIN_S = 5.0
 _SPAWN_LOCK = threading.Lock()
@@ -143,12 +155,14 @@ def worker_count(
     max_concurrency: int,
     rate_limit_per_minute: float | None = None,
     cores: int | None = None,
+    forked: bool = False,
 ) -> int:
     """The processes a run uses, the caller's included (1 means in-process only).
 
     An explicit number is capped by the jobs and by ``max_concurrency`` (every process needs
     a slot). ``"auto"`` uses more than one only where another process can pay off: more than
-    one core, at least :data:`AUTO_MIN_JOBS` jobs per process, at least
+    one core, at least :data:`AUTO_MIN_JOBS` jobs per process (:data:`AUTO_MIN_JOBS_FORKED`
+    when the workers will be ``forked``), at least
     :data:`AUTO_SLOTS_PER_PROCESS` slots per process (fewer concurrent jobs leave the judge,
     not our CPU, the bottleneck), no rate limit one process can meet on its own, and not
     inside a daemonic process (a ``multiprocessing`` pool's worker may not start children).
@@ -162,7 +176,8 @@ def worker_count(
         if multiprocessing.current_process().daemon:  # may not have children of its own
             return 1
         cores = available_cores() if cores is None else cores
-        return max(1, min(cores, jobs // AUTO_MIN_JOBS, max_concurrency // AUTO_SLOTS_PER_PROCESS))
+        per_process = AUTO_MIN_JOBS_FORKED if forked else AUTO_MIN_JOBS
+        return max(1, min(cores, jobs // per_process, max_concurrency // AUTO_SLOTS_PER_PROCESS))
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         msg = f'`workers` must be a whole number of at least 1 or "auto", got {workers!r}'
         raise ValueError(msg)
@@ -305,6 +320,9 @@ class _WorkerSide:
         self.asked = False
         self.batch = JobFeed(self.refill, low=self.chunk)
         self.granted = threading.Event()
+        self.pending: list[tuple[int, int, MetricResult]] = []
+        self.pending_lock = threading.Lock()
+        self.finished = threading.Event()
 
     def send(self, *message: Any) -> None:
         with self.sending:
@@ -345,25 +363,51 @@ class _WorkerSide:
         self.granted.set()
 
     def deliver(self, job: Job, result: MetricResult) -> None:
+        """Queue a result for the parent; a full batch goes at once, the rest within a tick."""
         row, col = job.tag
-        self.send("result", row, col, result)
+        with self.pending_lock:
+            self.pending.append((row, col, result))
+            full = len(self.pending) >= _RESULT_BATCH
+        if full:
+            self.flush_results()
+
+    def flush_results(self) -> None:
+        """Send the queued results in one message (fewer wake-ups of the parent's threads).
+
+        Sent under the queue's lock, so a flush that returned has sent what it took: the
+        last flush before ``done`` leaves no result behind it.
+        """
+        with self.pending_lock:
+            batch, self.pending = self.pending, []
+            if batch:
+                self.send("results", batch)
+
+    def _tick(self) -> None:
+        """Send queued results at least every :data:`_RESULT_TICK_S` (a thread of its own)."""
+        while not self.finished.wait(_RESULT_TICK_S):
+            self.flush_results()
 
     def run(self) -> None:
         threading.Thread(target=self.listen, name="ragmetrics-control", daemon=True).start()
+        threading.Thread(target=self._tick, name="ragmetrics-tick", daemon=True).start()
         self.send("ready")
         self.granted.wait()  # no job is asked for before this process may run one
-        if not self.batch.stop.is_set():
-            self.refill(True)
-            self.engine.run_feed(self.batch, on_result=self.deliver)
+        try:
+            if not self.batch.stop.is_set():
+                self.refill(True)
+                self.engine.run_feed(self.batch, on_result=self.deliver)
+        finally:
+            self.finished.set()
+            self.flush_results()
         self.send("done")
 
 
 def _worker_main(recipe: ScoringRecipe, conn: Connection, control: Connection) -> None:
     """A worker process: build metrics and engine, then score the jobs the parent hands out.
 
-    To the parent (``conn``): ``ready``, ``more n``, ``result row col result``, ``raise exc``,
-    ``done``. From the parent (``control``): ``grant`` (one more slot), ``jobs [...]``,
-    ``end`` (no more jobs), ``stop``; end of file means stop too.
+    To the parent (``conn``): ``ready``, ``more n``, ``results [(row, col, result), ...]``,
+    ``raise exc``, ``done``. From the parent (``control``): ``grant`` (one more slot),
+    ``jobs [...]``, ``end`` (no more jobs), ``stop``; end of file means stop too.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
     side: _WorkerSide | None = None
@@ -482,13 +526,14 @@ class _Pool:
         recipe: ScoringRecipe,
         processes: int,
         stop: threading.Event,
+        method: str | None = None,
     ) -> None:
         self.samples = samples
         self.metrics = metrics
         self.engine = engine
         self.recipe = recipe
         self.stop = stop
-        self.method = start_method()
+        self.method = method or start_method()
         """How this run's workers start (fork, spawn, forkserver): see :func:`start_method`."""
         self.context: Any = multiprocessing.get_context(self.method)  # a start method's context
         self.feed = _Feed([(r, c) for r in range(len(samples)) for c in range(len(metrics))])
@@ -585,10 +630,10 @@ class _Pool:
 
     def _handle(self, worker: _Worker, message: tuple[Any, ...]) -> None:
         kind = message[0]
-        if kind == "result":
-            _, row, col, result = message
-            self.feed.finished(worker, (row, col))
-            self.events.put(("result", row, col, result))
+        if kind == "results":
+            for row, col, result in message[1]:
+                self.feed.finished(worker, (row, col))
+                self.events.put(("result", row, col, result))
         elif kind == "more":
             stopped = self.halt.is_set() or self.stop.is_set()
             keys = [] if stopped else self.feed.take_for(worker, message[1])
@@ -707,6 +752,7 @@ def score_in_processes(
     on_result: Callable[[int, int, MetricResult], None],
     stop: threading.Event,
     on_start: Callable[[], None] | None = None,
+    method: str | None = None,
 ) -> None:
     """Score every (row x metric) job here and in ``processes - 1`` workers; see the module.
 
@@ -714,7 +760,8 @@ def score_in_processes(
     ``stop`` (or Ctrl-C, which propagates) ends the run: what was finished is collected, the
     rest stays unscored. ``on_start`` runs once the workers may be forked, before the first
     result: start anything that runs a thread there (a tqdm bar starts a monitor thread), so
-    that it does not keep the workers from being forked.
+    that it does not keep the workers from being forked. ``method`` is how workers start
+    when the caller decided it already (None: :func:`start_method` decides now).
     """
     pool = _Pool(
         samples=samples,
@@ -723,6 +770,7 @@ def score_in_processes(
         recipe=recipe,
         processes=processes,
         stop=stop,
+        method=method,
     )
     total = len(samples) * len(metrics)
     received: set[Key] = set()

@@ -37,7 +37,7 @@ from langchain_ragmetrics.integrations._otel_attributes import error_type
 if TYPE_CHECKING:
     from mlflow.entities import Feedback
 
-__all__ = ["DELIVERY_KEY", "MlflowSink"]
+__all__ = ["MlflowSink"]
 
 _MISSING_EXTRA = "MlflowSink needs MLflow 3: pip install 'langchain-ragmetrics[mlflow]'"
 _NOT_FOUND = "RESOURCE_DOES_NOT_EXIST"
@@ -45,7 +45,7 @@ _PERMANENT = frozenset(
     {"INVALID_PARAMETER_VALUE", "BAD_REQUEST", "PERMISSION_DENIED", "UNAUTHENTICATED"}
 )
 _REMEMBERED_ERRORS = 10_000
-DELIVERY_KEY = "ragmetrics.delivery_id"
+_DELIVERY_KEY = "ragmetrics.delivery_id"
 """Metadata key of the id one ``emit`` gives its assessment: a retry looks for it first."""
 
 
@@ -138,7 +138,7 @@ class MlflowSink(BaseSink):
         source = AssessmentSource(source_type="LLM_JUDGE", source_id=result.judge or "unknown")
         metadata = self._metadata(item)
         if delivery_id is not None:
-            metadata[DELIVERY_KEY] = delivery_id
+            metadata[_DELIVERY_KEY] = delivery_id
         if result.failed:
             return Feedback(
                 name=result.metric,
@@ -218,7 +218,7 @@ class MlflowSink(BaseSink):
                 return None
             raise
         for assessment in trace.info.assessments or []:
-            if (assessment.metadata or {}).get(DELIVERY_KEY) == delivery_id:
+            if (assessment.metadata or {}).get(_DELIVERY_KEY) == delivery_id:
                 return assessment
         return None
 

@@ -32,7 +32,7 @@ from langchain_ragmetrics._errors import JudgeError
 from langchain_ragmetrics._prompts._common import to_payload
 from langchain_ragmetrics._schema import MetricInput, MetricResult, RagSample, Usage, coerce_sample
 from langchain_ragmetrics._text import Truncation, cap_texts, check_language, language_name
-from langchain_ragmetrics._threads import transient_thread
+from langchain_ragmetrics._transient import transient_thread
 from langchain_ragmetrics.metrics._judge import (
     JudgeCall,
     JudgeOutcome,

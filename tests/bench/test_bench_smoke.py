@@ -263,11 +263,11 @@ def test_monitor_benchmark_scores_every_run(tmp_path: Path) -> None:
     assert level["cpu_ms_per_judge_call"] > 0
 
 
-def test_fault_cpu_prices_every_fault_kind() -> None:
-    """``bench_fault_cpu.py --tiny``: every fault kind was injected and retried, and priced."""
+def script_lines(script: str, *args: str) -> list[str]:
+    """Run ``bench/<script> args`` (no provider keys) and return its printed lines."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "LANGSMITH_"))}
     proc = subprocess.run(
-        [sys.executable, str(BENCH / "bench_fault_cpu.py"), "--tiny"],
+        [sys.executable, str(BENCH / script), *args],
         capture_output=True,
         text=True,
         timeout=300,
@@ -276,7 +276,12 @@ def test_fault_cpu_prices_every_fault_kind() -> None:
         check=False,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    summary = proc.stdout.strip().splitlines()
+    return proc.stdout.strip().splitlines()
+
+
+def test_fault_cpu_prices_every_fault_kind() -> None:
+    """``bench_fault_cpu.py --tiny``: every fault kind was injected and retried, and priced."""
+    summary = script_lines("bench_fault_cpu.py", "--tiny")
     assert summary[-1] == "command: python bench/bench_fault_cpu.py --tiny"
     # The CPU figures are differences of noisy timings (a loaded CI machine can make one
     # negative), so only their presence is checked; the fault counts are exact.
@@ -290,3 +295,39 @@ def test_fault_cpu_prices_every_fault_kind() -> None:
         counts = dict(re.findall(per_kind, line))
         # 8 samples x 2 metrics, each request failed once and retried once.
         assert counts == {"500": "16", "429": "16", "malformed": "16"}, line
+
+
+def test_machine_scaling_times_one_and_two_processes() -> None:
+    lines = script_lines("machine_scaling.py", "--rounds", "2", "--work", "0.05")
+    assert lines[0] == "command: python bench/machine_scaling.py --rounds 2 --work 0.05"
+    rows = [line for line in lines if re.match(r"\| [12] \|", line)]
+    assert [row.split("|")[1].strip() for row in rows] == ["1", "2"]
+    scaling = re.search(r"scaling 2 vs 1 process: ([\d.]+)x \(rounds ([\d., ]+);", lines[-2])
+    assert scaling is not None
+    assert float(scaling[1]) > 0
+    assert len(scaling[2].split(", ")) == 2
+
+
+def test_auto_threshold_compares_both_sides_for_each_size() -> None:
+    lines = script_lines(
+        "auto_threshold.py", "--samples", "3,5", "--repeats", "2", "--methods", "fork"
+    )
+    rows = [line.split("|")[1:-1] for line in lines if line.startswith("| fork")]
+    assert [(r[1].strip(), r[2].strip()) for r in rows] == [("3", "12"), ("5", "20")]
+    for row in rows:
+        one, two, ratio = (float(row[i]) for i in (3, 4, 5))
+        assert one > 0
+        assert two > 0
+        assert ratio == pytest.approx(one / two, abs=0.01)
+        assert len(row[6].split(",")) == 2  # one ratio per round
+
+
+def test_independent_halves_runs_both_sides_every_round() -> None:
+    lines = script_lines("independent_halves.py", "--samples", "6", "--rounds", "2")
+    rows = [line.split("|")[1:-1] for line in lines if re.match(r"\| \d \| [12] \|", line)]
+    assert sorted((r[0].strip(), r[1].strip()) for r in rows) == [
+        ("1", "1"), ("1", "2"), ("2", "1"), ("2", "2"),
+    ]  # fmt: skip
+    two = [r for r in rows if r[1].strip() == "2"]
+    assert all(len(r[3].split(",")) == 2 for r in two)  # each process reports its busy share
+    assert re.search(r"thread: 1 process [\d.]+ s, 2 independent halves [\d.]+ s", lines[-2])

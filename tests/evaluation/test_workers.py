@@ -36,11 +36,11 @@ from langchain_ragmetrics import ContextPrecision, ContextRecall, MetricResult, 
 from langchain_ragmetrics._cli._common import ExitCode
 from langchain_ragmetrics._cli._evaluate import _workers_arg
 from langchain_ragmetrics._engine import JobFeed, ScoringEngine
-from langchain_ragmetrics._threads import is_transient, transient_thread
+from langchain_ragmetrics._transient import is_transient, transient_thread
 from langchain_ragmetrics.evaluation import _run as run_module
 from langchain_ragmetrics.evaluation import _workers as workers_module
 from langchain_ragmetrics.evaluation import evaluate
-from langchain_ragmetrics.evaluation._recipe import JudgeRecipe, RecipeError, ScoringRecipe
+from langchain_ragmetrics.evaluation._recipe import JudgeRecipe, ScoringRecipe, _RecipeError
 from langchain_ragmetrics.evaluation._workers import START_METHOD_ENV, start_method, worker_count
 from langchain_ragmetrics.metrics import _base as metrics_base
 from tests._support.judges import payload
@@ -127,8 +127,8 @@ def watch_workers(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
 
     def on_message(self: Any, worker: Any, message: tuple[Any, ...]) -> None:
         handle(self, worker, message)
-        if message[0] == "result":
-            seen["results"] += 1
+        if message[0] == "results":
+            seen["results"] += len(message[1])
             seen["first_result"].set()
 
     def on_retire(self: Any, worker: Any) -> None:
@@ -332,6 +332,9 @@ def test_a_keyboard_interrupt_from_on_result_keeps_the_partial_results(
         ({"jobs": 1000, "max_concurrency": 16, "cores": 2}, 2),  # issue 18's check
         ({"jobs": 1000, "max_concurrency": 16, "cores": 1}, 1),  # one core
         ({"jobs": 300, "max_concurrency": 16, "cores": 2}, 1),  # too short to pay off
+        ({"jobs": 300, "max_concurrency": 16, "cores": 2, "forked": True}, 2),  # forked: it does
+        ({"jobs": 199, "max_concurrency": 16, "cores": 2, "forked": True}, 1),
+        ({"jobs": 400, "max_concurrency": 64, "cores": 8, "forked": True}, 4),
         ({"jobs": 1000, "max_concurrency": 8, "cores": 2}, 1),  # the judge is the limit
         ({"jobs": 4000, "max_concurrency": 64, "cores": 2}, 2),  # never above the cores
         ({"jobs": 4000, "max_concurrency": 64, "cores": 8}, 8),
@@ -343,6 +346,28 @@ def test_auto_uses_more_processes_only_where_they_pay_off(
     kwargs: dict[str, Any], expected: int
 ) -> None:
     assert worker_count("auto", **kwargs) == expected
+
+
+def test_auto_forks_a_worker_for_a_shorter_run_than_it_would_spawn_one_for(
+    judge_server: JudgeServer, make_judge: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """200 jobs: 2 processes when workers would be forked, 1 when they would be spawned."""
+    judge_server.script = lexical_judge()
+    monkeypatch.setattr(workers_module, "available_cores", lambda: 2)
+    monkeypatch.setattr(run_module, "available_cores", lambda: 2)
+    calls: list[tuple[int, str | None]] = []
+
+    def spy(*args: Any, processes: int, method: str | None = None, **kwargs: Any) -> None:
+        calls.append((processes, method))
+        monkeypatch.setattr(workers_module._Pool, "start_workers", lambda self: None)
+        workers_module.score_in_processes(*args, processes=processes, method=method, **kwargs)
+
+    monkeypatch.setattr(run_module, "score_in_processes", spy)
+    data = rows(100)  # x 2 metrics = 200 jobs
+    for chosen in ("spawn", "fork"):
+        monkeypatch.setenv(START_METHOD_ENV, chosen)
+        evaluate(data, METRICS, llm=make_judge(), show_progress=False)
+    assert calls == [(2, "fork")]  # spawn: in process (no call); fork: a second process
 
 
 def test_an_explicit_count_is_capped_by_jobs_and_slots() -> None:
@@ -557,7 +582,9 @@ def test_a_judge_with_live_parts_is_not_rebuilt_without_them(
     from langchain_core.rate_limiters import InMemoryRateLimiter
 
     limited = make_judge(rate_limiter=InMemoryRateLimiter(requests_per_second=5))
-    with pytest.raises(RecipeError, match="rate_limiter cannot be sent to another process") as info:
+    with pytest.raises(
+        _RecipeError, match="rate_limiter cannot be sent to another process"
+    ) as info:
         JudgeRecipe.from_llm(limited)
     # The reason stands alone (the handler's fallback warning quotes it); the advice follows.
     assert "workers=1" not in info.value.reason
@@ -731,3 +758,81 @@ def test_a_forked_worker_opens_its_own_connections_and_scores_the_same(
     worker_ports = {r.client_port for r in worker}
     assert None not in parent_ports | worker_ports
     assert worker_ports.isdisjoint(parent_ports)  # no connection of the parent's pool reused
+
+
+def test_a_worker_sends_its_results_in_batches_and_all_before_done() -> None:
+    """Full batches go at once; the rest goes by the tick, and every result before ``done``."""
+    from langchain_ragmetrics.metrics import NonLLMContextRecall
+
+    recipe = ScoringRecipe([NonLLMContextRecall()])
+    parent_end, conn = multiprocessing.Pipe()
+    control_parent, control = multiprocessing.Pipe()
+    side = workers_module._WorkerSide(recipe, conn, control)
+    result = MetricResult(metric="non_llm_context_recall", score=1.0)
+    batch = workers_module._RESULT_BATCH
+    sample = metrics_base.coerce_sample({"question": "q", "contexts": ["c"], "reference": "c"})
+    for i in range(batch + 3):
+        side.deliver(workers_module.Job(sample, side.metrics[0], (i, 0)), result)
+    kind, sent = parent_end.recv()
+    assert kind == "results"
+    assert [row for row, _, _ in sent] == list(range(batch))  # the full batch, at once
+    assert not parent_end.poll()  # the other 3 wait for the tick
+    side.batch.cancel()  # no job will come: run() returns at once, flushing on its way out
+    side.granted.set()
+    side.run()
+    messages = []
+    while parent_end.poll():
+        messages.append(parent_end.recv())
+    kinds = [m[0] for m in messages]
+    assert kinds[0] == "ready"
+    assert kinds[-1] == "done"
+    leftovers = [row for m in messages if m[0] == "results" for row, _, _ in m[1]]
+    assert leftovers == [batch, batch + 1, batch + 2]  # delivered, before "done"
+    for end in (parent_end, conn, control_parent, control):
+        end.close()
+
+
+MAIN_METRIC_SCRIPT = """
+import json, sys
+from langchain_openai import ChatOpenAI
+from langchain_ragmetrics import ContextRecall, evaluate
+from langchain_ragmetrics.evaluation import _run
+
+class Mine(ContextRecall):  # defined in the running script: a spawned worker would re-run it
+    pass
+
+seen = []
+real = _run.score_in_processes
+def spy(*args, processes, method=None, **kwargs):
+    seen.append([processes, method])
+    real(*args, processes=processes, method=method, **kwargs)
+_run.score_in_processes = spy
+llm = ChatOpenAI(model="m", base_url=sys.argv[1], api_key="test", max_retries=0)
+result = evaluate(json.loads(sys.argv[2]), [Mine(), ContextRecall()], llm=llm, show_progress=False)
+scored = sum(r.status(m) == "scored" for r in result.rows for m in result.metrics)
+print(json.dumps({"seen": seen, "scored": scored}))
+"""
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_auto_uses_a_forked_worker_for_metrics_defined_in_the_script(
+    judge_server: JudgeServer, method: str
+) -> None:
+    """A forked worker has the script's classes: auto uses it; spawned, it stays in process."""
+    if method == "fork" and sys.platform != "linux":
+        pytest.skip("fork is chosen on Linux only")
+    judge_server.script = lexical_judge()
+    env = {**clean_env(), "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    env[START_METHOD_ENV] = method
+    data = rows(100)  # x 2 metrics = 200 jobs
+    proc = subprocess.run(
+        [sys.executable, "-c", MAIN_METRIC_SCRIPT, judge_server.base_url, json.dumps(data)],
+        env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout.splitlines()[-1])
+    assert report["scored"] == 200
+    if (os.cpu_count() or 1) < 2:
+        assert report["seen"] == []
+    else:
+        assert report["seen"] == ([[2, "fork"]] if method == "fork" else [])

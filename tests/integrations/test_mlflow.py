@@ -31,7 +31,7 @@ from langchain_ragmetrics import (  # noqa: E402
     RagSample,
 )
 from langchain_ragmetrics.callbacks import ProcessIsolation  # noqa: E402
-from langchain_ragmetrics.integrations.mlflow import DELIVERY_KEY, MlflowSink  # noqa: E402
+from langchain_ragmetrics.integrations.mlflow import _DELIVERY_KEY, MlflowSink  # noqa: E402
 from tests._support.mlflow_setup import (  # noqa: E402
     MLFLOW_CLIENT_ENV,
     mlflow_child_setup,
@@ -186,7 +186,7 @@ def test_a_reply_lost_after_mlflow_stored_the_assessment_is_not_stored_twice(
     assert len(stored) == 2
     (error,) = [a for a in stored if a.value is None]
     (score,) = [a for a in stored if a.value is not None]
-    assert error.metadata[DELIVERY_KEY] != score.metadata[DELIVERY_KEY]
+    assert error.metadata[_DELIVERY_KEY] != score.metadata[_DELIVERY_KEY]
     assert score.overrides == error.assessment_id  # the found error was remembered
     assert sink.delivery.breaker.is_open is False
 
