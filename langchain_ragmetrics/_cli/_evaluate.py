@@ -80,8 +80,9 @@ def register(commands: Any) -> None:
         type=_workers_arg,
         default=None,
         help="processes scoring the rows, this one included, sharing --concurrency: a number, "
-        "or auto (the default: more than one only with several cores, 400+ jobs and 8+ "
-        "concurrent jobs per process, see docs/offline/scaling.md); with --ray, the number "
+        "or auto (the default: more than one only with several cores, 100+ jobs per process "
+        "when forked or 400+ when spawned, and 8+ concurrent jobs per process, see "
+        "docs/offline/scaling.md); with --ray, the number "
         "of Ray actors, each with --concurrency jobs (default: 2)",
     )
     evaluate.add_argument(

@@ -178,9 +178,10 @@ class _Run:
 
         ``"auto"`` falls back to this process alone, without a word, when the metrics cannot
         be sent to a worker (a judge LangChain cannot serialize, config callbacks) or when a
-        worker would have to re-run the caller's script (a metric class defined there: the
-        script may lack the ``if __name__ == "__main__":`` guard); an explicit number raises
-        in the first case and relies on the guard in the second.
+        spawned worker would have to re-run the caller's script (a metric class defined
+        there: the script may lack the ``if __name__ == "__main__":`` guard; a forked worker
+        has the class already); an explicit number raises in the first case and relies on
+        the guard in the second.
         """
         engine = self.engine
         jobs = len(self.data.samples) * len(self.metrics)
@@ -419,8 +420,9 @@ def evaluate(
             process runs one thread: milliseconds; else spawned: a second or two), and every
             process pulls jobs from one feed as it frees up, so extra processes never delay a
             run's start and a slow one takes fewer jobs. ``"auto"`` (the default) uses more
-            than one only where that can pay off: more than one core, at least 400 jobs and 8
-            of ``max_concurrency``'s slots per process, no rate limit under 3,000 a minute,
+            than one only where that can pay off: more than one core, at least 100 jobs per
+            process when workers are forked (400 when spawned) and 8 of
+            ``max_concurrency``'s slots per process, no rate limit under 3,000 a minute,
             and metrics that can cross to another process (else it quietly stays at 1). 1
             keeps everything in this process; a number above 1 asks for that many (a metric
             or judge that cannot cross is then an error). Metrics and judges cross as a
