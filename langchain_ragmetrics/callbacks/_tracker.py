@@ -1,6 +1,6 @@
 """Correlation of callback events into traces: which retrievals belong to which root run.
 
-Every start event maps ``run_id -> root`` (the parent's root, or the run itself when the
+Every start event maps ``run_id`` to its trace (the parent's trace, or a new one when the
 parent is unknown); retriever starts also keep their query, name, tags and metadata because
 ``on_retriever_end`` carries none of it. Tool runs are ordinary runs here, so a retriever
 called by a tool (an agent's retriever tool) belongs to the request's trace. Tokens a
@@ -8,14 +8,16 @@ model streams are kept per trace (the last streaming model run only), so that a 
 consumer closes early can still be scored with the answer streamed so far. When the root
 ends, the trace's finished retrievals come out as :class:`Capture` records and all its
 state is released.
+
+This runs on the caller's thread for every run of every request, so each event is a few
+dictionary operations under one lock: runs map straight to their trace object, and the
+per-trace records are slotted classes (``bench/bench_online.py`` measures what it adds).
 """
 
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
@@ -26,43 +28,95 @@ from langchain_ragmetrics._retrieval import Capture
 __all__ = ["FinishedTrace", "TraceTracker"]
 
 _EMPTY: Mapping[str, Any] = {}
+_NO_LINKS: TraceLinks = {}
 
 
-@dataclass
 class _Retrieval:
-    run_id: UUID
-    parent_run_id: UUID | None
-    query: str
-    name: str | None
-    tags: Sequence[str]
-    metadata: Mapping[str, Any]
-    documents: Sequence[Any] | None = None
-    otel_context: Any = None
-    links: TraceLinks = field(default_factory=dict)
+    """A retriever run of an open trace: what its start said, and its documents once ended."""
+
+    __slots__ = (
+        "documents",
+        "links",
+        "metadata",
+        "name",
+        "otel_context",
+        "parent_run_id",
+        "query",
+        "run_id",
+        "run_key",
+        "tags",
+    )
+
+    def __init__(
+        self,
+        run_id: UUID,
+        parent_run_id: UUID | None,
+        query: str,
+        *,
+        name: str | None,
+        tags: Sequence[str],
+        metadata: Mapping[str, Any],
+        otel_context: Any,
+        links: TraceLinks,
+    ) -> None:
+        self.run_id = run_id
+        self.run_key = run_id.int
+        self.parent_run_id = parent_run_id
+        self.query = query
+        self.name = name
+        self.tags = tags
+        self.metadata = metadata
+        self.otel_context = otel_context
+        self.links = links
+        self.documents: Sequence[Any] | None = None
 
 
-@dataclass
 class _Trace:
-    root_id: UUID
-    trace_id: UUID | None
-    inputs: Any
-    metadata: Mapping[str, Any]
-    runs: set[UUID] = field(default_factory=set)
-    retrievals: dict[UUID, _Retrieval] = field(default_factory=dict)
-    stream_run: UUID | None = None
-    tokens: list[str] = field(default_factory=list)
+    """An open trace: its root's input and metadata, its runs, retrievals and streamed tokens."""
+
+    __slots__ = (
+        "inputs",
+        "metadata",
+        "retrievals",
+        "root_id",
+        "root_key",
+        "runs",
+        "stream_run",
+        "tokens",
+        "trace_id",
+    )
+
+    def __init__(
+        self, root_id: UUID, trace_id: UUID | None, inputs: Any, metadata: Mapping[str, Any]
+    ) -> None:
+        self.root_id = root_id
+        self.root_key = root_id.int
+        self.trace_id = trace_id
+        self.inputs = inputs
+        self.metadata = metadata
+        # Keys of every run ever started in the trace (ended ones too), released together.
+        self.runs: list[int] = [self.root_key]
+        self.retrievals: list[_Retrieval] = []
+        self.stream_run: UUID | None = None
+        self.tokens: list[str] = []
 
     def streamed(self) -> str | None:
         return "".join(self.tokens) if self.stream_run is not None else None
 
 
-@dataclass(frozen=True)
 class FinishedTrace:
-    """A root run that ended: its retrievals, or ``errored`` when it raised."""
+    """A root run that ended: its retrievals, or ``errored`` when it raised.
 
-    root_run_id: UUID
-    errored: bool
-    captures: list[Capture]
+    Like the records above, a slotted class rather than a frozen dataclass: one is made per
+    request on the caller's thread, and a frozen dataclass sets each field the slow way.
+    """
+
+    __slots__ = ("captures", "errored", "root_run_id")
+
+    def __init__(self, root_run_id: UUID, errored: bool, captures: list[Capture]) -> None:
+        self.root_run_id = root_run_id
+        self.errored = errored
+        self.captures = captures
 
 
 class TraceTracker:
@@ -87,8 +141,11 @@ class TraceTracker:
         self.max_open_traces = max_open_traces
         self._find_trace_id = find_trace_id
         self._lock = threading.Lock()
-        self._runs: dict[UUID, UUID] = {}
-        self._traces: OrderedDict[UUID, _Trace] = OrderedDict()
+        # Keys are ``UUID.int``: hashing an int is done in C, a ``UUID``'s hash is Python code.
+        # run key -> its open trace (every started run not yet ended or released)
+        self._runs: dict[int, _Trace] = {}
+        # root run key -> open trace, oldest first (dicts keep insertion order)
+        self._traces: dict[int, _Trace] = {}
 
     @property
     def open_traces(self) -> int:
@@ -116,35 +173,16 @@ class TraceTracker:
         Returns:
             How many unfinished traces were evicted to stay under the bound (usually 0).
         """
-        evicted = 0
-        links = trace_links(run_id) if retrieval is not None else None
+        if retrieval is not None:
+            return self._start_retrieval(run_id, parent_run_id, inputs, metadata, retrieval)
+        key = run_id.int
         with self._lock:
-            root = self._runs.get(parent_run_id) if parent_run_id is not None else None
-            trace = self._traces.get(root) if root is not None else None
-            if trace is None:
-                trace_id = run_id if parent_run_id is None else self._external(parent_run_id)
-                trace = _Trace(run_id, trace_id, inputs, metadata or _EMPTY)
-                self._traces[run_id] = trace
-                while len(self._traces) > self.max_open_traces:
-                    _, old = self._traces.popitem(last=False)
-                    for run in old.runs:
-                        self._runs.pop(run, None)
-                    evicted += 1
-            self._runs[run_id] = trace.root_id
-            trace.runs.add(run_id)
-            if retrieval is not None:
-                query, name, tags = retrieval
-                trace.retrievals[run_id] = _Retrieval(
-                    run_id,
-                    parent_run_id,
-                    query,
-                    name,
-                    tags,
-                    metadata or _EMPTY,
-                    otel_context=current_span_context(),
-                    links=links or {},
-                )
-        return evicted
+            trace = None if parent_run_id is None else self._runs.get(parent_run_id.int)
+            if trace is not None:
+                self._runs[key] = trace
+                trace.runs.append(key)
+                return 0
+            return self._open(run_id, parent_run_id, inputs, metadata)[1]
 
     def end(
         self,
@@ -162,22 +200,24 @@ class TraceTracker:
             inputs: The final input when the start event deferred it (streaming).
             documents: The documents, for a retriever run.
         """
-        links = trace_links(run_id) if documents is not None else None
+        links = trace_links(run_id) if documents is not None else _NO_LINKS
+        key = run_id.int
         with self._lock:
-            trace = self._release(run_id)
+            trace = self._runs.pop(key, None)
             if trace is None:
                 return None
             if documents is not None:
-                retrieval = trace.retrievals.get(run_id)
-                if retrieval is not None:
-                    retrieval.documents = documents
-                    retrieval.links = merge_links(retrieval.links, links or {})
-            if run_id != trace.root_id:
+                for retrieval in trace.retrievals:
+                    if retrieval.run_key == key:
+                        retrieval.documents = documents
+                        retrieval.links = merge_links(retrieval.links, links)
+                        break
+            if key != trace.root_key:
                 return None
             self._close(trace)
         if inputs is not None:
             trace.inputs = inputs
-        return FinishedTrace(run_id, False, self._captures(trace, outputs))
+        return FinishedTrace(run_id, False, _captures(trace, outputs))
 
     def fail(self, run_id: UUID, *, closed_early: bool = False) -> FinishedTrace | None:
         """Record a run error; returns the finished trace when ``run_id`` is its root.
@@ -188,17 +228,18 @@ class TraceTracker:
                 for the root, the trace is finished, not errored, and its retrievals are
                 scored with the answer streamed so far.
         """
+        key = run_id.int
         with self._lock:
-            trace = self._release(run_id)
+            trace = self._runs.pop(key, None)
             if trace is None:
                 return None
             if not closed_early:
-                trace.retrievals.pop(run_id, None)
-            if run_id != trace.root_id:
+                trace.retrievals = [r for r in trace.retrievals if r.run_key != key]
+            if key != trace.root_key:
                 return None
             self._close(trace)
         if closed_early:
-            return FinishedTrace(run_id, False, self._captures(trace, None))
+            return FinishedTrace(run_id, False, _captures(trace, None))
         return FinishedTrace(run_id, True, [])
 
     def token(self, run_id: UUID, parent_run_id: UUID | None, text: str) -> None:
@@ -206,14 +247,62 @@ class TraceTracker:
         if parent_run_id is None:
             return
         with self._lock:
-            root = self._runs.get(parent_run_id)
-            trace = self._traces.get(root) if root is not None else None
+            trace = self._runs.get(parent_run_id.int)
             if trace is None:
                 return
             if trace.stream_run != run_id:
                 trace.stream_run = run_id
                 trace.tokens = []
             trace.tokens.append(text)
+
+    def _start_retrieval(
+        self,
+        run_id: UUID,
+        parent_run_id: UUID | None,
+        inputs: Any,
+        metadata: Mapping[str, Any] | None,
+        retrieval: tuple[str, str | None, Sequence[str]],
+    ) -> int:
+        query, name, tags = retrieval
+        record = _Retrieval(
+            run_id,
+            parent_run_id,
+            query,
+            name=name,
+            tags=tags,
+            metadata=metadata or _EMPTY,
+            otel_context=current_span_context(),
+            links=trace_links(run_id),
+        )
+        evicted = 0
+        key = run_id.int
+        with self._lock:
+            trace = None if parent_run_id is None else self._runs.get(parent_run_id.int)
+            if trace is not None:
+                self._runs[key] = trace
+                trace.runs.append(key)
+            else:
+                trace, evicted = self._open(run_id, parent_run_id, inputs, metadata)
+            trace.retrievals.append(record)
+        return evicted
+
+    def _open(
+        self,
+        run_id: UUID,
+        parent_run_id: UUID | None,
+        inputs: Any,
+        metadata: Mapping[str, Any] | None,
+    ) -> tuple[_Trace, int]:
+        """Open a trace rooted at ``run_id`` (lock held); evict the oldest beyond the bound."""
+        trace_id = run_id if parent_run_id is None else self._external(parent_run_id)
+        trace = _Trace(run_id, trace_id, inputs, metadata or _EMPTY)
+        self._traces[trace.root_key] = trace
+        self._runs[trace.root_key] = trace
+        evicted = 0
+        while len(self._traces) > self.max_open_traces:
+            self._close(self._traces[next(iter(self._traces))])
+            evicted += 1
+        return trace, evicted
 
     def _external(self, parent_run_id: UUID) -> UUID | None:
         if self._find_trace_id is None:
@@ -223,42 +312,37 @@ class TraceTracker:
         except Exception:
             return None
 
-    def _release(self, run_id: UUID) -> _Trace | None:
-        root = self._runs.pop(run_id, None)
-        if root is None:
-            return None
-        trace = self._traces.get(root)
-        if trace is not None:
-            trace.runs.discard(run_id)
-        return trace
-
     def _close(self, trace: _Trace) -> None:
-        del self._traces[trace.root_id]
+        """Forget a trace and every run of it still open (lock held)."""
+        del self._traces[trace.root_key]
+        runs = self._runs
         for run in trace.runs:
-            self._runs.pop(run, None)
-        trace.runs.clear()
+            if runs.get(run) is trace:
+                del runs[run]
+        trace.runs = []
 
-    @staticmethod
-    def _captures(trace: _Trace, outputs: Any) -> list[Capture]:
-        streamed = trace.streamed()
-        return [
-            Capture(
-                root_run_id=trace.root_id,
-                trace_id=trace.trace_id,
-                run_id=r.run_id,
-                parent_run_id=r.parent_run_id,
-                retriever=r.name,
-                query=r.query,
-                documents=r.documents,
-                tags=r.tags,
-                metadata=r.metadata,
-                root_metadata=trace.metadata,
-                root_inputs=trace.inputs,
-                root_outputs=None if r.run_id == trace.root_id else outputs,
-                otel_context=r.otel_context,
-                links=r.links,
-                streamed_answer=None if r.run_id == trace.root_id else streamed,
-            )
-            for r in trace.retrievals.values()
-            if r.documents is not None
-        ]
+
+def _captures(trace: _Trace, outputs: Any) -> list[Capture]:
+    """The trace's finished retrievals as :class:`Capture` records, in start order."""
+    streamed = trace.streamed()
+    return [
+        Capture(
+            root_run_id=trace.root_id,
+            trace_id=trace.trace_id,
+            run_id=r.run_id,
+            parent_run_id=r.parent_run_id,
+            retriever=r.name,
+            query=r.query,
+            documents=r.documents,
+            tags=r.tags,
+            metadata=r.metadata,
+            root_metadata=trace.metadata,
+            root_inputs=trace.inputs,
+            root_outputs=None if r.run_key == trace.root_key else outputs,
+            otel_context=r.otel_context,
+            links=r.links,
+            streamed_answer=None if r.run_key == trace.root_key else streamed,
+        )
+        for r in trace.retrievals
+        if r.documents is not None
+    ]

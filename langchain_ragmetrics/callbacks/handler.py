@@ -300,7 +300,14 @@ class RagMetricsCallbackHandler(BaseCallbackHandler):
         metadata: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        self._start("on_chain_start", run_id, parent_run_id, inputs, metadata)
+        # The hot path (every runnable of every request): the tracker directly, no helper.
+        try:
+            evicted = self._tracker.start(run_id, parent_run_id, inputs=inputs, metadata=metadata)
+        except Exception as exc:
+            self._internal_error("on_chain_start", exc)
+            return
+        if evicted:
+            self._counters.add(evicted=evicted)
 
     @override
     def on_llm_new_token(
@@ -364,7 +371,13 @@ class RagMetricsCallbackHandler(BaseCallbackHandler):
         parent_run_id: UUID | None = None,
         **kwargs: Any,
     ) -> None:
-        self._end("on_chain_end", run_id, outputs, kwargs.get("inputs"))
+        # The hot path, like ``on_chain_start``: only a root's end has anything to dispatch.
+        try:
+            finished = self._tracker.end(run_id, outputs=outputs, inputs=kwargs.get("inputs"))
+            if finished is not None:
+                self._dispatch(finished)
+        except Exception as exc:
+            self._internal_error("on_chain_end", exc)
 
     @override
     def on_tool_end(

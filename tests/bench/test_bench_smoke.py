@@ -331,3 +331,18 @@ def test_independent_halves_runs_both_sides_every_round() -> None:
     two = [r for r in rows if r[1].strip() == "2"]
     assert all(len(r[3].split(",")) == 2 for r in two)  # each process reports its busy share
     assert re.search(r"thread: 1 process [\d.]+ s, 2 independent halves [\d.]+ s", lines[-2])
+
+
+def test_handler_dispatch_times_every_config_and_splits_the_added_median() -> None:
+    lines = script_lines("handler_dispatch.py", "--calls", "20")
+    assert lines[0] == "command: python bench/handler_dispatch.py --calls 20"
+    rows = [line.split("|") for line in lines if re.match(r"\| [a-z-]+ \| \d", line)]
+    assert [row[1].strip() for row in rows] == ["none", "do-nothing", "floor", "ours"]
+    assert all(row[2].strip() == "20" and float(row[3]) > 0 for row in rows)
+    split = re.search(
+        r"floor\) ([+-][\d.]+) ms, our callbacks \(ours - floor\) ([+-][\d.]+) ms, "
+        r"total ([+-][\d.]+) ms",
+        lines[-1],
+    )
+    assert split is not None
+    assert float(split[3]) == pytest.approx(float(split[1]) + float(split[2]), abs=0.002)

@@ -187,11 +187,11 @@ def test_trace_id_of_an_unseen_parent_can_be_found_externally() -> None:
     )
     tracker.start(sub, unseen_parent)
     tracker.start(other, uuid.uuid4())
-    for run in (sub, other):
-        tracker.start(uuid.uuid4(), run, retrieval=("q", None, ()))
+    children = {run: uuid.uuid4() for run in (sub, other)}
+    for run, child in children.items():
+        tracker.start(child, run, retrieval=("q", None, ()))
     found = {}
-    for run in (sub, other):
-        child = next(r for r, root in tracker._runs.items() if root == run and r != run)
+    for run, child in children.items():
         tracker.end(child, documents=DOCS)
         finished = tracker.end(run, outputs="a")
         assert finished is not None
@@ -248,3 +248,34 @@ def test_a_retriever_called_by_a_tool_belongs_to_the_trace() -> None:
     assert capture.root_run_id == root
     assert capture.parent_run_id == tool_run
     assert capture.streamed_answer is None
+
+
+def test_runs_match_by_value_not_by_object() -> None:
+    # LangChain may hand the same run id over as different UUID objects (copies, round trips
+    # through uuid_utils): the tracker keys runs by the id's value.
+    tracker = TraceTracker(max_open_traces=10)
+    root, ret, model = ids(3)
+    tracker.start(root, None, inputs="q")
+    tracker.start(ret, uuid.UUID(str(root)), retrieval=("q", None, ()))
+    tracker.token(model, uuid.UUID(str(root)), "partial")
+    assert tracker.end(uuid.UUID(str(ret)), documents=DOCS) is None
+    finished = tracker.fail(uuid.UUID(str(root)), closed_early=True)
+    assert finished is not None
+    (capture,) = finished.captures
+    assert (capture.run_id, capture.root_run_id) == (ret, root)
+    assert capture.streamed_answer == "partial"
+    assert (tracker.open_traces, tracker.open_runs) == (0, 0)
+
+
+def test_a_failed_retriever_is_not_captured_but_its_siblings_are() -> None:
+    tracker = TraceTracker(max_open_traces=10)
+    root, good, bad = ids(3)
+    tracker.start(root, None, inputs="q")
+    tracker.start(good, root, retrieval=("good", None, ()))
+    tracker.start(bad, root, retrieval=("bad", None, ()))
+    assert tracker.fail(bad) is None
+    tracker.end(good, documents=DOCS)
+    finished = tracker.end(root, outputs="a")
+    assert finished is not None
+    assert [c.query for c in finished.captures] == ["good"]
+    assert (tracker.open_traces, tracker.open_runs) == (0, 0)
