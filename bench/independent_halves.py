@@ -8,7 +8,8 @@ released at the same instant; the run ends when the slower one ends. Against one
 with all the slots and all the rows, that speed-up is what the coordination could reach.
 Same judge and data shape as ``bench_workers.py``'s scale check (memoising judge in its own
 process, filled by an untimed run; distinct generated samples; 50 ms). Every process warms
-up on rows of its own, untimed.
+up on rows of its own, untimed, then says "ready" and waits for "go" on its stdin; the clock
+starts when every process is ready and told to go (a handshake, no fixed wait).
 
 Usage: ``python bench/independent_halves.py [--samples 300] [--rounds 2] [--async]``
 """
@@ -35,13 +36,13 @@ import asyncio, json, sys, time
 sys.path[:0] = [{bench!r}, {repo!r}]
 import bench_workers as bw
 from langchain_ragmetrics import aevaluate, evaluate
-base, dataset, mode, part, parts, slots, go = sys.argv[1:8]
+base, dataset, mode, part, parts, slots = sys.argv[1:7]
 data = json.loads(open(dataset, encoding="utf-8").read())
 rows = data["rows"][int(part)::int(parts)]
 evaluate(data["warm"], bw._metrics(base), workers=1, show_progress=False)
 metrics = bw._metrics(base)
-while time.time() < float(go):
-    time.sleep(0.001)
+print("ready", flush=True)
+sys.stdin.readline()  # "go"
 cpu, start = time.process_time(), time.perf_counter()
 if mode == "async":
     result = asyncio.run(aevaluate(rows, metrics, max_concurrency=int(slots), show_progress=False))
@@ -74,11 +75,24 @@ def main() -> None:
         driver.write_text(DRIVER.format(bench=str(BENCH), repo=str(REPO)))
 
         def run(parts: int) -> tuple[float, list[float]]:
-            go = time.time() + 8.0  # every process imported and warmed up by then
             slots = CONCURRENCY // parts
             base = [sys.executable, str(driver), judge.base_url, str(dataset), mode]
-            commands = [[*base, str(p), str(parts), str(slots), str(go)] for p in range(parts)]
-            procs = [subprocess.Popen(c, stdout=subprocess.PIPE, text=True) for c in commands]
+            commands = [[*base, str(p), str(parts), str(slots)] for p in range(parts)]
+            procs = [
+                subprocess.Popen(c, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                for c in commands
+            ]
+            for proc in procs:  # every process imported and warmed up
+                ready = proc.stdout.readline() if proc.stdout is not None else ""
+                if ready.strip() != "ready":
+                    for other in procs:
+                        other.kill()
+                    msg = f"a process did not get ready (exit {proc.wait()}): {ready!r}"
+                    raise RuntimeError(msg)
+            go = time.time()
+            for proc in procs:
+                proc.stdin.write("go\n")  # type: ignore[union-attr]
+                proc.stdin.flush()  # type: ignore[union-attr]
             outs = [json.loads(p.communicate()[0].strip().splitlines()[-1]) for p in procs]
             if any(o["failed"] for o in outs):
                 msg = f"jobs failed: {[o['failed'] for o in outs]}"

@@ -191,6 +191,53 @@ def test_a_reply_lost_after_mlflow_stored_the_assessment_is_not_stored_twice(
     assert sink.delivery.breaker.is_open is False
 
 
+def test_a_look_mlflow_holds_without_answering_is_bounded_and_sends_nothing_again(
+    tracking: str,
+    judge_server: JudgeServer,
+    make_judge: JudgeFactory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The reply to the POST is lost, then MLflow holds the look (reading the trace).
+
+    The sink gives up within its bounds, never sends the assessment a second time while it
+    cannot tell whether the first one was stored, and MLflow keeps exactly one.
+    """
+    item, trace_id = _exported_item(judge_server, make_judge, 5)
+    release = threading.Event()
+    lost: list[str] = []
+    held: list[str] = []
+
+    def answer(method: str, path: str) -> int | None:
+        if method == "POST" and "assessments" in path and not lost:
+            lost.append(path)
+            return 502  # stored by MLflow, reported to the client as failed
+        if method == "GET" and lost:
+            held.append(path)
+            release.wait(CEILING_S)  # accepted, not answered (until the test ends)
+        return None
+
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    with LossyProxy(tracking, answer) as proxy:
+        mlflow.set_tracking_uri(proxy.url)
+        sink = MlflowSink(request_timeout=1, backoff=0.01, max_retries=2)
+        started = time.monotonic()
+        try:
+            with pytest.raises(TimeoutError):
+                sink.emit(item)
+            elapsed = time.monotonic() - started
+        finally:
+            release.set()
+            mlflow.set_tracking_uri(tracking)
+            sink.close()
+        posts = proxy.requests_to("assessments")
+    assert lost
+    assert held  # the look was sent, and held
+    assert len(posts) == 1  # no resend without an answer to the look
+    assert elapsed < CEILING_S
+    (stored,) = assessments(trace_id)
+    assert stored.metadata[_DELIVERY_KEY]
+
+
 def test_a_retry_sends_again_when_the_first_try_was_not_stored(
     tracking: str,
     judge_server: JudgeServer,
