@@ -57,6 +57,25 @@ RAGMETRICS = [
 ]
 
 METRICS = [ContextRecall(), ContextPrecision()]
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run_python(*args: str, method: str | None = None) -> subprocess.CompletedProcess[str]:
+    """``python args`` with this tree importable and no keys; it must exit 0.
+
+    ``method`` sets the workers' start method (None: the package's own choice).
+    """
+    env = {**clean_env(), "PYTHONPATH": str(REPO)}
+    if method is None:
+        env.pop(START_METHOD_ENV, None)
+    else:
+        env[START_METHOD_ENV] = method
+    proc = subprocess.run(
+        [sys.executable, *args],
+        env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    return proc
 
 
 def rows(count: int) -> list[dict[str, Any]]:
@@ -427,13 +446,7 @@ def test_a_script_without_the_main_guard_is_not_rerun_by_its_workers(
     judge_server.script = lexical_judge()
     script = tmp_path / "unguarded.py"
     script.write_text(UNGUARDED_SCRIPT, encoding="utf-8")
-    env = {**clean_env(), "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    env[START_METHOD_ENV] = method
-    proc = subprocess.run(
-        [sys.executable, str(script), judge_server.base_url],
-        env=env, capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
+    proc = run_python(str(script), judge_server.base_url, method=method)
     assert proc.stdout.splitlines() == ["script body ran", "scored 4"], proc.stderr
     assert judge_server.count() == 4
 
@@ -623,13 +636,7 @@ print(start_method())  # the program's own choice
 
 
 def test_workers_fork_only_while_the_process_runs_one_thread() -> None:
-    env = {**clean_env(), "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    env.pop(START_METHOD_ENV, None)
-    proc = subprocess.run(
-        [sys.executable, "-c", CHOICE_SCRIPT],
-        env=env, capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
+    proc = run_python("-c", CHOICE_SCRIPT)
     default = multiprocessing.get_all_start_methods()[0]
     alone = "fork" if sys.platform == "linux" else "spawn"
     assert proc.stdout.splitlines() == [alone, "spawn", f"{default} {alone}", "spawn"]
@@ -736,13 +743,7 @@ def test_a_forked_worker_opens_its_own_connections_and_scores_the_same(
 ) -> None:
     judge_server.script = lexical_judge()
     data = rows(6)
-    env = {**clean_env(), "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    env.pop(START_METHOD_ENV, None)
-    proc = subprocess.run(
-        [sys.executable, "-c", FORK_SCRIPT, judge_server.base_url, json.dumps(data)],
-        env=env, capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
+    proc = run_python("-c", FORK_SCRIPT, judge_server.base_url, json.dumps(data))
     report = json.loads(proc.stdout.splitlines()[-1])
     # helper threads of the first run were still alive: they were ended, and the run forked
     assert "ragmetrics-call" in report["lingering"], report
@@ -822,14 +823,10 @@ def test_auto_uses_a_forked_worker_for_metrics_defined_in_the_script(
     if method == "fork" and sys.platform != "linux":
         pytest.skip("fork is chosen on Linux only")
     judge_server.script = lexical_judge()
-    env = {**clean_env(), "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    env[START_METHOD_ENV] = method
     data = rows(100)  # x 2 metrics = 200 jobs
-    proc = subprocess.run(
-        [sys.executable, "-c", MAIN_METRIC_SCRIPT, judge_server.base_url, json.dumps(data)],
-        env=env, capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
+    proc = run_python(
+        "-c", MAIN_METRIC_SCRIPT, judge_server.base_url, json.dumps(data), method=method
+    )
     report = json.loads(proc.stdout.splitlines()[-1])
     assert report["scored"] == 200
     if (os.cpu_count() or 1) < 2:
