@@ -20,22 +20,33 @@ It prints per config the median and p90 latency, and the added median against ``
 retrieves its own documents. Run it with ``PYTHONPATH`` pointing at another checkout to
 measure another version of the package with the same method.
 
-Usage: ``python bench/handler_dispatch.py [--calls 2000] [--seed 1]`` (``--calls`` per config).
+``--instructions`` counts instructions instead of timing (deterministic: the machine's load
+does not move it): each config runs alone in its own process under valgrind's callgrind,
+which dumps its counters at ``os.getppid()`` calls placed around the timed loop (after the
+warm-up and a ``gc.collect()``); the figure is the loop's instructions per call. Needs
+``valgrind`` on the PATH and takes minutes (the interpreter runs about 50x slower).
+
+Usage: ``python bench/handler_dispatch.py [--calls 2000] [--seed 1] [--instructions]``
+(``--calls`` per config; with ``--instructions`` 300 is plenty).
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
+import os
 import random
+import shutil
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from _online_driver import build_chain
-
-import langchain_ragmetrics
+import langchain_ragmetrics  # before bench modules: the checkout on PYTHONPATH is measured
 
 CONFIGS = ("none", "do-nothing", "floor", "ours")
 WARMUP = 50
@@ -83,6 +94,8 @@ def handlers() -> dict[str, list[Any]]:
 
 def measure(calls: int, seed: int) -> dict[str, list[float]]:
     """Latency of every timed call per config, in seconds."""
+    from _online_driver import build_chain  # it puts the repository root on sys.path
+
     configs = handlers()
     chain, questions = build_chain(calls * len(CONFIGS) + WARMUP * len(CONFIGS), seed=seed)
     asked = iter(questions)
@@ -100,14 +113,88 @@ def measure(calls: int, seed: int) -> dict[str, list[float]]:
     return times
 
 
+def one_region(name: str, calls: int, seed: int) -> None:
+    """The calls of one config between two ``os.getppid()`` marks (callgrind dumps there)."""
+    from _online_driver import build_chain
+
+    callbacks = handlers()[name]
+    chain, questions = build_chain(calls + WARMUP, seed=seed)
+    for question in questions[:WARMUP]:
+        chain.invoke(question, config={"callbacks": callbacks})
+    gc.collect()
+    os.getppid()  # the region starts
+    for question in questions[WARMUP:]:
+        chain.invoke(question, config={"callbacks": callbacks})
+    os.getppid()  # the region ends
+
+
+def region_instructions(dump: Path) -> int:
+    """The instruction count (``summary:``) of one callgrind dump."""
+    with dump.open(encoding="utf-8") as lines:
+        for line in lines:
+            if line.startswith(("summary:", "totals:")):
+                return int(line.split()[1])
+    msg = f"{dump}: no summary line (not a callgrind dump?)"
+    raise ValueError(msg)
+
+
+def count_instructions(calls: int, seed: int) -> dict[str, float]:
+    """Instructions per call of every config, each in its own process under callgrind."""
+    if shutil.which("valgrind") is None:
+        msg = "--instructions needs valgrind on the PATH"
+        raise SystemExit(msg)
+    with tempfile.TemporaryDirectory() as tmp:
+
+        def run(name: str) -> float:
+            out = Path(tmp) / f"{name}.out"
+            command = [
+                "valgrind", "--tool=callgrind", "--dump-before=os_getppid",
+                f"--callgrind-out-file={out}", sys.executable, __file__,
+                "--region", name, "--calls", str(calls), "--seed", str(seed),
+            ]  # fmt: skip
+            subprocess.run(command, check=True, capture_output=True)
+            # dump .1: start-up to the first mark; .2: the region; the final dump: the exit
+            return region_instructions(Path(f"{out}.2")) / calls
+
+        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+            return dict(zip(CONFIGS, pool.map(run, CONFIGS), strict=True))
+
+
+def print_instructions(calls: int, seed: int) -> None:
+    per_call = count_instructions(calls, seed)
+    print("| config | calls | instructions per call (K) | added (K) | added share |")
+    print("|---|---|---|---|---|")
+    for name, count in per_call.items():
+        added = count - per_call["none"]
+        print(
+            f"| {name} | {calls} | {count / 1e3:.1f} | {added / 1e3:+.1f} "
+            f"| {added / per_call['none']:+.2%} |"
+        )
+    floor = per_call["floor"] - per_call["none"]
+    ours = per_call["ours"] - per_call["floor"]
+    print(
+        f"added instructions per call: LangChain's dispatch of our handler (floor) "
+        f"{floor / 1e3:+.1f} K, our callbacks (ours - floor) {ours / 1e3:+.1f} K, "
+        f"total {(floor + ours) / 1e3:+.1f} K"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=2000, help="timed calls per config")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--instructions", action="store_true", help="count, under callgrind")
+    parser.add_argument("--region", choices=CONFIGS, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.region is not None:  # one config, run by --instructions under callgrind
+        one_region(args.region, args.calls, args.seed)
+        return
     print(f"command: python bench/handler_dispatch.py {' '.join(sys.argv[1:])}".rstrip())
     package = Path(langchain_ragmetrics.__file__).resolve().parent.parent
     print(f"python {sys.version.split()[0]}, package from {package}")
+    if args.instructions:
+        print_instructions(args.calls, args.seed)
+        return
     times = measure(args.calls, args.seed)
     medians = {name: statistics.median(values) for name, values in times.items()}
     print("| config | calls | median ms | p90 ms | added median ms |")

@@ -346,3 +346,20 @@ def test_handler_dispatch_times_every_config_and_splits_the_added_median() -> No
     )
     assert split is not None
     assert float(split[3]) == pytest.approx(float(split[1]) + float(split[2]), abs=0.002)
+
+
+def test_handler_dispatch_reads_the_region_of_a_callgrind_dump(tmp_path: Path) -> None:
+    import handler_dispatch
+
+    dump = tmp_path / "ours.out.2"
+    dump.write_text("# callgrind format\nversion: 1\nevents: Ir\nsummary: 48700123\n")
+    assert handler_dispatch.region_instructions(dump) == 48_700_123
+    empty = tmp_path / "empty.out.2"
+    empty.write_text("version: 1\n")
+    with pytest.raises(ValueError, match=r"empty\.out\.2: no summary line"):
+        handler_dispatch.region_instructions(empty)
+
+
+def test_handler_dispatch_region_mode_runs_one_config_quietly() -> None:
+    # What --instructions runs under callgrind, for each config: no output, exit 0.
+    assert script_lines("handler_dispatch.py", "--region", "ours", "--calls", "3") == []
