@@ -11,13 +11,14 @@ state is released.
 
 This runs on the caller's thread for every run of every request, so each event is a few
 dictionary operations under one lock: runs map straight to their trace object, and the
-per-trace records are slotted classes (``bench/bench_online.py`` measures what it adds).
+per-trace records are slotted dataclasses (``bench/handler_dispatch.py`` measures what it adds).
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
@@ -31,92 +32,60 @@ _EMPTY: Mapping[str, Any] = {}
 _NO_LINKS: TraceLinks = {}
 
 
+@dataclass(slots=True, kw_only=True)
 class _Retrieval:
     """A retriever run of an open trace: what its start said, and its documents once ended."""
 
-    __slots__ = (
-        "documents",
-        "links",
-        "metadata",
-        "name",
-        "otel_context",
-        "parent_run_id",
-        "query",
-        "run_id",
-        "run_key",
-        "tags",
-    )
+    run_id: UUID
+    parent_run_id: UUID | None
+    query: str
+    name: str | None
+    tags: Sequence[str]
+    metadata: Mapping[str, Any]
+    otel_context: Any
+    links: TraceLinks
+    documents: Sequence[Any] | None = None
+    run_key: int = field(init=False)
+    """``run_id.int``, computed once: the tracker's dictionary key for the run."""
 
-    def __init__(
-        self,
-        run_id: UUID,
-        parent_run_id: UUID | None,
-        query: str,
-        *,
-        name: str | None,
-        tags: Sequence[str],
-        metadata: Mapping[str, Any],
-        otel_context: Any,
-        links: TraceLinks,
-    ) -> None:
-        self.run_id = run_id
-        self.run_key = run_id.int
-        self.parent_run_id = parent_run_id
-        self.query = query
-        self.name = name
-        self.tags = tags
-        self.metadata = metadata
-        self.otel_context = otel_context
-        self.links = links
-        self.documents: Sequence[Any] | None = None
+    def __post_init__(self) -> None:
+        self.run_key = self.run_id.int
 
 
+@dataclass(slots=True)
 class _Trace:
     """An open trace: its root's input and metadata, its runs, retrievals and streamed tokens."""
 
-    __slots__ = (
-        "inputs",
-        "metadata",
-        "retrievals",
-        "root_id",
-        "root_key",
-        "runs",
-        "stream_run",
-        "tokens",
-        "trace_id",
-    )
+    root_id: UUID
+    trace_id: UUID | None
+    inputs: Any
+    metadata: Mapping[str, Any]
+    root_key: int = field(init=False)
+    runs: list[int] = field(init=False)
+    """Keys of every run ever started in the trace (ended ones too), released together."""
+    retrievals: list[_Retrieval] = field(default_factory=list)
+    stream_run: UUID | None = None
+    tokens: list[str] = field(default_factory=list)
 
-    def __init__(
-        self, root_id: UUID, trace_id: UUID | None, inputs: Any, metadata: Mapping[str, Any]
-    ) -> None:
-        self.root_id = root_id
-        self.root_key = root_id.int
-        self.trace_id = trace_id
-        self.inputs = inputs
-        self.metadata = metadata
-        # Keys of every run ever started in the trace (ended ones too), released together.
-        self.runs: list[int] = [self.root_key]
-        self.retrievals: list[_Retrieval] = []
-        self.stream_run: UUID | None = None
-        self.tokens: list[str] = []
+    def __post_init__(self) -> None:
+        self.root_key = self.root_id.int
+        self.runs = [self.root_key]
 
     def streamed(self) -> str | None:
         return "".join(self.tokens) if self.stream_run is not None else None
 
 
+@dataclass(slots=True)
 class FinishedTrace:
     """A root run that ended: its retrievals, or ``errored`` when it raised.
 
-    Like the records above, a slotted class rather than a frozen dataclass: one is made per
-    request on the caller's thread, and a frozen dataclass sets each field the slow way.
+    Slotted and not frozen, like the records above: one is made per request on the caller's
+    thread, and a frozen dataclass sets each field the slow way.
     """
 
-    __slots__ = ("captures", "errored", "root_run_id")
-
-    def __init__(self, root_run_id: UUID, errored: bool, captures: list[Capture]) -> None:
-        self.root_run_id = root_run_id
-        self.errored = errored
-        self.captures = captures
+    root_run_id: UUID
+    errored: bool
+    captures: list[Capture]
 
 
 class TraceTracker:
@@ -265,9 +234,9 @@ class TraceTracker:
     ) -> int:
         query, name, tags = retrieval
         record = _Retrieval(
-            run_id,
-            parent_run_id,
-            query,
+            run_id=run_id,
+            parent_run_id=parent_run_id,
+            query=query,
             name=name,
             tags=tags,
             metadata=metadata or _EMPTY,
