@@ -1,8 +1,8 @@
 """A small circuit breaker: after N consecutive failures, pause for a cool-down.
 
 Written here rather than taken from a library: it is a dozen lines, has no I/O, and the
-LangSmith feedback client needs to interrupt its waits on close (a library breaker would
-add a dependency for less than this).
+one retry loop that uses it (:mod:`langchain_ragmetrics._guarded`) interrupts its own waits
+on close (a library breaker would add a dependency for less than this).
 """
 
 from __future__ import annotations

@@ -13,10 +13,13 @@ so the rules live here once:
 * **Not ingested yet.** LangSmith answers 404 to feedback on a run it has not ingested yet
   (ingestion is asynchronous; the SDK retries exactly that error). It is retried with
   backoff and is not a breaker failure: LangSmith answered.
-* **Breaker.** Requests that get no answer or a 5xx/429 count as failures; after
-  ``failure_threshold`` in a row the breaker opens and sends are refused
+* **Retries and breaker.** Every request goes through one
+  :class:`~langchain_ragmetrics._guarded.GuardedRequests` (the rules MLflow and Phoenix
+  follow too): no answer or a 5xx/429 is retried with backoff and counts as a failure;
+  after ``failure_threshold`` failures in a row the breaker opens and sends are refused
   (:class:`~langchain_ragmetrics._errors.SinkUnavailableError`) for ``cooldown`` seconds.
-  401/403/422 fail at once (retrying cannot help) and count as failures too.
+  An auth error or a misuse of the SDK fails at once (retrying cannot help) and counts as
+  a failure too, so a wrong key pauses sending instead of costing a request per result.
 
 It lives at package level, below ``callbacks`` (the sink) and ``integrations`` (the
 monitor), so both import it without an upward import.
@@ -26,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import random
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -35,27 +37,26 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from typing_extensions import override
 
-from langchain_ragmetrics._breaker import CircuitBreaker
-from langchain_ragmetrics._errors import SinkUnavailableError
+from langchain_ragmetrics._guarded import Failure, GuardedRequests, classify_status, http_status
 from langchain_ragmetrics._ids import FEEDBACK_NAMESPACE, feedback_id
 
 if TYPE_CHECKING:
     from langsmith import Client
 
+    from langchain_ragmetrics._breaker import CircuitBreaker
     from langchain_ragmetrics._schema import MetricResult
 
 __all__ = [
     "DEFAULT_FAILURE_THRESHOLD",
     "FeedbackClient",
     "FeedbackItem",
+    "classify_langsmith_error",
     "error_feedback_id",
     "source_info",
 ]
 
 DEFAULT_FAILURE_THRESHOLD = 5
 """Failed requests in a row that open the breaker, for the sink and the monitor alike."""
-_MAX_BACKOFF_SECONDS = 8.0
-logger = logging.getLogger("langchain_ragmetrics")
 
 
 def error_feedback_id(run_id: uuid.UUID | str, metric: str) -> uuid.UUID:
@@ -194,29 +195,53 @@ class FeedbackClient:
         failure_threshold: int = DEFAULT_FAILURE_THRESHOLD,
         cooldown: float = 30.0,
     ) -> None:
-        for option, value in (("max_retries", max_retries), ("ingest_retries", ingest_retries)):
-            if value < 0:
-                msg = f"`{option}` must be >= 0, got {value!r}"
-                raise ValueError(msg)
-        if backoff < 0:
-            msg = f"`backoff` must be >= 0, got {backoff!r}"
+        if ingest_retries < 0:
+            msg = f"`ingest_retries` must be >= 0, got {ingest_retries!r}"
             raise ValueError(msg)
         self._client = client
         self.name = name
-        self.max_retries = max_retries
-        self.ingest_retries = ingest_retries
-        self.backoff = backoff
-        self.breaker = CircuitBreaker(threshold=failure_threshold, cooldown=cooldown)
-        self.closing = threading.Event()
-        """Set to cut every backoff wait short (the failure is raised at once)."""
+        self.requests = GuardedRequests(
+            label=name,
+            max_retries=max_retries,
+            backoff=backoff,
+            failure_threshold=failure_threshold,
+            cooldown=cooldown,
+            not_found_retries=ingest_retries,
+        )
+        """The retry, backoff and breaker rules every request goes through."""
 
     @property
     def client(self) -> Client:
         """The ``langsmith.Client``."""
         return self._client() if callable(self._client) else self._client
 
+    @property
+    def breaker(self) -> CircuitBreaker:
+        """The circuit breaker shared by every request of this client."""
+        return self.requests.breaker
+
+    @property
+    def closing(self) -> threading.Event:
+        """Set to cut every backoff wait short (the failure is raised at once)."""
+        return self.requests.closing
+
+    @property
+    def max_retries(self) -> int:
+        """Retries of a request that got no answer or a 5xx/429."""
+        return self.requests.max_retries
+
+    @property
+    def ingest_retries(self) -> int:
+        """Retries of a 404 (run not ingested yet)."""
+        return self.requests.not_found_retries or 0
+
+    @property
+    def backoff(self) -> float:
+        """First retry delay in seconds."""
+        return self.requests.backoff
+
     def resolve_project(self, name: str) -> uuid.UUID:
-        """The id of project ``name``.
+        """The id of project ``name`` (one try: the caller tries again later).
 
         Raises:
             langsmith.utils.LangSmithNotFoundError: No such project (not a breaker failure).
@@ -228,12 +253,12 @@ class FeedbackClient:
             with _quiet_sdk():
                 project = self.client.read_project(project_name=name)
         except LangSmithNotFoundError:
-            self.breaker.success()  # LangSmith answered
+            self.requests.answered()
             raise
         except Exception:
-            self._failed_request()
+            self.requests.failed()
             raise
-        self._answered()
+        self.requests.answered()
         return uuid.UUID(str(project.id))
 
     def send(
@@ -256,8 +281,6 @@ class FeedbackClient:
         if item.failed and self.holds_score(item.key_run_id, item.metric):
             return "superseded"
         kwargs = item.kwargs()
-        if self.breaker.is_open:
-            raise self._unavailable()
         self._call(lambda: self._post(kwargs, session_id))
         if after_post is not None:
             after_post()
@@ -270,8 +293,7 @@ class FeedbackClient:
         """The longest :meth:`send` can take when each request takes ``request_timeout``."""
         requests = 3 + self.max_retries + self.ingest_retries  # read, posts, delete
         waits = sum(
-            min(_MAX_BACKOFF_SECONDS, self.backoff * 2**i)
-            for i in range(max(self.max_retries, self.ingest_retries))
+            self.requests.delay(i) for i in range(max(self.max_retries, self.ingest_retries))
         )
         return float(request_timeout * requests + 2 * waits)
 
@@ -318,57 +340,25 @@ class FeedbackClient:
         return True
 
     def _call(self, request: Callable[[], bool]) -> bool:
-        """One request under the retry, 404 and breaker rules."""
-        from langsmith.utils import LangSmithAuthError, LangSmithNotFoundError, LangSmithUserError
+        """One request under the shared retry, 404 and breaker rules, the SDK's logs quiet."""
 
-        failures = not_found = 0
-        while True:
-            if self.breaker.is_open:
-                raise self._unavailable()
-            try:
-                with _quiet_sdk():
-                    answer = request()
-            except LangSmithNotFoundError:
-                self._answered()  # LangSmith answered: the run is not ingested yet
-                if not_found >= self.ingest_retries:
-                    raise
-                self._wait(not_found)
-                not_found += 1
-                continue
-            except (LangSmithAuthError, LangSmithUserError):
-                self._failed_request()
-                raise  # retrying cannot help
-            except Exception:
-                if self._failed_request() or failures >= self.max_retries:
-                    raise
-                self._wait(failures)
-                failures += 1
-                continue
-            self._answered()
-            return answer
+        def quietly() -> bool:
+            with _quiet_sdk():
+                return request()
 
-    def _wait(self, attempt: int) -> None:
-        delay = min(_MAX_BACKOFF_SECONDS, self.backoff * 2**attempt)
-        if self.closing.wait(delay * (0.5 + random.random() / 2)):  # noqa: S311
-            msg = f"{self.name}: closing, retry abandoned"
-            raise SinkUnavailableError(msg)
+        return self.requests.call(quietly, classify=classify_langsmith_error)
 
-    def _unavailable(self) -> SinkUnavailableError:
-        msg = f"LangSmith circuit open, next try in {self.breaker.retry_in:.0f} s"
-        return SinkUnavailableError(msg)
 
-    def _answered(self) -> None:
-        if self.breaker.success():
-            logger.warning("%s: LangSmith answers again; sending resumed", self.name)
+def classify_langsmith_error(exc: Exception) -> Failure:
+    """How a LangSmith request's error is handled (see :mod:`langchain_ragmetrics._guarded`).
 
-    def _failed_request(self) -> bool:
-        """Count a failed request; True (and one warning) when it opened the breaker."""
-        opened = self.breaker.failure()
-        if opened:
-            logger.warning(
-                "%s: %d failed requests in a row; pausing %.0f s",
-                self.name,
-                self.breaker.threshold,
-                self.breaker.cooldown,
-            )
-        return opened
+    The SDK names some statuses (401, 404) and raises its generic error for others (403,
+    400, 422), so those are read from the ``requests`` error it was raised from.
+    """
+    from langsmith.utils import LangSmithAuthError, LangSmithNotFoundError, LangSmithUserError
+
+    if isinstance(exc, LangSmithNotFoundError):
+        return "not_found"  # LangSmith answered: the run is not ingested yet
+    if isinstance(exc, (LangSmithAuthError, LangSmithUserError)):
+        return "refused"  # a key or a setup no retry can fix
+    return classify_status(http_status(exc))

@@ -37,8 +37,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "scoring",
     ),
     ("metrics", "_cache"),  # the judged metrics and their verdict cache
-    # the engine, its queue and threads, the one path to scores, the LangSmith feedback client
-    ("_engine", "_langsmith_feedback", "_queue", "_retrieval", "_threads"),
+    # the engine, its queue and threads, the one path to scores, the requests to observability
+    # servers (one retry loop) and the LangSmith feedback client
+    ("_engine", "_guarded", "_langsmith_feedback", "_queue", "_retrieval", "_threads"),
     ("callbacks", "evaluation"),
     ("calibration", "demo", "integrations"),
     ("_cli",),

@@ -4,24 +4,67 @@ The scoring side only appends to an outbox (a lock and a deque append); each sin
 daemon thread takes results out in order and calls ``sink.emit``. A sink that hangs, is
 slow or raises holds up nobody but itself: its outbox fills up, and what does not fit is
 dropped and counted in that sink's figures, so an outage is visible in numbers.
+
+A sink whose every ``emit`` is a network round trip (LangSmith feedback) keeps up with more
+traffic when several run at once: with ``sink.max_concurrency`` above 1 the delivery thread
+hands results to that many helper threads, in order, never two results of the same
+``sink.order_key`` at once, and a flush or close still runs after every result queued before
+it was delivered.
 """
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from concurrent import futures
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Literal
 
-from langchain_ragmetrics._queue import BoundedQueue, deadline_after, remaining
+from langchain_ragmetrics._queue import BoundedQueue, Entry, deadline_after, remaining
 from langchain_ragmetrics._retrieval import OnlineResult
+from langchain_ragmetrics._threads import DaemonThreadPool
 from langchain_ragmetrics.callbacks._stats import FailureLog, SinkStats, logger
 from langchain_ragmetrics.callbacks.sinks import BaseSink, SinkSkipError, SinkUnavailableError
 
-__all__ = ["SinkOutbox", "close_all", "flush_all", "outboxes_for"]
+__all__ = [
+    "SinkOutbox",
+    "check_max_concurrency",
+    "close_all",
+    "flush_all",
+    "outboxes_for",
+    "sink_concurrency",
+]
+
+_ALONE: Hashable = object()
+"""The order key of results whose sink could not give one: they go one at a time."""
+
+
+def check_max_concurrency(value: object) -> int:
+    """A sink's ``max_concurrency`` option, checked: a whole number of at least 1.
+
+    Raises:
+        ValueError: It is not (the message names the option).
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        msg = f"`max_concurrency` must be a whole number of at least 1, got {value!r}"
+        raise ValueError(msg)
+    return value
+
+
+def sink_concurrency(sink: BaseSink) -> int:
+    """``sink.max_concurrency``, checked: a whole number of at least 1.
+
+    Raises:
+        ValueError: It is not.
+    """
+    value = getattr(sink, "max_concurrency", 1)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        msg = f"{type(sink).__name__}.max_concurrency must be a whole number >= 1, got {value!r}"
+        raise ValueError(msg)
+    return value
 
 
 @dataclass
@@ -55,6 +98,14 @@ class SinkOutbox:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._delivered = self._errors = self._dropped = self._skipped = 0
+        self.max_concurrency = sink_concurrency(sink)
+        """How many results are handed to ``sink.emit`` at once."""
+        self._lanes: DaemonThreadPool | None = None
+        self._moving = threading.Condition()
+        self._in_flight = 0
+        self._keys_in_flight: set[Hashable] = set()
+        self.held_back = 0
+        """Results that waited for an earlier result of the same order key to be delivered."""
 
     # ------------------------------------------------------------------ producer side
 
@@ -141,18 +192,86 @@ class SinkOutbox:
             return True
 
     def _serve(self) -> None:
-        while (entry := self._queue.take()) is not None:
-            outcome = "errors"
-            try:
-                if isinstance(entry.item, _Call):
-                    self._run(entry.item)
-                else:
-                    outcome = self._deliver(entry.item)
-            finally:
-                with self._lock:  # counted and released together: stats() never sees it twice
-                    if not isinstance(entry.item, _Call):
-                        self._count(outcome)
-                    self._queue.done(entry)
+        if self.max_concurrency > 1:
+            self._lanes = DaemonThreadPool(
+                name=f"{self.thread_name}-emit", size=self.max_concurrency
+            )
+        try:
+            while (entry := self._queue.take()) is not None:
+                item = entry.item
+                if self._lanes is not None and not isinstance(item, _Call):
+                    self._hand_over(entry, item, self._lanes)
+                    continue
+                if self._lanes is not None:
+                    self._settle()  # a flush or close comes after every earlier result
+                self._serve_one(entry)
+            self._settle()
+        finally:
+            if self._lanes is not None:
+                self._lanes.stop(0)
+
+    def _serve_one(self, entry: Entry[OnlineResult | _Call]) -> None:
+        outcome = "errors"
+        try:
+            if isinstance(entry.item, _Call):
+                self._run(entry.item)
+            else:
+                outcome = self._deliver(entry.item)
+        finally:
+            with self._lock:  # counted and released together: stats() never sees it twice
+                if not isinstance(entry.item, _Call):
+                    self._count(outcome)
+                self._queue.done(entry)
+
+    def _hand_over(
+        self, entry: Entry[OnlineResult | _Call], item: OnlineResult, lanes: DaemonThreadPool
+    ) -> None:
+        """Start delivering ``entry`` on a helper thread once one is free and its key is."""
+        key = self._order_key(item)
+        with self._moving:
+            if key is not None and key in self._keys_in_flight:
+                self.held_back += 1
+            while self._in_flight >= self.max_concurrency or (
+                key is not None and key in self._keys_in_flight
+            ):
+                self._moving.wait()
+            self._in_flight += 1
+            if key is not None:
+                self._keys_in_flight.add(key)
+        with contextlib.suppress(RuntimeError):  # no new thread (interpreter exiting)
+            lanes.start()
+        if lanes.started:
+            lanes.submit(self._deliver_on_lane, entry, key)
+        else:  # delivered here, one at a time, rather than not at all
+            self._deliver_on_lane(entry, key)
+
+    def _deliver_on_lane(self, entry: Entry[OnlineResult | _Call], key: Hashable | None) -> None:
+        try:
+            self._serve_one(entry)
+        finally:
+            with self._moving:
+                self._in_flight -= 1
+                self._keys_in_flight.discard(key)
+                self._moving.notify_all()
+
+    def _settle(self) -> None:
+        """Wait until no result is being delivered on a helper thread."""
+        with self._moving:
+            while self._in_flight:
+                self._moving.wait()
+
+    def _order_key(self, item: OnlineResult) -> Hashable | None:
+        try:
+            key = self.sink.order_key(item)
+            hash(key)  # an unhashable key is a broken one
+        except Exception as exc:  # a broken key must not stop delivery: deliver in order
+            self._failures.report(
+                f"sink:{self.key}:order_key:{type(exc).__name__}",
+                f"sink {self.key} failed to give an order key: {exc!r}",
+                exc,
+            )
+            return _ALONE
+        return key
 
     def _deliver(self, item: OnlineResult) -> str:
         try:

@@ -13,7 +13,7 @@ import logging
 import os
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from pathlib import Path
 from typing import IO, Any
 
@@ -56,6 +56,11 @@ def escape_unencodable(value: Any) -> Any:
 class BaseSink(ABC):
     """Receives every metric result of every scored retrieval, on its own delivery thread."""
 
+    max_concurrency: int = 1
+    """How many results the sink's outbox hands to :meth:`emit` at once (on that many
+    threads). Above 1, ``emit`` must be thread-safe; results with the same
+    :meth:`order_key` are still delivered one after another, in order."""
+
     @property
     def name(self) -> str:
         """A label for logs."""
@@ -69,6 +74,14 @@ class BaseSink(ABC):
         or :class:`SinkSkipError` when it has no place in this
         backend (counted as skipped).
         """
+
+    def order_key(self, item: OnlineResult) -> Hashable | None:
+        """Results with equal keys are never delivered at once (None: no constraint).
+
+        Only matters when :attr:`max_concurrency` is above 1.
+        """
+        del item
+        return None
 
     def flush(self, timeout: float | None = None) -> None:  # noqa: B027 - optional hook
         """Push buffered results out, waiting at most ``timeout`` seconds."""

@@ -22,16 +22,18 @@ import json
 import threading
 import uuid
 from collections import OrderedDict
+from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
 from typing_extensions import override
 
 from langchain_ragmetrics._errors import SinkSkipError
+from langchain_ragmetrics._guarded import Failure, GuardedRequests
 from langchain_ragmetrics._links import MLFLOW
 from langchain_ragmetrics._retrieval import OnlineResult
+from langchain_ragmetrics.callbacks._outbox import check_max_concurrency
 from langchain_ragmetrics.callbacks._stats import FailureLog
 from langchain_ragmetrics.callbacks.sinks import BaseSink
-from langchain_ragmetrics.integrations._delivery import GuardedDelivery
 from langchain_ragmetrics.integrations._otel_attributes import error_type
 
 if TYPE_CHECKING:
@@ -41,9 +43,8 @@ __all__ = ["MlflowSink"]
 
 _MISSING_EXTRA = "MlflowSink needs MLflow 3: pip install 'langchain-ragmetrics[mlflow]'"
 _NOT_FOUND = "RESOURCE_DOES_NOT_EXIST"
-_PERMANENT = frozenset(
-    {"INVALID_PARAMETER_VALUE", "BAD_REQUEST", "PERMISSION_DENIED", "UNAUTHENTICATED"}
-)
+_REJECTED = frozenset({"INVALID_PARAMETER_VALUE", "BAD_REQUEST"})
+_REFUSED = frozenset({"PERMISSION_DENIED", "UNAUTHENTICATED"})
 _REMEMBERED_ERRORS = 10_000
 _DELIVERY_KEY = "ragmetrics.delivery_id"
 """Metadata key of the id one ``emit`` gives its assessment: a retry looks for it first."""
@@ -52,6 +53,18 @@ _DELIVERY_KEY = "ragmetrics.delivery_id"
 def _error_code(exc: Exception) -> str | None:
     code = getattr(exc, "error_code", None)
     return code if isinstance(code, str) else None
+
+
+def _classify(exc: Exception) -> Failure:
+    """How an MLflow request's error is handled (see :mod:`langchain_ragmetrics._guarded`)."""
+    code = _error_code(exc)
+    if code == _NOT_FOUND:
+        return "not_found"  # the trace is exported in the background: not stored yet
+    if code in _REJECTED:
+        return "rejected"
+    if code in _REFUSED:
+        return "refused"
+    return "failed"
 
 
 class MlflowSink(BaseSink):
@@ -80,6 +93,9 @@ class MlflowSink(BaseSink):
     answer, a 5xx, a reply lost on the way back) the sink reads the trace and looks for that
     id before sending again. MLflow's own HTTP retries (``MLFLOW_HTTP_REQUEST_MAX_RETRIES``)
     happen inside one try, out of the sink's sight; set it to 0 to leave retrying to the sink.
+    Up to ``max_concurrency`` results are sent at once (each is a round trip); results for
+    the same trace, span and metric go one after another, so a score always follows its
+    error.
 
     Args:
         request_timeout: Seconds the sink waits for one request.
@@ -89,6 +105,7 @@ class MlflowSink(BaseSink):
         failure_threshold: Failed requests in a row that open the breaker.
         cooldown: Seconds the breaker stays open.
         max_details_chars: Largest JSON of the verdict details put in the metadata.
+        max_concurrency: Results sent at once (each on a thread of the sink's outbox).
     """
 
     def __init__(
@@ -101,6 +118,7 @@ class MlflowSink(BaseSink):
         failure_threshold: int = 5,
         cooldown: float = 30.0,
         max_details_chars: int = 4_000,
+        max_concurrency: int = 8,
     ) -> None:
         try:
             import mlflow.entities  # noqa: F401
@@ -110,7 +128,8 @@ class MlflowSink(BaseSink):
             msg = f"`max_details_chars` must be >= 0, got {max_details_chars!r}"
             raise ValueError(msg)
         self.max_details_chars = max_details_chars
-        self.delivery = GuardedDelivery(
+        self.max_concurrency = check_max_concurrency(max_concurrency)
+        self.delivery = GuardedRequests(
             label="MlflowSink",
             request_timeout=request_timeout,
             max_retries=max_retries,
@@ -118,6 +137,7 @@ class MlflowSink(BaseSink):
             not_found_wait=not_found_wait,
             failure_threshold=failure_threshold,
             cooldown=cooldown,
+            concurrency=self.max_concurrency,
         )
         self._lock = threading.Lock()
         self._failures = FailureLog()
@@ -182,10 +202,9 @@ class MlflowSink(BaseSink):
             replaces = None if result.failed else self._errors.get(key)
         delivery_id = uuid.uuid4().hex
         feedback = self.feedback(item, overrides=replaces, delivery_id=delivery_id)
-        logged = self.delivery.send(
+        logged = self.delivery.call(
             lambda: self._log(trace_id, feedback),
-            not_found=lambda exc: _error_code(exc) == _NOT_FOUND,
-            permanent=lambda exc: _error_code(exc) in _PERMANENT,
+            classify=_classify,
             landed=lambda: self._find(trace_id, delivery_id),
         )
         with self._lock:
@@ -195,6 +214,12 @@ class MlflowSink(BaseSink):
                     self._errors.popitem(last=False)
             else:
                 self._errors.pop(key, None)
+
+    @override
+    def order_key(self, item: OnlineResult) -> Hashable | None:
+        """(trace, span, metric): an error and the score that overrides it stay in order."""
+        link = item.links.get(MLFLOW)
+        return None if link is None else (*link, item.result.metric)
 
     @override
     def close(self, timeout: float | None = None) -> None:

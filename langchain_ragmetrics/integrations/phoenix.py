@@ -21,17 +21,18 @@ Example::
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from typing_extensions import override
 
 from langchain_ragmetrics._errors import SinkSkipError
+from langchain_ragmetrics._guarded import Failure, GuardedRequests, classify_status, http_status
 from langchain_ragmetrics._links import OPENINFERENCE
 from langchain_ragmetrics._retrieval import OnlineResult
+from langchain_ragmetrics.callbacks._outbox import check_max_concurrency
 from langchain_ragmetrics.callbacks._stats import FailureLog
 from langchain_ragmetrics.callbacks.sinks import BaseSink
-from langchain_ragmetrics.integrations._delivery import GuardedDelivery
 from langchain_ragmetrics.integrations._otel_attributes import error_type, score_label
 
 if TYPE_CHECKING:
@@ -40,13 +41,11 @@ if TYPE_CHECKING:
 __all__ = ["PhoenixSink"]
 
 _MISSING_EXTRA = "PhoenixSink needs the Phoenix client: pip install 'langchain-ragmetrics[phoenix]'"
-_RETRIED_STATUSES = frozenset({404, 408, 409, 425, 429})
 
 
-def _status(exc: Exception) -> int | None:
-    response = getattr(exc, "response", None)
-    status = getattr(response, "status_code", None)
-    return status if isinstance(status, int) else None
+def _classify(exc: Exception) -> Failure:
+    """How a Phoenix request's error is handled: by its HTTP status, as for LangSmith."""
+    return classify_status(http_status(exc))
 
 
 class PhoenixSink(BaseSink):
@@ -71,6 +70,8 @@ class PhoenixSink(BaseSink):
     span it has not stored yet (spans are exported in the background): that is retried for
     up to ``not_found_wait`` seconds. A retry of an annotation Phoenix already stored (its
     reply lost on the way back) replaces it: Phoenix keeps one annotation per span and name.
+    Up to ``max_concurrency`` annotations are sent at once (each is a round trip); those of
+    the same span and metric go one after another, so a score always replaces its error.
 
     Args:
         endpoint: Phoenix's base URL (e.g. ``http://127.0.0.1:6006``).
@@ -84,6 +85,7 @@ class PhoenixSink(BaseSink):
         not_found_wait: Seconds an annotation for a span not stored yet is retried.
         failure_threshold: Failed requests in a row that open the breaker.
         cooldown: Seconds the breaker stays open.
+        max_concurrency: Annotations sent at once (each on a thread of the sink's outbox).
     """
 
     def __init__(
@@ -100,6 +102,7 @@ class PhoenixSink(BaseSink):
         not_found_wait: float = 30.0,
         failure_threshold: int = 5,
         cooldown: float = 30.0,
+        max_concurrency: int = 8,
     ) -> None:
         try:
             import phoenix.client  # noqa: F401
@@ -113,7 +116,8 @@ class PhoenixSink(BaseSink):
         self._api_key = api_key
         self._headers = dict(headers) if headers else None
         self._client = client
-        self.delivery = GuardedDelivery(
+        self.max_concurrency = check_max_concurrency(max_concurrency)
+        self.delivery = GuardedRequests(
             label="PhoenixSink",
             request_timeout=request_timeout,
             max_retries=max_retries,
@@ -121,6 +125,7 @@ class PhoenixSink(BaseSink):
             not_found_wait=not_found_wait,
             failure_threshold=failure_threshold,
             cooldown=cooldown,
+            concurrency=self.max_concurrency,
         )
         self._lock = threading.Lock()
         self._failures = FailureLog()
@@ -190,15 +195,16 @@ class PhoenixSink(BaseSink):
             msg = "no OpenInference span for this retrieval"
             raise SinkSkipError(msg)
         kwargs = self.annotation(item)
-        self.delivery.send(
+        self.delivery.call(
             lambda: self.client.spans.add_span_annotation(**kwargs, sync=True),
-            not_found=lambda exc: _status(exc) == 404,
-            permanent=lambda exc: (
-                _status(exc) is not None
-                and 400 <= (_status(exc) or 0) < 500
-                and _status(exc) not in _RETRIED_STATUSES
-            ),
+            classify=_classify,
         )
+
+    @override
+    def order_key(self, item: OnlineResult) -> Hashable | None:
+        """(span, metric): Phoenix keeps one annotation of each, the last one sent."""
+        link = item.links.get(OPENINFERENCE)
+        return None if link is None else (link[1], item.result.metric)
 
     @override
     def close(self, timeout: float | None = None) -> None:

@@ -2,15 +2,32 @@
 
 from __future__ import annotations
 
+import threading
+import uuid
 from collections.abc import Callable
+from datetime import datetime, timezone
 from typing import Any
 
-from langchain_ragmetrics import InMemorySink, OnlineResult
+from langchain_ragmetrics import InMemorySink, MetricResult, OnlineResult, RagSample
 from langchain_ragmetrics.callbacks import SinkStats
 from langchain_ragmetrics.callbacks.sinks import BaseSink
 from tests._support.rag import RagApp, online_handler, question
 
-__all__ = ["one_scored_item", "outage_mid_run"]
+__all__ = ["HoldUntil", "deliver", "linked_item", "one_scored_item", "outage_mid_run"]
+
+
+def linked_item(link: str, trace_id: str, span_id: str) -> OnlineResult:
+    """A scored result linked to a trace and span of ``link`` (``"mlflow"``, ...), no app run."""
+    return OnlineResult(
+        trace_id=None,
+        root_run_id=uuid.uuid4(),
+        run_id=uuid.uuid4(),
+        query="q",
+        sample=RagSample(question="q", contexts=["c"]),
+        result=MetricResult(metric="context_relevance", score=0.5, judge="judge-model"),
+        timestamp=datetime.now(timezone.utc),
+        links={link: (trace_id, span_id)},
+    )
 
 
 def one_scored_item(app: RagApp, i: int) -> OnlineResult:
@@ -45,3 +62,46 @@ def outage_mid_run(app: RagApp, sink: BaseSink, key: str, stop: Callable[[], Any
     assert figures.errors + figures.dropped == 9
     assert figures.dropped > 0  # the breaker opened and later results were refused
     return figures
+
+
+class HoldUntil:
+    """A ``LossyProxy`` answer: holds the replies to POSTs to ``fragment`` until ``count``
+    of them are held at once (or ``wait_s`` passed), then lets them all go.
+
+    ``all_in`` is set when ``count`` were held together: requests sent one at a time never
+    set it.
+    """
+
+    def __init__(self, count: int, fragment: str, wait_s: float) -> None:
+        self.count = count
+        self.fragment = fragment
+        self.wait_s = wait_s
+        self.lock = threading.Lock()
+        self.held = 0
+        self.most = 0
+        self.all_in = threading.Event()
+
+    def __call__(self, method: str, path: str) -> int | None:
+        if method == "POST" and self.fragment in path:
+            with self.lock:
+                self.held += 1
+                self.most = max(self.most, self.held)
+                if self.held >= self.count:
+                    self.all_in.set()
+            self.all_in.wait(self.wait_s)
+            with self.lock:
+                self.held -= 1
+        return None  # the server's own reply
+
+
+def deliver(sink: BaseSink, items: list[OnlineResult], timeout: float = 60) -> SinkStats:
+    """Hand ``items`` to ``sink`` through its outbox (as the handler does) and flush."""
+    from langchain_ragmetrics.callbacks._outbox import SinkOutbox
+    from langchain_ragmetrics.callbacks._stats import FailureLog
+
+    box = SinkOutbox(sink, key="sink", max_size=1000, thread_name="test", failures=FailureLog())
+    box.put(items)
+    assert box.request(lambda: None).result(timeout) is None
+    stats = box.stats()
+    box.stop()
+    return stats

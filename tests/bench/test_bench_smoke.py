@@ -363,3 +363,18 @@ def test_handler_dispatch_reads_the_region_of_a_callgrind_dump(tmp_path: Path) -
 def test_handler_dispatch_region_mode_runs_one_config_quietly() -> None:
     # What --instructions runs under callgrind, for each config: no output, exit 0.
     assert script_lines("handler_dispatch.py", "--region", "ours", "--calls", "3") == []
+
+
+def test_sink_throughput_delivers_every_score_in_both_configs() -> None:
+    lines = script_lines("sink_throughput.py", "--results", "12", "--rounds", "2", "--latency", "0")
+    assert (
+        lines[0] == "command: python bench/sink_throughput.py --results 12 --rounds 2 --latency 0"
+    )
+    rows = [line.split("|") for line in lines if re.match(r"\| \d+ \| [\d.]+ \|", line)]
+    assert [row[1].strip() for row in rows] == ["1", "16"]
+    for row in rows:
+        assert float(row[2]) > 0
+        assert row[4].strip() == "2.00"  # the POST and the stale error's DELETE, per score
+        assert row[5].strip() == "24 of 24"
+        assert (row[6].strip(), row[7].strip()) == ("0", "0")
+    assert "max_concurrency=16:" in lines[-1]

@@ -8,6 +8,7 @@ answers), as a user's deployment would.
 import contextlib
 import json
 import logging
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
@@ -91,7 +92,8 @@ def test_langsmith_down_never_holds_scoring_or_the_other_sinks(
     with langsmith_at(fault, langsmith_stub) as url:
         monkeypatch.setenv("LANGSMITH_ENDPOINT", url)
         monkeypatch.setenv("LANGSMITH_API_KEY", "test")
-        sinks = [outage_sink(), JsonlSink(tmp_path / "scores.jsonl"), InMemorySink()]
+        feedback = outage_sink()
+        sinks = [feedback, JsonlSink(tmp_path / "scores.jsonl"), InMemorySink()]
         metrics = [ContextRelevance(llm=app.llm, retry=FAST)]
         with online_handler(app.llm, metrics=metrics, sinks=sinks) as handler:
             answers = [
@@ -110,17 +112,24 @@ def test_langsmith_down_never_holds_scoring_or_the_other_sinks(
     )
     assert stats.sinks["JsonlSink"].delivered == TRACES
     assert stats.sinks["InMemorySink"].delivered == TRACES
-    # The outage in numbers: 3 failed requests (the project lookup, the first send and its
-    # retry) opened the breaker; every later result was dropped at once, not piled up.
+    # The outage in numbers: 3 failed requests (the project lookup and the first sends)
+    # opened the breaker; every later result was dropped at once, not piled up. Sends are
+    # concurrent, so a few may have been under way when it opened: each of those fails
+    # (an error) or is refused at its retry (dropped), never more than the sink's lanes.
     langsmith = stats.sinks["LangSmithFeedbackSink"]
-    assert (langsmith.delivered, langsmith.errors, langsmith.pending) == (0, 1, 0)
-    assert langsmith.dropped == TRACES - 1
-    assert stats.sink_errors == 1
+    lanes = feedback.max_concurrency
+    assert (langsmith.delivered, langsmith.pending) == (0, 0)
+    assert 1 <= langsmith.errors <= lanes
+    assert langsmith.errors + langsmith.dropped == TRACES
+    assert stats.sink_errors == langsmith.errors
     for figures in stats.sinks.values():  # the accounting identity, per sink
         total = figures.delivered + figures.errors + figures.dropped + figures.pending
         assert total == stats.scored + stats.failed + stats.skipped
     if fault in ("500", "429"):
         assert langsmith_stub.feedback() == []
+        # No new request once open: at most the threshold's, plus those already under way.
+        sent = langsmith_stub.requests_to("POST", "/feedback")
+        assert len(sent) <= feedback.breaker.threshold - 1 + lanes
 
 
 def test_a_transient_failure_is_retried_without_duplicates(
@@ -311,4 +320,114 @@ def test_a_later_score_replaces_an_earlier_error_and_never_the_reverse(
     assert held[str(first)]["id"] == str(feedback_id(first, "context_relevance"))
     # the stale error of the second was never posted: a score was already there
     assert len(langsmith_stub.requests_to("POST", "/feedback")) == 3
+    sink.close(5)
+
+
+@pytest.mark.parametrize("status", [401, 403])
+def test_a_refused_key_fails_at_once_and_pauses_sending(
+    status: int, langsmith_stub: LangSmithStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A wrong or unauthorised key: no retry (it cannot help), and the breaker counts it."""
+    from langchain_ragmetrics.callbacks import SinkUnavailableError
+
+    langsmith_stub.feedback_needs_run = False  # these runs are never traced here
+    monkeypatch.setenv("LANGSMITH_ENDPOINT", langsmith_stub.url)
+    monkeypatch.setenv("LANGSMITH_API_KEY", "wrong")
+    langsmith_stub.fail("POST /feedback", status, times=None)
+    sink = LangSmithFeedbackSink(
+        project_name="app", max_retries=3, backoff=0.01, failure_threshold=2
+    )
+    for _ in range(2):
+        with pytest.raises(langsmith.utils.LangSmithError, match=str(status)):
+            sink.emit(item(uuid.uuid4()))
+    assert sink.breaker.is_open  # the second refusal in a row is an outage of the key
+    with pytest.raises(SinkUnavailableError, match="circuit open"):
+        sink.emit(item(uuid.uuid4()))
+    assert len(langsmith_stub.requests_to("POST", "/feedback")) == 2  # one per emit
+    sink.close(5)
+
+
+@pytest.mark.parametrize("status", [400, 422])
+def test_a_rejected_feedback_fails_at_once_and_langsmith_counts_as_up(
+    status: int, langsmith_stub: LangSmithStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request LangSmith rejects cannot pass on a retry; LangSmith answered, so no outage."""
+    langsmith_stub.feedback_needs_run = False
+    monkeypatch.setenv("LANGSMITH_ENDPOINT", langsmith_stub.url)
+    monkeypatch.setenv("LANGSMITH_API_KEY", "test")
+    langsmith_stub.fail("POST /feedback", status, times=2)
+    sink = LangSmithFeedbackSink(
+        project_name="app", max_retries=3, backoff=0.01, failure_threshold=1
+    )
+    for emitted in (1, 2):
+        with pytest.raises(langsmith.utils.LangSmithError, match=str(status)):
+            sink.emit(item(uuid.uuid4()))
+        assert len(langsmith_stub.requests_to("POST", "/feedback")) == emitted  # no retry
+    assert not sink.breaker.is_open  # a threshold of 1, and still closed
+    sink.emit(item(uuid.uuid4()))  # the next one is accepted
+    assert len(langsmith_stub.feedback()) == 1
+    sink.close(5)
+
+
+def test_feedback_goes_out_several_at_a_time_and_all_lands(
+    langsmith_stub: LangSmithStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each send is a round trip: the sink keeps ``max_concurrency`` of them in flight."""
+    from langchain_ragmetrics.callbacks._outbox import SinkOutbox
+    from langchain_ragmetrics.callbacks._stats import FailureLog
+
+    langsmith_stub.feedback_needs_run = False
+    monkeypatch.setenv("LANGSMITH_ENDPOINT", langsmith_stub.url)
+    monkeypatch.setenv("LANGSMITH_API_KEY", "test")
+    langsmith_stub.create_project("app")
+    sink = LangSmithFeedbackSink(project_name="app", max_concurrency=4, timeout=30)
+    box = SinkOutbox(sink, key="ls", max_size=100, thread_name="ls", failures=FailureLog())
+    langsmith_stub.hang("POST /feedback")  # accepted, held until released
+    box.put([item(uuid.uuid4()) for _ in range(10)])
+    try:
+        deadline = time.monotonic() + 30
+        while langsmith_stub.hung < 4 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert langsmith_stub.hung == 4  # four at once (one at a time would stay at 1)
+    finally:
+        langsmith_stub.release_hangs()
+    assert box.request(lambda: None).result(30) is None
+    stats = box.stats()
+    assert (stats.delivered, stats.errors, stats.dropped) == (10, 0, 0)
+    assert len(langsmith_stub.held_feedback()) == 10
+    box.stop()
+    sink.close(5)
+
+
+def test_a_bad_max_concurrency_is_refused_by_name() -> None:
+    for value in (0, -2, 2.5):
+        with pytest.raises(ValueError, match="`max_concurrency` must"):
+            LangSmithFeedbackSink(max_concurrency=value)  # type: ignore[arg-type]
+
+
+def test_concurrent_sends_stop_at_the_breaker(
+    langsmith_stub: LangSmithStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """LangSmith fails every send: the lanes already under way finish, nothing new starts."""
+    from langchain_ragmetrics.callbacks._outbox import SinkOutbox
+    from langchain_ragmetrics.callbacks._stats import FailureLog
+
+    langsmith_stub.feedback_needs_run = False
+    monkeypatch.setenv("LANGSMITH_ENDPOINT", langsmith_stub.url)
+    monkeypatch.setenv("LANGSMITH_API_KEY", "test")
+    langsmith_stub.create_project("app")
+    langsmith_stub.fail("POST /feedback", 500, times=None)
+    sink = LangSmithFeedbackSink(
+        project_name="app", max_concurrency=4, max_retries=0, failure_threshold=3, cooldown=600
+    )
+    box = SinkOutbox(sink, key="ls", max_size=100, thread_name="ls", failures=FailureLog())
+    box.put([item(uuid.uuid4()) for _ in range(20)])
+    assert box.request(lambda: None).result(30) is None
+    stats = box.stats()
+    posts = len(langsmith_stub.requests_to("POST", "/feedback"))
+    assert 3 <= posts <= 3 - 1 + 4  # the threshold, plus at most the other lanes under way
+    assert stats.errors == posts  # one failed request per failed send (no retries here)
+    assert (stats.delivered, stats.dropped) == (0, 20 - posts)
+    assert sink.breaker.is_open
+    box.stop()
     sink.close(5)

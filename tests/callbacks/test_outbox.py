@@ -2,14 +2,19 @@
 
 import logging
 import threading
-from collections.abc import Callable, Iterator
+import uuid
+from collections.abc import Callable, Hashable, Iterator
 
 import pytest
 from langchain_openai import ChatOpenAI
 
 from langchain_ragmetrics import CallableSink, HandlerStats, InMemorySink, OnlineResult
+from langchain_ragmetrics.callbacks._outbox import SinkOutbox
+from langchain_ragmetrics.callbacks._stats import FailureLog
+from langchain_ragmetrics.callbacks.sinks import BaseSink, SinkSkipError, SinkUnavailableError
 from tests._support.openai_server import JudgeServer
 from tests._support.rag import online_handler, question, rag_app
+from tests._support.sink_checks import linked_item
 
 JudgeFactory = Callable[..., ChatOpenAI]
 TRACES = 6
@@ -136,3 +141,186 @@ def test_two_sinks_of_one_class_get_their_own_keys(
 def test_bad_sink_queue_size() -> None:
     with pytest.raises(ValueError, match="sink_queue_size"):
         online_handler(None, sink_queue_size=0)  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------- concurrent sinks
+
+WAIT_S = 10.0
+"""Generous bound for 'did not hang'."""
+
+
+class _Concurrent(BaseSink):
+    """A sink that records what it was given, how many emits overlapped, and per-key order."""
+
+    def __init__(self, max_concurrency: int, *, keyed: bool = False) -> None:
+        self.max_concurrency = max_concurrency
+        self.keyed = keyed
+        self.lock = threading.Lock()
+        self.active = 0
+        self.most = 0
+        self.delivered: list[OnlineResult] = []
+        self.gates: dict[uuid.UUID, threading.Event] = {}  # emit waits for its gate, if any
+        self.started: dict[uuid.UUID, threading.Event] = {}
+        self.overlaps: list[str] = []
+        self.active_keys: set[Hashable] = set()
+        self.barrier: threading.Barrier | None = None
+
+    def order_key(self, item: OnlineResult) -> Hashable | None:
+        return item.result.metric if self.keyed else None
+
+    def emit(self, item: OnlineResult) -> None:
+        key = item.result.metric if self.keyed else None
+        with self.lock:
+            self.active += 1
+            self.most = max(self.most, self.active)
+            if key is not None and key in self.active_keys:
+                self.overlaps.append(str(key))
+            self.active_keys.add(key)
+        self.started.setdefault(item.run_id, threading.Event()).set()
+        try:
+            if self.barrier is not None:
+                self.barrier.wait()  # every lane must be busy at once to pass
+            gate = self.gates.get(item.run_id)
+            if gate is not None:
+                assert gate.wait(WAIT_S)
+        finally:
+            with self.lock:
+                self.active -= 1
+                self.active_keys.discard(key)
+                self.delivered.append(item)
+
+
+def _results(metrics: str) -> list[OnlineResult]:
+    """One result per letter, the letter as its metric (its order key in a keyed sink)."""
+    items = [linked_item("none", "t", "s") for _ in metrics]
+    for item, metric in zip(items, metrics, strict=True):
+        item.result = item.result.model_copy(update={"metric": metric})
+    return items
+
+
+def _outbox(sink: BaseSink) -> SinkOutbox:
+    return SinkOutbox(
+        sink, key=type(sink).__name__, max_size=100, thread_name="test", failures=FailureLog()
+    )
+
+
+def _flushed(box: SinkOutbox) -> None:
+    assert box.request(lambda: None).result(WAIT_S) is None
+
+
+def test_a_concurrent_sink_is_handed_that_many_results_at_once_never_more() -> None:
+    sink = _Concurrent(4)
+    sink.barrier = threading.Barrier(4, timeout=WAIT_S)  # breaks unless four run together
+    box = _outbox(sink)
+    box.put(_results("abcdefgh"))
+    _flushed(box)
+    stats = box.stats()
+    assert (stats.delivered, stats.errors, stats.pending) == (8, 0, 0)
+    assert sink.most == 4
+    box.stop()
+
+
+def test_results_of_one_key_wait_for_each_other_and_keep_their_order() -> None:
+    sink = _Concurrent(4, keyed=True)
+    first_a, b, second_a = _results("aba")
+    sink.gates[first_a.run_id] = held = threading.Event()
+    box = _outbox(sink)
+    box.put([first_a, b, second_a])
+    assert sink.started.setdefault(first_a.run_id, threading.Event()).wait(WAIT_S)
+    # The second "a" either starts beside the first (wrong) or is held back (right).
+    second = sink.started.setdefault(second_a.run_id, threading.Event())
+    while not second.is_set() and box.held_back == 0:
+        second.wait(0.01)
+    assert not second.is_set()
+    assert box.held_back == 1
+    held.set()
+    _flushed(box)
+    assert sink.overlaps == []
+    order = [item.run_id for item in sink.delivered if item.result.metric == "a"]
+    assert order == [first_a.run_id, second_a.run_id]
+    assert box.stats().delivered == 3
+    box.stop()
+
+
+def test_a_flush_waits_for_every_result_in_flight() -> None:
+    sink = _Concurrent(4)
+    items = _results("abc")
+    gates = {item.run_id: threading.Event() for item in items}
+    sink.gates = gates
+    box = _outbox(sink)
+    box.put(items)
+    for item in items:
+        assert sink.started.setdefault(item.run_id, threading.Event()).wait(WAIT_S)
+    flushed = box.request(lambda: len(sink.delivered))
+    for gate in gates.values():
+        assert not flushed.done()  # a result is still being delivered
+        gate.set()
+    assert flushed.result(WAIT_S) == 3  # ran after all three were delivered
+    box.stop()
+
+
+def test_a_concurrent_sink_counts_each_outcome() -> None:
+    class Mixed(_Concurrent):
+        def emit(self, item: OnlineResult) -> None:
+            if item.result.metric == "x":
+                raise RuntimeError("backend said no")
+            if item.result.metric == "u":
+                raise SinkUnavailableError("circuit open")
+            if item.result.metric == "s":
+                raise SinkSkipError("no place for it")
+            super().emit(item)
+
+    box = _outbox(Mixed(3))
+    box.put(_results("oxusoo"))
+    _flushed(box)
+    stats = box.stats()
+    assert (stats.delivered, stats.errors, stats.dropped, stats.skipped) == (3, 1, 1, 1)
+    box.stop()
+
+
+@pytest.mark.parametrize("value", [0, -1, 1.5, True, "4"])
+def test_a_bad_max_concurrency_names_the_sink(value: object) -> None:
+    sink = InMemorySink()
+    sink.max_concurrency = value  # type: ignore[assignment]
+    with pytest.raises(ValueError, match=r"InMemorySink\.max_concurrency must be a whole number"):
+        _outbox(sink)
+
+
+def test_a_sink_whose_order_key_fails_is_delivered_one_at_a_time(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    class Broken(_Concurrent):
+        def order_key(self, item: OnlineResult) -> Hashable | None:
+            if item.result.metric == "a":
+                raise KeyError("no key")
+            return [item.result.metric]  # type: ignore[return-value] - unhashable
+
+    sink = Broken(4)
+    box = _outbox(sink)
+    with caplog.at_level(logging.WARNING, logger="langchain_ragmetrics"):
+        box.put(_results("abcd"))
+        _flushed(box)
+    assert sink.most == 1
+    assert box.stats().delivered == 4
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("failed to give an order key: KeyError" in m for m in messages)
+    assert any("failed to give an order key: TypeError" in m for m in messages)
+    box.stop()
+
+
+def test_without_new_threads_results_are_delivered_on_the_outbox_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """At interpreter exit no thread can start: results still go, one at a time."""
+    from langchain_ragmetrics._threads import DaemonThreadPool
+
+    def refuse(self: DaemonThreadPool) -> None:
+        raise RuntimeError("can't create new thread at interpreter shutdown")
+
+    monkeypatch.setattr(DaemonThreadPool, "start", refuse)
+    sink = _Concurrent(4)
+    box = _outbox(sink)
+    box.put(_results("abcde"))
+    _flushed(box)
+    assert (sink.most, box.stats().delivered) == (1, 5)
+    box.stop()

@@ -42,7 +42,14 @@ from tests._support.openai_server import JudgeServer  # noqa: E402
 from tests._support.proxy import LossyProxy  # noqa: E402
 from tests._support.rag import online_handler, question, rag_app  # noqa: E402
 from tests._support.servers import ServerProcess  # noqa: E402
-from tests._support.sink_checks import one_scored_item, outage_mid_run  # noqa: E402
+from tests._support.sink_checks import (  # noqa: E402
+    HoldUntil,
+    deliver,
+    linked_item,
+    one_scored_item,
+    outage_mid_run,
+)
+from tests._support.status_server import StatusServer  # noqa: E402
 
 __all__ = ["mlflow_server"]
 
@@ -415,3 +422,70 @@ def test_docs_page_example_runs(mlflow_server: ServerProcess, tmp_path: Any) -> 
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "delivered=1 skipped=0 errors=0 dropped=0 pending=0" in done.stdout
+
+
+def _linked_item() -> OnlineResult:
+    return linked_item("mlflow", "tr-" + "0" * 32, "0" * 16)
+
+
+@pytest.mark.parametrize(
+    ("status", "code", "opens"),
+    [
+        (403, "PERMISSION_DENIED", True),  # refused: every request would meet it
+        (401, "UNAUTHENTICATED", True),
+        (400, "INVALID_PARAMETER_VALUE", False),  # rejected: MLflow is up
+    ],
+)
+def test_a_refused_or_rejected_assessment_fails_at_once(
+    status: int, code: str, opens: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No retry for an answer retrying cannot change; only a refusal counts as an outage."""
+    for name, value in MLFLOW_CLIENT_ENV.items():
+        monkeypatch.setenv(name, value)
+    with StatusServer(status, {"error_code": code, "message": "scripted"}) as server:
+        previous = mlflow.get_tracking_uri()
+        mlflow.set_tracking_uri(server.url)
+        sink = MlflowSink(max_retries=3, backoff=0.01, failure_threshold=2, cooldown=60)
+        try:
+            with pytest.raises(Exception, match=code):
+                sink.emit(_linked_item())
+            assert _posts(server) == 1  # not retried
+            assert not sink.delivery.breaker.is_open  # one of the two in a row
+            with pytest.raises(Exception, match=code):
+                sink.emit(_linked_item())
+            assert _posts(server) == 2
+            assert sink.delivery.breaker.is_open is opens
+        finally:
+            mlflow.set_tracking_uri(previous)
+            sink.close()
+
+
+def _posts(server: StatusServer) -> int:
+    return sum(m == "POST" and "assessments" in p for m, p in server.requests)
+
+
+def test_assessments_go_out_several_at_a_time_and_each_lands_once(
+    tracking: str,
+    judge_server: JudgeServer,
+    make_judge: JudgeFactory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Four results, ``max_concurrency=4``: MLflow holds four POSTs at once, then all land."""
+    items = [_exported_item(judge_server, make_judge, 20 + i)[0] for i in range(4)]
+    hold = HoldUntil(4, "assessments", CEILING_S)
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    with LossyProxy(tracking, hold) as proxy:
+        mlflow.set_tracking_uri(proxy.url)
+        sink = MlflowSink(max_concurrency=4, request_timeout=CEILING_S + 10)
+        try:
+            stats = deliver(sink, items)
+        finally:
+            mlflow.set_tracking_uri(tracking)
+            sink.close()
+        posts = proxy.requests_to("assessments")
+    assert hold.all_in.is_set()  # four at once (one at a time would hold one)
+    assert (stats.delivered, stats.errors, stats.dropped) == (4, 0, 0)
+    assert len(posts) == 4  # one POST each: nothing retried
+    for item in items:
+        (stored,) = assessments(item.links["mlflow"][0])
+        assert stored.value == item.result.score

@@ -10,7 +10,6 @@ import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timezone
 from functools import partial
 from typing import Any
 
@@ -28,10 +27,8 @@ from phoenix.client import Client  # noqa: E402
 
 from langchain_ragmetrics import (  # noqa: E402
     InMemorySink,
-    MetricResult,
     OnlineResult,
     RagMetricsCallbackHandler,
-    RagSample,
 )
 from langchain_ragmetrics.callbacks import ProcessIsolation  # noqa: E402
 from langchain_ragmetrics.integrations.phoenix import PhoenixSink  # noqa: E402
@@ -45,7 +42,14 @@ from tests._support.phoenix_setup import (  # noqa: E402
 from tests._support.proxy import LossyProxy  # noqa: E402
 from tests._support.rag import online_handler, question, rag_app  # noqa: E402
 from tests._support.servers import ServerProcess  # noqa: E402
-from tests._support.sink_checks import one_scored_item, outage_mid_run  # noqa: E402
+from tests._support.sink_checks import (  # noqa: E402
+    HoldUntil,
+    deliver,
+    linked_item,
+    one_scored_item,
+    outage_mid_run,
+)
+from tests._support.status_server import StatusServer  # noqa: E402
 
 __all__ = ["instrumented", "phoenix_server"]
 
@@ -188,16 +192,7 @@ def test_without_an_openinference_span_results_are_skipped_with_one_warning(
 
 
 def _item(span_id: str) -> OnlineResult:
-    return OnlineResult(
-        trace_id=None,
-        root_run_id=uuid.uuid4(),
-        run_id=uuid.uuid4(),
-        query="q",
-        sample=RagSample(question="q", contexts=["c"]),
-        result=MetricResult(metric="context_relevance", score=0.5, judge="judge-model"),
-        timestamp=datetime.now(timezone.utc),
-        links={"openinference": ("0" * 32, span_id)},
-    )
+    return linked_item("openinference", "0" * 32, span_id)
 
 
 def test_a_span_not_stored_yet_is_retried_then_counted(phoenix_server: ServerProcess) -> None:
@@ -320,3 +315,56 @@ def test_docs_page_example_runs(phoenix_server: ServerProcess, tmp_path: Any) ->
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "delivered=1 skipped=0 errors=0 dropped=0 pending=0" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("status", "opens"),
+    [
+        (403, True),  # refused: every request would meet it
+        (401, True),
+        (422, False),  # rejected: Phoenix is up
+    ],
+)
+def test_a_refused_or_rejected_annotation_fails_at_once(status: int, opens: bool) -> None:
+    """No retry for an answer retrying cannot change; only a refusal counts as an outage."""
+    with StatusServer(status, {"detail": "scripted"}) as server:
+        sink = PhoenixSink(
+            endpoint=server.url, max_retries=3, backoff=0.01, failure_threshold=2, cooldown=60
+        )
+        try:
+            for emitted in (1, 2):
+                with pytest.raises(httpx.HTTPStatusError, match=str(status)):
+                    sink.emit(_item("00000000000000ab"))
+                assert sum(m == "POST" for m, _ in server.requests) == emitted  # not retried
+            assert sink.delivery.breaker.is_open is opens  # two in a row, when they count
+        finally:
+            sink.close()
+
+
+def test_annotations_go_out_several_at_a_time_and_each_lands_once(
+    phoenix_server: ServerProcess,
+    instrumented: Any,
+    judge_server: JudgeServer,
+    make_judge: JudgeFactory,
+) -> None:
+    """Four results, ``max_concurrency=4``: Phoenix holds four POSTs at once, then all land."""
+    app = rag_app(judge_server, make_judge, max_retries=2)
+    items = [one_scored_item(app, 20 + i) for i in range(4)]
+    spans = {item.links["openinference"][1] for item in items}
+    deadline = time.monotonic() + CEILING_S  # spans are exported in the background: stored
+    while not spans <= set(spans_by_id(phoenix_server.url)) and time.monotonic() < deadline:
+        time.sleep(0.1)  # (else the first POST may meet a 404 and be retried)
+    hold = HoldUntil(4, "annotations", CEILING_S)
+    with LossyProxy(phoenix_server.url, hold) as proxy:
+        sink = PhoenixSink(endpoint=proxy.url, max_concurrency=4, request_timeout=CEILING_S + 10)
+        try:
+            stats = deliver(sink, items)
+        finally:
+            sink.close()
+        posts = proxy.requests_to("annotations")
+    assert hold.all_in.is_set()  # four at once (one at a time would hold one)
+    assert (stats.delivered, stats.errors, stats.dropped) == (4, 0, 0)
+    assert [status for _, _, status in posts] == [200] * 4  # one POST each: none retried
+    for item in items:
+        (annotation,) = annotations(phoenix_server.url, item.links["openinference"][1])
+        assert annotation["result"]["score"] == item.result.score

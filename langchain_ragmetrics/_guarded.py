@@ -1,0 +1,287 @@
+"""One retry loop for every observability server we write to: retried, bounded, breaker-guarded.
+
+LangSmith (the feedback sink and the monitor), MLflow and Phoenix all get the same rules, so
+they live here once. Each failed request is sorted by the caller's ``classify`` into:
+
+* ``"not_found"``: the server answered that the run, trace or span is not stored yet (they
+  are exported in the background). Retried with backoff up to ``not_found_retries`` times
+  and for at most ``not_found_wait`` seconds; the server is up, so the breaker hears a
+  success.
+* ``"rejected"``: the server answered that this request is wrong (a bad parameter). Raised
+  at once; the server is up.
+* ``"refused"``: retrying cannot help, and every other request will meet it too (no or a
+  wrong API key, no permission). Raised at once and counted as a failure, so a wrong key
+  opens the breaker instead of costing a request per result.
+* ``"failed"``: no answer, refused connection, 5xx, 429. Retried ``max_retries`` times with
+  jittered exponential backoff, each counted as a failure.
+
+After ``failure_threshold`` failures in a row the breaker opens and every call is refused
+with :class:`~langchain_ragmetrics._errors.SinkUnavailableError` for ``cooldown`` seconds,
+with one warning when it opens and one when the server answers again. ``close()`` cuts every
+wait short.
+
+With ``request_timeout`` set, each request runs on a helper thread and is waited for at most
+that long, at most ``concurrency`` at a time: for SDKs whose own retries and timeouts belong
+to the application (MLflow's HTTP client retries a refused connection for minutes by
+default). A request that never answers keeps its helper thread, so once ``concurrency`` of
+them are held no new one starts (an immediate timeout) until one returns: threads never pile
+up. A client whose own timeout bounds each request (the LangSmith client we build) runs
+requests inline, from as many threads as call at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import threading
+import time
+from collections.abc import Callable
+from concurrent import futures
+from concurrent.futures import Future
+from typing import Any, Literal, TypeVar
+
+from langchain_ragmetrics._breaker import CircuitBreaker
+from langchain_ragmetrics._errors import SinkUnavailableError
+from langchain_ragmetrics._threads import DaemonThreadPool
+
+__all__ = ["MAX_BACKOFF_SECONDS", "Failure", "GuardedRequests", "classify_status", "http_status"]
+
+T = TypeVar("T")
+Failure = Literal["not_found", "rejected", "refused", "failed"]
+"""How a failed request is handled (see the module docstring)."""
+
+MAX_BACKOFF_SECONDS = 8.0
+"""The longest wait between two tries of a request."""
+
+logger = logging.getLogger("langchain_ragmetrics")
+
+
+class _NoAnswerError(TimeoutError):
+    """The server did not answer within the request timeout."""
+
+
+_RETRIED_STATUSES = frozenset({404, 408, 409, 425, 429})
+_REFUSED_STATUSES = frozenset({401, 403})
+
+
+def http_status(exc: BaseException) -> int | None:
+    """The HTTP status of the response behind ``exc`` or an error it came from, if any.
+
+    SDKs wrap the HTTP library's error (LangSmith raises its own from ``requests``' one), so
+    the chain of causes is followed a few steps.
+    """
+    seen: BaseException | None = exc
+    for _ in range(4):
+        if seen is None:
+            break
+        status = getattr(getattr(seen, "response", None), "status_code", None)
+        if isinstance(status, int):
+            return status
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def classify_status(status: int | None) -> Failure:
+    """How a request that failed with HTTP ``status`` (None: no answer) is handled.
+
+    404 is "not stored yet"; 401 and 403 are refused; any other 4xx but 408, 409, 425 and
+    429 (which a later try may pass) is rejected; the rest (5xx, no answer) failed.
+    """
+    if status == 404:
+        return "not_found"
+    if status in _REFUSED_STATUSES:
+        return "refused"
+    if status is not None and 400 <= status < 500 and status not in _RETRIED_STATUSES:
+        return "rejected"
+    return "failed"
+
+
+def _jitter(delay: float) -> float:
+    return delay * (0.5 + random.random() / 2)  # noqa: S311 - not for security
+
+
+class GuardedRequests:
+    """Requests to one server under one retry policy and one circuit breaker.
+
+    Args:
+        label: Who sends (in errors, log messages and thread names), e.g. ``"MlflowSink"``.
+        max_retries: Retries of a request that failed (no answer, refused, 5xx, 429).
+        backoff: First retry delay in seconds (doubled each retry, at most 8 s, jittered).
+        failure_threshold: Failed requests in a row that open the breaker.
+        cooldown: Seconds the breaker stays open before one request is tried again.
+        not_found_retries: Retries of a "not stored yet" answer (None: no count limit).
+        not_found_wait: Seconds a "not stored yet" answer is retried for (None: no limit).
+        request_timeout: Seconds to wait for one request run on a helper thread (None: run
+            requests inline and leave their bound to the client's own timeout).
+        concurrency: Helper threads, hence requests at once, when ``request_timeout`` is set.
+    """
+
+    def __init__(
+        self,
+        *,
+        label: str,
+        max_retries: int,
+        backoff: float,
+        failure_threshold: int,
+        cooldown: float,
+        not_found_retries: int | None = None,
+        not_found_wait: float | None = None,
+        request_timeout: float | None = None,
+        concurrency: int = 1,
+    ) -> None:
+        for name, value in (
+            ("max_retries", max_retries),
+            ("backoff", backoff),
+            ("not_found_retries", not_found_retries),
+            ("not_found_wait", not_found_wait),
+        ):
+            if value is not None and value < 0:
+                msg = f"`{name}` must be >= 0, got {value!r}"
+                raise ValueError(msg)
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+            msg = f"`concurrency` must be a whole number of at least 1, got {concurrency!r}"
+            raise ValueError(msg)
+        if request_timeout is not None and not request_timeout > 0:
+            msg = f"`request_timeout` must be positive, got {request_timeout!r}"
+            raise ValueError(msg)
+        self.label = label
+        self.max_retries = max_retries
+        self.backoff = backoff
+        self.not_found_retries = not_found_retries
+        self.not_found_wait = not_found_wait
+        self.request_timeout = request_timeout
+        self.breaker = CircuitBreaker(threshold=failure_threshold, cooldown=cooldown)
+        self.closing = threading.Event()
+        """Set (by :meth:`close`) to cut every backoff wait short."""
+        self.concurrency = concurrency
+        self._pool = DaemonThreadPool(name=f"ragmetrics-{label}-request", size=concurrency)
+        self._inflight: set[Future[Any]] = set()
+        self._inflight_lock = threading.Lock()
+
+    def call(
+        self,
+        request: Callable[[], T],
+        *,
+        classify: Callable[[Exception], Failure],
+        landed: Callable[[], T | None] | None = None,
+    ) -> T:
+        """``request()``'s result, tried under this object's rules.
+
+        Args:
+            request: The request.
+            classify: Sorts a request's error (see the module docstring).
+            landed: For a request that must not be stored twice: after a try that may have
+                reached the server (no answer, 5xx, a lost reply), this looks for what it
+                stored and returns it, or None; only then is the request sent again. It runs
+                under the same bounds and retries as the request.
+
+        Raises:
+            SinkUnavailableError: The breaker is open, or :meth:`close` cut a wait short.
+            _NoAnswerError: The last try got no answer within ``request_timeout``.
+            Exception: The error of the last try.
+        """
+        failures = misses = 0
+        deadline: float | None = None
+        uncertain = False  # a try may have been stored: look before sending again
+        while True:
+            self.refuse_if_open()
+            try:
+                if uncertain and landed is not None:
+                    found = self._run(landed)
+                    if found is not None:
+                        self.answered()
+                        return found
+                    uncertain = False
+                value = self._run(request)
+            except SinkUnavailableError:
+                raise  # closed while it ran: nothing to retry
+            except Exception as exc:
+                kind = classify(exc)
+                if kind == "not_found":
+                    self.answered()
+                    now = time.monotonic()
+                    if deadline is None and self.not_found_wait is not None:
+                        deadline = now + self.not_found_wait
+                    left = math.inf if deadline is None else deadline - now
+                    out_of_tries = self.not_found_retries is not None and (
+                        misses >= self.not_found_retries
+                    )
+                    if left <= 0 or out_of_tries:
+                        raise
+                    self._pause(min(_jitter(self.delay(misses)), left), exc)
+                    misses += 1
+                    continue
+                if kind == "rejected":
+                    self.answered()
+                    raise
+                opened = self.failed()
+                if kind == "refused" or opened or failures >= self.max_retries:
+                    raise
+                uncertain = True
+                self._pause(_jitter(self.delay(failures)), exc)
+                failures += 1
+                continue
+            self.answered()
+            return value
+
+    def delay(self, attempt: int) -> float:
+        """The wait before retry ``attempt`` (0-based), before jitter."""
+        return float(min(MAX_BACKOFF_SECONDS, self.backoff * 2**attempt))
+
+    def close(self) -> None:
+        """Stop waiting and retrying; a request still running is left to its own timeout."""
+        self.closing.set()
+        self._pool.stop(0, cancel_pending=True)
+
+    def answered(self) -> None:
+        """Record that the server answered (closes the breaker, with one warning if open)."""
+        if self.breaker.success():
+            logger.warning("%s: the server answers again; sending resumed", self.label)
+
+    def failed(self) -> bool:
+        """Count a failed request; True (and one warning) when it opened the breaker."""
+        opened = self.breaker.failure()
+        if opened:
+            logger.warning(
+                "%s: %d failed requests in a row; pausing %.0f s",
+                self.label,
+                self.breaker.threshold,
+                self.breaker.cooldown,
+            )
+        return opened
+
+    def refuse_if_open(self) -> None:
+        """Raise SinkUnavailableError while the breaker is open."""
+        if self.breaker.is_open:
+            msg = f"{self.label}: circuit open, next try in {self.breaker.retry_in:.0f} s"
+            raise SinkUnavailableError(msg)
+
+    # ------------------------------------------------------------------ internals
+
+    def _pause(self, seconds: float, cause: Exception) -> None:
+        if self.closing.wait(seconds):
+            msg = f"{self.label}: closing, retry abandoned ({type(cause).__name__}: {cause})"
+            raise SinkUnavailableError(msg) from cause
+
+    def _run(self, request: Callable[[], T]) -> T:
+        """Run ``request`` inline, or on the helper thread for at most ``request_timeout``."""
+        if self.request_timeout is None:
+            return request()
+        if self.closing.is_set():
+            msg = f"{self.label} is closed"
+            raise SinkUnavailableError(msg)
+        with self._inflight_lock:
+            self._inflight = {f for f in self._inflight if not f.done()}
+            if len(self._inflight) >= self.concurrency:
+                held = len(self._inflight)
+                msg = f"{self.label}: {held} earlier request(s) have not returned yet"
+                raise _NoAnswerError(msg)
+            self._pool.start()
+            future: Future[T] = self._pool.submit(request)
+            self._inflight.add(future)
+        try:
+            return future.result(self.request_timeout)
+        except futures.TimeoutError:
+            msg = f"{self.label}: no answer within {self.request_timeout} s"
+            raise _NoAnswerError(msg) from None

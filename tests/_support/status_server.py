@@ -1,0 +1,34 @@
+"""A loopback server that answers every request with one status: a gateway's refusal."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, ClassVar
+
+from tests._support.openai_server import LoopbackHandler, LoopbackServer
+
+__all__ = ["StatusServer"]
+
+
+class _Handler(LoopbackHandler):
+    server: Any
+
+    def handle_request(self, method: str) -> None:
+        owner: StatusServer = self.server.owner
+        self.read_body()
+        with owner.lock:
+            owner.requests.append((method, self.path))
+        self.send_json(owner.status, owner.payload)
+
+
+class StatusServer(LoopbackServer):
+    """Answers ``status`` with the JSON ``payload`` to everything; records ``(method, path)``."""
+
+    handler_class: ClassVar[type[LoopbackHandler]] = _Handler
+
+    def __init__(self, status: int, payload: object) -> None:
+        super().__init__()
+        self.status = status
+        self.payload = payload
+        self.lock = threading.Lock()
+        self.requests: list[tuple[str, str]] = []

@@ -1,0 +1,408 @@
+"""GuardedRequests: the one retry, bound and breaker loop of every observability sink."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from langchain_ragmetrics._errors import SinkUnavailableError
+from langchain_ragmetrics._guarded import Failure, GuardedRequests, classify_status, http_status
+
+WAIT_S = 10.0
+"""Generous bound for 'did not hang'."""
+
+
+class _Server:
+    """A store behind a scripted link: each try's outcome, and whether it was stored."""
+
+    def __init__(self, outcomes: list[str]) -> None:
+        self.outcomes = outcomes  # per send: "ok", "stored-lost", "refused", "400"
+        self.stored: list[str] = []
+        self.sends = 0
+        self.looks = 0
+        self.look_errors = 0
+
+    def send(self) -> str:
+        outcome = self.outcomes[self.sends]
+        self.sends += 1
+        if outcome in ("ok", "stored-lost"):
+            self.stored.append(f"item-{self.sends}")
+        if outcome == "stored-lost":
+            raise ConnectionResetError("reply lost")
+        if outcome == "refused":
+            raise ConnectionRefusedError("refused")
+        if outcome == "400":
+            raise ValueError("bad request")
+        return self.stored[-1]
+
+    def landed(self) -> str | None:
+        self.looks += 1
+        if self.look_errors:
+            self.look_errors -= 1
+            raise ConnectionResetError("look failed")
+        return self.stored[-1] if self.stored else None
+
+
+class _NotFoundError(Exception):
+    pass
+
+
+class _AuthError(Exception):
+    pass
+
+
+def _classify(exc: Exception) -> Failure:
+    if isinstance(exc, _NotFoundError):
+        return "not_found"
+    if isinstance(exc, ValueError):
+        return "rejected"
+    if isinstance(exc, _AuthError):
+        return "refused"
+    return "failed"
+
+
+def _guard(**options: Any) -> GuardedRequests:
+    settings: dict[str, Any] = {
+        "label": "TestSink",
+        "request_timeout": 5.0,
+        "max_retries": 3,
+        "backoff": 0.0,
+        "failure_threshold": 10,
+        "cooldown": 30.0,
+    }
+    settings.update(options)
+    return GuardedRequests(**settings)
+
+
+def _send(guard: GuardedRequests, server: _Server) -> str:
+    return guard.call(server.send, classify=_classify, landed=server.landed)
+
+
+def _failing(*errors: Exception, then: str = "ok") -> tuple[Callable[[], str], list[int]]:
+    """A request that raises ``errors`` in turn, then returns ``then``; and its try count."""
+    tries: list[int] = []
+
+    def request() -> str:
+        tries.append(len(tries))
+        if len(tries) <= len(errors):
+            raise errors[len(tries) - 1]
+        return then
+
+    return request, tries
+
+
+# ------------------------------------------------------------------ stored twice
+
+
+def test_a_stored_try_whose_reply_was_lost_is_found_not_sent_again() -> None:
+    server = _Server(["stored-lost", "ok"])
+    guard = _guard()
+    assert _send(guard, server) == "item-1"
+    assert (server.sends, server.looks, len(server.stored)) == (1, 1, 1)
+    assert not guard.breaker.is_open
+    guard.close()
+
+
+def test_a_try_that_was_not_stored_is_sent_again_after_looking() -> None:
+    server = _Server(["refused", "ok"])
+    guard = _guard()
+    assert _send(guard, server) == "item-2"
+    assert (server.sends, server.looks) == (2, 1)
+    guard.close()
+
+
+def test_no_resend_until_a_look_succeeds_and_failed_looks_use_the_retries() -> None:
+    server = _Server(["stored-lost", "ok"])
+    server.look_errors = 2
+    guard = _guard(max_retries=3)
+    assert _send(guard, server) == "item-1"
+    assert (server.sends, server.looks, len(server.stored)) == (1, 3, 1)
+    guard.close()
+    server = _Server(["stored-lost", "ok"])
+    server.look_errors = 5
+    guard = _guard(max_retries=2)
+    with pytest.raises(ConnectionResetError, match="look failed"):
+        _send(guard, server)
+    assert (server.sends, len(server.stored)) == (1, 1)  # never sent twice
+    guard.close()
+
+
+def test_a_rejected_request_is_not_looked_for() -> None:
+    server = _Server(["400"])
+    guard = _guard()
+    with pytest.raises(ValueError, match="bad request"):
+        _send(guard, server)
+    assert (server.sends, server.looks) == (1, 0)
+    guard.close()
+
+
+# ------------------------------------------------------------------ each kind of failure
+
+
+def test_failed_requests_are_retried_then_the_last_error_is_raised() -> None:
+    guard = _guard(max_retries=2, request_timeout=None)
+    request, tries = _failing(*(ConnectionRefusedError(f"refused {i}") for i in range(5)))
+    with pytest.raises(ConnectionRefusedError, match="refused 2"):
+        guard.call(request, classify=_classify)
+    assert len(tries) == 3  # one try and two retries
+    request, tries = _failing(TimeoutError("slow"), then="stored")
+    assert guard.call(request, classify=_classify) == "stored"
+    assert len(tries) == 2
+
+
+def test_failures_in_a_row_open_the_breaker_with_one_warning_and_an_answer_closes_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    now = [0.0]
+    guard = _guard(max_retries=0, failure_threshold=3, cooldown=30.0, request_timeout=None)
+    guard.breaker._clock = lambda: now[0]  # the cool-down passes when the test says so
+    with caplog.at_level(logging.WARNING, logger="langchain_ragmetrics"):
+        for _ in range(3):
+            request, _ = _failing(ConnectionRefusedError("down"))
+            with pytest.raises(ConnectionRefusedError):
+                guard.call(request, classify=_classify)
+        request, tries = _failing()
+        with pytest.raises(SinkUnavailableError, match="TestSink: circuit open, next try in 30 s"):
+            guard.call(request, classify=_classify)
+        assert tries == []  # refused without a request
+        now[0] = 31.0  # half-open: one request goes through, and its answer closes it
+        assert guard.call(request, classify=_classify) == "ok"
+    messages = [r.getMessage() for r in caplog.records]
+    assert messages == [
+        "TestSink: 3 failed requests in a row; pausing 30 s",
+        "TestSink: the server answers again; sending resumed",
+    ]
+    assert not guard.breaker.is_open
+
+
+def test_a_failure_that_opens_the_breaker_is_not_retried() -> None:
+    guard = _guard(max_retries=5, failure_threshold=2, request_timeout=None)
+    request, tries = _failing(*(ConnectionRefusedError("down") for _ in range(6)))
+    with pytest.raises(ConnectionRefusedError):
+        guard.call(request, classify=_classify)
+    assert len(tries) == 2
+    assert guard.breaker.is_open
+
+
+def test_a_refused_request_fails_at_once_and_counts_against_the_breaker() -> None:
+    guard = _guard(max_retries=5, failure_threshold=2, request_timeout=None)
+    for expected_open in (False, True):
+        request, tries = _failing(_AuthError("401 bad key"))
+        with pytest.raises(_AuthError, match="401"):
+            guard.call(request, classify=_classify)
+        assert len(tries) == 1  # retrying cannot help
+        assert guard.breaker.is_open is expected_open  # a wrong key pauses sending
+
+
+def test_a_rejected_request_fails_at_once_and_the_server_counts_as_up() -> None:
+    guard = _guard(max_retries=5, failure_threshold=1, request_timeout=None)
+    for _ in range(3):
+        request, tries = _failing(ValueError("400 bad parameter"))
+        with pytest.raises(ValueError, match="400"):
+            guard.call(request, classify=_classify)
+        assert len(tries) == 1
+    assert not guard.breaker.is_open
+
+
+def test_not_found_is_retried_up_to_its_count_and_keeps_the_breaker_closed() -> None:
+    guard = _guard(not_found_retries=3, failure_threshold=1, request_timeout=None)
+    request, tries = _failing(*(_NotFoundError("404") for _ in range(9)))
+    with pytest.raises(_NotFoundError):
+        guard.call(request, classify=_classify)
+    assert len(tries) == 4  # one try and three retries
+    assert not guard.breaker.is_open
+    request, tries = _failing(_NotFoundError("404"), _NotFoundError("404"), then="ingested")
+    assert guard.call(request, classify=_classify) == "ingested"
+
+
+def test_not_found_is_retried_for_at_most_its_wait() -> None:
+    guard = _guard(not_found_wait=0.0, request_timeout=None)
+    request, tries = _failing(*(_NotFoundError("404") for _ in range(9)))
+    with pytest.raises(_NotFoundError):
+        guard.call(request, classify=_classify)
+    assert len(tries) == 1  # no time left to wait: raised at once
+
+
+def test_not_found_retries_do_not_use_up_the_failure_retries() -> None:
+    guard = _guard(max_retries=1, not_found_retries=2, request_timeout=None)
+    errors = (_NotFoundError("404"), ConnectionResetError("reset"), _NotFoundError("404"))
+    request, tries = _failing(*errors, then="stored")
+    assert guard.call(request, classify=_classify) == "stored"
+    assert len(tries) == 4
+
+
+# ------------------------------------------------------------------ bounds and closing
+
+
+def test_close_cuts_a_backoff_wait_short() -> None:
+    guard = _guard(backoff=8.0, max_retries=3, request_timeout=None)
+    failed_once = threading.Event()
+
+    def request() -> str:
+        failed_once.set()
+        raise ConnectionRefusedError("down")
+
+    outcome: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            guard.call(request, classify=_classify)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    caller = threading.Thread(target=call)
+    caller.start()
+    assert failed_once.wait(WAIT_S)  # the first try failed: the caller now backs off
+    guard.close()
+    caller.join(WAIT_S)
+    assert not caller.is_alive()
+    (error,) = outcome
+    assert isinstance(error, SinkUnavailableError)
+    assert "TestSink: closing, retry abandoned (ConnectionRefusedError: down)" in str(error)
+    assert isinstance(error.__cause__, ConnectionRefusedError)
+
+
+def test_a_request_that_never_answers_costs_one_bounded_wait_then_no_pile_up() -> None:
+    guard = _guard(request_timeout=0.2, max_retries=0)
+    release = threading.Event()
+    started: list[int] = []
+
+    def held() -> str:
+        started.append(1)
+        release.wait(WAIT_S)  # accepted, never answered (until the test ends)
+        return "late"
+
+    try:
+        with pytest.raises(TimeoutError, match=r"TestSink: no answer within 0\.2 s"):
+            guard.call(held, classify=_classify)
+        # The held request still occupies the helper thread: no second one is started.
+        with pytest.raises(TimeoutError, match=r"1 earlier request\(s\) have not returned yet"):
+            guard.call(held, classify=_classify)
+        assert started == [1]
+    finally:
+        release.set()
+        guard.close()
+
+
+def test_bounded_requests_run_side_by_side_up_to_the_concurrency_then_refuse() -> None:
+    guard = _guard(request_timeout=WAIT_S, max_retries=0, concurrency=2)
+    release = threading.Event()
+    both = threading.Barrier(2, timeout=WAIT_S)  # each request waits for the other's start
+    both_in = threading.Event()
+    results: list[str] = []
+
+    def held() -> str:
+        if both.wait() == 0:  # one of the two, once both are in
+            both_in.set()
+        release.wait(WAIT_S)
+        return "answered"
+
+    callers = [
+        threading.Thread(target=lambda: results.append(guard.call(held, classify=_classify)))
+        for _ in range(2)
+    ]
+    try:
+        for caller in callers:
+            caller.start()
+        assert both_in.wait(WAIT_S)  # two requests at once on the helper threads
+        with pytest.raises(TimeoutError, match=r"2 earlier request\(s\) have not returned yet"):
+            guard.call(held, classify=_classify)  # a third: no helper thread is free
+    finally:
+        release.set()
+        for caller in callers:
+            caller.join(WAIT_S)
+        guard.close()
+    assert results == ["answered", "answered"]
+
+
+def test_inline_requests_run_concurrently_from_several_threads() -> None:
+    guard = _guard(request_timeout=None)
+    both = threading.Barrier(2, timeout=WAIT_S)  # each request waits for the other's start
+
+    def request() -> str:
+        both.wait()
+        return "ok"
+
+    results: list[str] = []
+    threads = [
+        threading.Thread(target=lambda: results.append(guard.call(request, classify=_classify)))
+        for _ in range(2)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(WAIT_S)
+    assert results == ["ok", "ok"]
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("max_retries", -1, "`max_retries` must be >= 0, got -1"),
+        ("backoff", -0.5, "`backoff` must be >= 0, got -0.5"),
+        ("not_found_retries", -2, "`not_found_retries` must be >= 0, got -2"),
+        ("not_found_wait", -1.0, "`not_found_wait` must be >= 0, got -1.0"),
+        ("request_timeout", 0, "`request_timeout` must be positive, got 0"),
+        ("concurrency", 0, "`concurrency` must be a whole number of at least 1, got 0"),
+        ("failure_threshold", 0, "`failure_threshold` must be at least 1"),
+    ],
+)
+def test_bad_options_name_the_option(option: str, value: Any, message: str) -> None:
+    with pytest.raises(ValueError, match=message.replace("(", r"\(")):
+        _guard(**{option: value})
+
+
+@pytest.mark.parametrize(
+    ("status", "kind"),
+    [
+        (404, "not_found"),
+        (401, "refused"),
+        (403, "refused"),
+        (400, "rejected"),
+        (422, "rejected"),
+        (408, "failed"),
+        (409, "failed"),
+        (425, "failed"),
+        (429, "failed"),
+        (500, "failed"),
+        (503, "failed"),
+        (None, "failed"),  # no answer at all
+    ],
+)
+def test_http_statuses_are_sorted_once_for_every_sink(status: int | None, kind: str) -> None:
+    assert classify_status(status) == kind
+
+
+class _Response:
+    def __init__(self, status_code: int) -> None:
+        self.status_code = status_code
+
+
+class _HttpError(Exception):
+    def __init__(self, status_code: int) -> None:
+        super().__init__(f"HTTP {status_code}")
+        self.response = _Response(status_code)
+
+
+def _wrapped(status: int, *, chained: bool) -> RuntimeError:
+    """An SDK's own error raised while handling the HTTP library's (as LangSmith's SDK does)."""
+    try:
+        try:
+            raise _HttpError(status)
+        except _HttpError as http_error:
+            if chained:
+                raise RuntimeError("Failed to POST /feedback") from http_error
+            raise RuntimeError("Failed to POST /feedback")  # noqa: B904 - the SDK's way
+    except RuntimeError as exc:
+        return exc
+
+
+def test_the_status_is_found_behind_an_sdk_wrapper() -> None:
+    assert http_status(_HttpError(422)) == 422
+    assert http_status(_wrapped(403, chained=False)) == 403  # implicit context
+    assert http_status(_wrapped(400, chained=True)) == 400  # explicit cause
+    assert http_status(ConnectionRefusedError("refused")) is None
