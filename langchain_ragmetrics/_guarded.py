@@ -155,7 +155,11 @@ class GuardedRequests:
         self.closing = threading.Event()
         """Set (by :meth:`close`) to cut every backoff wait short."""
         self.concurrency = concurrency
-        self._pool = DaemonThreadPool(name=f"ragmetrics-{label}-request", size=concurrency)
+        self._pool = (  # none for inline requests
+            None
+            if request_timeout is None
+            else DaemonThreadPool(name=f"ragmetrics-{label}-request", size=concurrency)
+        )
         self._inflight: set[Future[Any]] = set()
         self._inflight_lock = threading.Lock()
 
@@ -232,7 +236,8 @@ class GuardedRequests:
     def close(self) -> None:
         """Stop waiting and retrying; a request still running is left to its own timeout."""
         self.closing.set()
-        self._pool.stop(0, cancel_pending=True)
+        if self._pool is not None:
+            self._pool.stop(0, cancel_pending=True)
 
     def answered(self) -> None:
         """Record that the server answered (closes the breaker, with one warning if open)."""
@@ -266,7 +271,7 @@ class GuardedRequests:
 
     def _run(self, request: Callable[[], T]) -> T:
         """Run ``request`` inline, or on the helper thread for at most ``request_timeout``."""
-        if self.request_timeout is None:
+        if self._pool is None or self.request_timeout is None:
             return request()
         if self.closing.is_set():
             msg = f"{self.label} is closed"

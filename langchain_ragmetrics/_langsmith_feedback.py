@@ -43,7 +43,6 @@ from langchain_ragmetrics._ids import FEEDBACK_NAMESPACE, feedback_id
 if TYPE_CHECKING:
     from langsmith import Client
 
-    from langchain_ragmetrics._breaker import CircuitBreaker
     from langchain_ragmetrics._schema import MetricResult
 
 __all__ = [
@@ -215,31 +214,6 @@ class FeedbackClient:
         """The ``langsmith.Client``."""
         return self._client() if callable(self._client) else self._client
 
-    @property
-    def breaker(self) -> CircuitBreaker:
-        """The circuit breaker shared by every request of this client."""
-        return self.requests.breaker
-
-    @property
-    def closing(self) -> threading.Event:
-        """Set to cut every backoff wait short (the failure is raised at once)."""
-        return self.requests.closing
-
-    @property
-    def max_retries(self) -> int:
-        """Retries of a request that got no answer or a 5xx/429."""
-        return self.requests.max_retries
-
-    @property
-    def ingest_retries(self) -> int:
-        """Retries of a 404 (run not ingested yet)."""
-        return self.requests.not_found_retries or 0
-
-    @property
-    def backoff(self) -> float:
-        """First retry delay in seconds."""
-        return self.requests.backoff
-
     def resolve_project(self, name: str) -> uuid.UUID:
         """The id of project ``name`` (one try: the caller tries again later).
 
@@ -291,10 +265,9 @@ class FeedbackClient:
 
     def send_budget(self, request_timeout: float) -> float:
         """The longest :meth:`send` can take when each request takes ``request_timeout``."""
-        requests = 3 + self.max_retries + self.ingest_retries  # read, posts, delete
-        waits = sum(
-            self.requests.delay(i) for i in range(max(self.max_retries, self.ingest_retries))
-        )
+        retries, ingest_retries = self.requests.max_retries, self.requests.not_found_retries or 0
+        requests = 3 + retries + ingest_retries  # read, posts, delete
+        waits = sum(self.requests.delay(i) for i in range(max(retries, ingest_retries)))
         return float(request_timeout * requests + 2 * waits)
 
     def confirm_score(self, key_run_id: uuid.UUID | str, metric: str) -> bool:

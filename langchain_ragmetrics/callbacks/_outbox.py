@@ -55,16 +55,16 @@ def check_max_concurrency(value: object) -> int:
 
 
 def sink_concurrency(sink: BaseSink) -> int:
-    """``sink.max_concurrency``, checked: a whole number of at least 1.
+    """``sink.max_concurrency``, checked by :func:`check_max_concurrency`.
 
     Raises:
-        ValueError: It is not.
+        ValueError: It is not a whole number of at least 1 (the message names the sink).
     """
-    value = getattr(sink, "max_concurrency", 1)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        msg = f"{type(sink).__name__}.max_concurrency must be a whole number >= 1, got {value!r}"
-        raise ValueError(msg)
-    return value
+    try:
+        return check_max_concurrency(getattr(sink, "max_concurrency", 1))
+    except ValueError as exc:
+        msg = f"{type(sink).__name__}: {exc}"
+        raise ValueError(msg) from None
 
 
 @dataclass

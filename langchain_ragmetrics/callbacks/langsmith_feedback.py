@@ -146,17 +146,17 @@ class LangSmithFeedbackSink(BaseSink):
     @property
     def breaker(self) -> CircuitBreaker:
         """The circuit breaker of this sink's feedback client."""
-        return self.delivery.breaker
+        return self.delivery.requests.breaker
 
     @property
     def max_retries(self) -> int:
         """Retries of a failed send."""
-        return self.delivery.max_retries
+        return self.delivery.requests.max_retries
 
     @property
     def backoff(self) -> float:
         """First retry delay in seconds."""
-        return self.delivery.backoff
+        return self.delivery.requests.backoff
 
     @property
     def enabled(self) -> bool:
@@ -235,8 +235,7 @@ class LangSmithFeedbackSink(BaseSink):
         feedback = self.feedback_item(item)
         if feedback is None:
             return
-        if self.breaker.is_open:  # refused before the project lookup, too
-            self.delivery.requests.refuse_if_open()
+        self.delivery.requests.refuse_if_open()  # before the project lookup, too
         session_id = self.project_id()
         self.delivery.send(feedback, session_id=session_id)
 
@@ -252,7 +251,7 @@ class LangSmithFeedbackSink(BaseSink):
 
     @override
     def close(self, timeout: float | None = None) -> None:
-        self.delivery.closing.set()
+        self.delivery.requests.closing.set()
         self.flush(timeout)
         if self._owns_client and self._client is not None:
             self._client.close(timeout=timeout)

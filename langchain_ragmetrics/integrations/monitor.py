@@ -378,7 +378,7 @@ class LangSmithMonitor:
         finally:
             self.summary.runs_unsent = len(self._unsent)
             self.summary.runs_waiting = sum(why == "waiting" for why in self._unsent.values())
-            self._feedback.closing.set()
+            self._feedback.requests.closing.set()
             for sink in self.sinks:
                 with contextlib.suppress(Exception):
                     close = partial(sink.close, self.request_timeout)

@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import langsmith
 import pytest
@@ -31,6 +32,7 @@ from langchain_ragmetrics._ids import feedback_id
 from tests._support.langsmith_stub import LangSmithStub, refused_url, silent_server
 from tests._support.openai_server import JudgeServer
 from tests._support.rag import FAST, online_handler, question, rag_app
+from tests._support.sink_checks import deliver
 
 JudgeFactory = Callable[..., ChatOpenAI]
 TRACES = 8
@@ -369,6 +371,17 @@ def test_a_rejected_feedback_fails_at_once_and_langsmith_counts_as_up(
     sink.close(5)
 
 
+def _sink_on_stub(
+    stub: LangSmithStub, monkeypatch: pytest.MonkeyPatch, **options: Any
+) -> LangSmithFeedbackSink:
+    """A sink built from the environment, pointed at the stub with its project "app"."""
+    stub.feedback_needs_run = False
+    monkeypatch.setenv("LANGSMITH_ENDPOINT", stub.url)
+    monkeypatch.setenv("LANGSMITH_API_KEY", "test")
+    stub.create_project("app")
+    return LangSmithFeedbackSink(project_name="app", **options)
+
+
 def test_feedback_goes_out_several_at_a_time_and_all_lands(
     langsmith_stub: LangSmithStub, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -376,11 +389,7 @@ def test_feedback_goes_out_several_at_a_time_and_all_lands(
     from langchain_ragmetrics.callbacks._outbox import SinkOutbox
     from langchain_ragmetrics.callbacks._stats import FailureLog
 
-    langsmith_stub.feedback_needs_run = False
-    monkeypatch.setenv("LANGSMITH_ENDPOINT", langsmith_stub.url)
-    monkeypatch.setenv("LANGSMITH_API_KEY", "test")
-    langsmith_stub.create_project("app")
-    sink = LangSmithFeedbackSink(project_name="app", max_concurrency=4, timeout=30)
+    sink = _sink_on_stub(langsmith_stub, monkeypatch, max_concurrency=4, timeout=30)
     box = SinkOutbox(sink, key="ls", max_size=100, thread_name="ls", failures=FailureLog())
     langsmith_stub.hang("POST /feedback")  # accepted, held until released
     box.put([item(uuid.uuid4()) for _ in range(10)])
@@ -409,25 +418,19 @@ def test_concurrent_sends_stop_at_the_breaker(
     langsmith_stub: LangSmithStub, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """LangSmith fails every send: the lanes already under way finish, nothing new starts."""
-    from langchain_ragmetrics.callbacks._outbox import SinkOutbox
-    from langchain_ragmetrics.callbacks._stats import FailureLog
-
-    langsmith_stub.feedback_needs_run = False
-    monkeypatch.setenv("LANGSMITH_ENDPOINT", langsmith_stub.url)
-    monkeypatch.setenv("LANGSMITH_API_KEY", "test")
-    langsmith_stub.create_project("app")
     langsmith_stub.fail("POST /feedback", 500, times=None)
-    sink = LangSmithFeedbackSink(
-        project_name="app", max_concurrency=4, max_retries=0, failure_threshold=3, cooldown=600
+    sink = _sink_on_stub(
+        langsmith_stub,
+        monkeypatch,
+        max_concurrency=4,
+        max_retries=0,
+        failure_threshold=3,
+        cooldown=600,
     )
-    box = SinkOutbox(sink, key="ls", max_size=100, thread_name="ls", failures=FailureLog())
-    box.put([item(uuid.uuid4()) for _ in range(20)])
-    assert box.request(lambda: None).result(30) is None
-    stats = box.stats()
+    stats = deliver(sink, [item(uuid.uuid4()) for _ in range(20)], timeout=30)
     posts = len(langsmith_stub.requests_to("POST", "/feedback"))
     assert 3 <= posts <= 3 - 1 + 4  # the threshold, plus at most the other lanes under way
     assert stats.errors == posts  # one failed request per failed send (no retries here)
     assert (stats.delivered, stats.dropped) == (0, 20 - posts)
     assert sink.breaker.is_open
-    box.stop()
     sink.close(5)

@@ -282,7 +282,7 @@ def test_a_concurrent_sink_counts_each_outcome() -> None:
 def test_a_bad_max_concurrency_names_the_sink(value: object) -> None:
     sink = InMemorySink()
     sink.max_concurrency = value  # type: ignore[assignment]
-    with pytest.raises(ValueError, match=r"InMemorySink\.max_concurrency must be a whole number"):
+    with pytest.raises(ValueError, match=r"InMemorySink: `max_concurrency` must be a whole number"):
         _outbox(sink)
 
 
