@@ -51,6 +51,7 @@ __all__ = [
     "FeedbackItem",
     "classify_langsmith_error",
     "error_feedback_id",
+    "read_environment_once",
     "source_info",
 ]
 
@@ -77,6 +78,29 @@ def source_info(
         "retriever_run_id": str(retriever_run_id),
         "library": "langchain-ragmetrics",
     }
+
+
+def read_environment_once(client: Client) -> Client:
+    """Pin the environment's HTTP settings on a client we built, read once for its endpoint.
+
+    A ``requests.Session`` that trusts the environment scans every environment variable for
+    proxy settings, and looks for ``~/.netrc``, on each request: in a container with a
+    hundred variables that is about half the CPU of a feedback request, spent in the app's
+    process. The same settings (proxies and ``NO_PROXY``, ``REQUESTS_CA_BUNDLE`` /
+    ``CURL_CA_BUNDLE``, netrc credentials) are read here, by requests' own functions, and
+    kept on the session; a change to them afterwards is not seen, as with httpx.
+    """
+    from requests.utils import get_netrc_auth
+
+    session = client.session
+    if session.trust_env:
+        url = client.api_url
+        settings = session.merge_environment_settings(url, {}, None, None, None)
+        session.proxies, session.verify = settings["proxies"], settings["verify"]
+        if session.auth is None:
+            session.auth = get_netrc_auth(url)
+        session.trust_env = False
+    return client
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from langchain_ragmetrics._langsmith_feedback import (
     DEFAULT_FAILURE_THRESHOLD,
     FeedbackClient,
     FeedbackItem,
+    read_environment_once,
 )
 from langchain_ragmetrics._retrieval import OnlineResult
 from langchain_ragmetrics.callbacks._outbox import check_max_concurrency
@@ -168,7 +169,8 @@ class LangSmithFeedbackSink(BaseSink):
         """The LangSmith client (built from the environment on first use).
 
         The client we build has a request timeout, no transport retries (this sink retries
-        with its own backoff and breaker) and no background batching.
+        with its own backoff and breaker), no background batching, and the environment's
+        HTTP settings (proxies, CA bundle) read once when it is built, not on every request.
         """
         with self._lock:
             if self._client is None:
@@ -177,13 +179,15 @@ class LangSmithFeedbackSink(BaseSink):
                 from urllib3.util.retry import Retry
 
                 millis = max(1, round(self.timeout * 1000))
-                self._client = Client(
-                    api_url=self._api_url,
-                    api_key=self._api_key,
-                    timeout_ms=(millis, millis),
-                    retry_config=Retry(total=0, raise_on_status=False),
-                    auto_batch_tracing=False,
-                    info=LangSmithInfo(),  # no GET /info round trip: nothing here needs it
+                self._client = read_environment_once(
+                    Client(
+                        api_url=self._api_url,
+                        api_key=self._api_key,
+                        timeout_ms=(millis, millis),
+                        retry_config=Retry(total=0, raise_on_status=False),
+                        auto_batch_tracing=False,
+                        info=LangSmithInfo(),  # no GET /info round trip: nothing needs it
+                    )
                 )
             return self._client
 

@@ -47,7 +47,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from langchain_ragmetrics._engine import ScoringEngine
 from langchain_ragmetrics._errors import MonitorError
-from langchain_ragmetrics._langsmith_feedback import FeedbackClient, FeedbackItem
+from langchain_ragmetrics._langsmith_feedback import (
+    FeedbackClient,
+    FeedbackItem,
+    read_environment_once,
+)
 from langchain_ragmetrics._retrieval import OnlineResult, QuestionFrom, Retrieval, score_retrieval
 from langchain_ragmetrics._schema import Usage
 from langchain_ragmetrics._threads import DaemonThreadPool
@@ -338,7 +342,9 @@ class LangSmithMonitor:
                 allowed_methods=None,
                 raise_on_status=False,
             )
-            self._client = Client(timeout_ms=(millis, millis), retry_config=retry)
+            self._client = read_environment_once(
+                Client(timeout_ms=(millis, millis), retry_config=retry)
+            )
         return self._client
 
     def run(self) -> MonitorSummary:

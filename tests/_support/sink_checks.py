@@ -1,4 +1,4 @@
-"""Scenarios shared by the tests of sinks that talk to a real server (MLflow, Phoenix)."""
+"""Results and scenarios shared by the tests of sinks that talk to a real server."""
 
 from __future__ import annotations
 
@@ -13,7 +13,29 @@ from langchain_ragmetrics.callbacks import SinkStats
 from langchain_ragmetrics.callbacks.sinks import BaseSink
 from tests._support.rag import RagApp, online_handler, question
 
-__all__ = ["HoldUntil", "deliver", "linked_item", "one_scored_item", "outage_mid_run"]
+__all__ = [
+    "HoldUntil",
+    "deliver",
+    "linked_item",
+    "one_scored_item",
+    "outage_mid_run",
+    "run_item",
+]
+
+
+def run_item(
+    run_id: uuid.UUID, score: float | None = 0.5, error: str | None = None
+) -> OnlineResult:
+    """A context-relevance result about run ``run_id`` (its own trace and root)."""
+    return OnlineResult(
+        trace_id=run_id,
+        root_run_id=run_id,
+        run_id=run_id,
+        query="q",
+        sample=RagSample(question="q", contexts=["c"]),
+        result=MetricResult(metric="context_relevance", score=score, error=error),
+        timestamp=datetime.now(timezone.utc),
+    )
 
 
 def linked_item(link: str, trace_id: str, span_id: str) -> OnlineResult:

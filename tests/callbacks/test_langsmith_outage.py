@@ -11,7 +11,6 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -24,15 +23,13 @@ from langchain_ragmetrics import (
     InMemorySink,
     JsonlSink,
     LangSmithFeedbackSink,
-    MetricResult,
-    OnlineResult,
-    RagSample,
 )
 from langchain_ragmetrics._ids import feedback_id
 from tests._support.langsmith_stub import LangSmithStub, refused_url, silent_server
 from tests._support.openai_server import JudgeServer
 from tests._support.rag import FAST, online_handler, question, rag_app
 from tests._support.sink_checks import deliver
+from tests._support.sink_checks import run_item as item
 
 JudgeFactory = Callable[..., ChatOpenAI]
 TRACES = 8
@@ -66,18 +63,6 @@ def outage_sink() -> LangSmithFeedbackSink:
         backoff=0.01,
         failure_threshold=3,
         cooldown=600,
-    )
-
-
-def item(run_id: uuid.UUID, score: float | None = 0.5, error: str | None = None) -> OnlineResult:
-    return OnlineResult(
-        trace_id=run_id,
-        root_run_id=run_id,
-        run_id=run_id,
-        query="q",
-        sample=RagSample(question="q", contexts=["c"]),
-        result=MetricResult(metric="context_relevance", score=score, error=error),
-        timestamp=datetime.now(timezone.utc),
     )
 
 
