@@ -17,6 +17,7 @@ from langchain_ragmetrics import (
     ContextPrecision,
     ContextRecall,
     ContextRelevance,
+    IDBasedContextRecall,
     InMemorySink,
     NonLLMContextRecall,
     RagSample,
@@ -166,30 +167,88 @@ def test_rate_limiter_settings() -> None:
     assert ScoringEngine(rate_limit_per_minute=30).limiter.requests_per_second == 0.5
 
 
-STUCK_TIMEOUT = 2.0
-"""The timeout of the slot tests: the call after the stuck one must finish within it, on a
-loaded machine too (0.3 s was once too short for a loopback call under the full suite)."""
+STUCK_TIMEOUT = 0.3
+"""The timeout the stuck job runs out: only the stuck job runs under it."""
+AFTER_TIMEOUT = 60.0
+"""The timeout of the job after it: a ceiling, never reached when the slot was freed (a
+slot never freed makes that job time out, so the test fails every time the code is wrong)."""
+STEPS = ["judge call", "deaf step"]
 
 
+def run_in_turn(
+    engine: ScoringEngine, first: Job, then: Job, mode: str
+) -> tuple[MetricResult | None, MetricResult | None]:
+    """Run ``first`` under the engine's timeout, then ``then`` under ``AFTER_TIMEOUT``, on
+    one engine (and, for ``arun``, one loop: each loop has its own slots)."""
+    if mode == "threads":
+        (done,) = engine.run([first])
+        engine.timeout = AFTER_TIMEOUT
+        (after,) = engine.run([then])
+        return done, after
+
+    async def both() -> tuple[MetricResult | None, MetricResult | None]:
+        (done,) = await engine.arun([first])
+        engine.timeout = AFTER_TIMEOUT
+        (after,) = await engine.arun([then])
+        return done, after
+
+    return asyncio.run(both())
+
+
+def held_metric(release: threading.Event) -> IDBasedContextRecall:
+    """A metric whose job for the sample "stuck" blocks until ``release``, deaf to any
+    deadline (no HTTP timeout can end it; on a loop, only its cancellation): only the engine
+    can give its slot to the next job.
+    """
+
+    class Held(IDBasedContextRecall):
+        def _evaluate(self, sample: RagSample, config: Any) -> MetricResult:
+            if sample.question == "stuck":
+                release.wait()
+            return super()._evaluate(sample, config)
+
+        async def _aevaluate(self, sample: RagSample, config: Any) -> MetricResult:
+            if sample.question == "stuck":
+                await asyncio.Event().wait()  # never set: only cancelling it ends it
+            return super()._evaluate(sample, config)
+
+    return Held()
+
+
+def id_sample(name: str) -> RagSample:
+    return RagSample(question=name, contexts=["c"], context_ids=["a"], reference_context_ids=["a"])
+
+
+def stuck_then_next(
+    step: str, release: threading.Event, make_judge: Callable[..., Any]
+) -> tuple[Job, Job, float]:
+    """A job stuck in a judge call the server holds, or in a step deaf to its deadline;
+    the job after it; and the score that job gets."""
+    if step == "judge call":
+        recall = ContextRecall(llm=make_judge())
+        return Job(sample("stuck"), recall), Job(sample("next"), recall), 0.5
+    held = held_metric(release)  # only the engine can take its slot back
+    return Job(id_sample("stuck"), held), Job(id_sample("next"), held), 1.0
+
+
+@pytest.mark.parametrize("step", STEPS)
 @pytest.mark.parametrize("mode", MODES)
 def test_timeout_becomes_nan_and_frees_the_slot(
-    judge_server: JudgeServer, make_judge: Callable[..., Any], mode: str
+    judge_server: JudgeServer, make_judge: Callable[..., Any], mode: str, step: str
 ) -> None:
     release = threading.Event()
     judge_server.script = hold_the_stuck_one(release)
     engine = ScoringEngine(max_concurrency=1, timeout=STUCK_TIMEOUT)
-    recall = ContextRecall(llm=make_judge())
+    stuck_job, next_job, score = stuck_then_next(step, release, make_judge)
     try:
-        jobs = [Job(sample("stuck"), recall), Job(sample("next"), recall)]
-        results = run_jobs(engine, jobs, mode)
+        stuck, after = run_in_turn(engine, stuck_job, next_job, mode)
     finally:
         release.set()
-    stuck, after = results
     assert stuck is not None
     assert math.isnan(stuck.score or 0.0)
     assert stuck.error == f"timed out after {STUCK_TIMEOUT:g}s"
     assert after is not None
-    assert after.score == 0.5  # the only slot went on to the next job
+    assert after.score == score  # the only slot went on to the next job
     assert engine.stats.timed_out == 1
 
 
@@ -278,23 +337,25 @@ def test_keyboard_interrupt_from_a_callback_propagates_after_stopping(
     assert judge_server.count() < 5
 
 
+@pytest.mark.parametrize("step", STEPS)
 async def test_ascore_on_an_executor_frees_the_slot_of_a_timed_out_call(
-    judge_server: JudgeServer, make_judge: Callable[..., Any]
+    judge_server: JudgeServer, make_judge: Callable[..., Any], step: str
 ) -> None:
     release = threading.Event()
     judge_server.script = hold_the_stuck_one(release)
     pool = DaemonThreadPool(name="test-judges", size=2)
     pool.start()
     engine = ScoringEngine(max_concurrency=1, timeout=STUCK_TIMEOUT, executor=pool)
-    recall = ContextRecall(llm=make_judge())
+    stuck_job, next_job, score = stuck_then_next(step, release, make_judge)
     try:
-        stuck = await engine.ascore(Job(sample("stuck"), recall))
-        after = await engine.ascore(Job(sample("next"), recall))  # would time out without a slot
+        stuck = await engine.ascore(stuck_job)
+        engine.timeout = AFTER_TIMEOUT  # a ceiling: without a free slot it times out
+        after = await engine.ascore(next_job)
     finally:
         release.set()
         pool.stop(10)
     assert stuck.error == f"timed out after {STUCK_TIMEOUT:g}s"
-    assert after.score == 0.5
+    assert after.score == score
 
 
 @pytest.mark.parametrize("mode", MODES)
