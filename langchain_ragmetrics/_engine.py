@@ -522,6 +522,7 @@ class ScoringEngine:
         batch.waiting = threads
         for _ in range(threads):
             spawn()
+        delivering = False  # a KeyboardInterrupt from ``deliver`` (the caller's callback)
         try:
             while True:
                 if batch.stop.is_set() or (stop is not None and stop.is_set()):
@@ -539,7 +540,14 @@ class ScoringEngine:
                 except queue.Empty:
                     continue
                 if index >= 0:  # not a wake-up call
+                    delivering = True
                     deliver(index, self._finish(batch.jobs[index], outcome, None))
+                    delivering = False
+        except KeyboardInterrupt:
+            batch.stop.set()  # no new job starts
+            if not delivering:  # Ctrl-C while waiting: what finished is kept, then it stops
+                self._deliver_finished(batch, deliver)
+            raise
         finally:
             batch.stop.set()
 

@@ -4,6 +4,7 @@ import asyncio
 import contextvars
 import logging
 import math
+import queue
 import threading
 import time
 from collections.abc import Callable
@@ -325,8 +326,10 @@ def test_keyboard_interrupt_from_a_callback_propagates_after_stopping(
     judge_server: JudgeServer, make_judge: Callable[..., Any]
 ) -> None:
     judge_server.script = lambda req: EINSTEIN_VERDICTS
+    calls: list[Job] = []
 
     def interrupt(job: Job, result: MetricResult) -> None:
+        calls.append(job)
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
@@ -335,6 +338,44 @@ def test_keyboard_interrupt_from_a_callback_propagates_after_stopping(
             on_result=interrupt,
         )
     assert judge_server.count() < 5
+    assert len(calls) == 1  # a callback that asked to stop is not called again
+
+
+def test_ctrl_c_while_a_finished_result_waits_keeps_that_result(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Ctrl-C can land after a job finished and before the caller's thread took its result:
+    the result is delivered before the interrupt propagates (partial results keep it)."""
+    from langchain_ragmetrics import _engine
+
+    class CtrlCWhileAResultWaits(queue.SimpleQueue):  # type: ignore[type-arg]
+        pressed = False
+
+        def get(self, block: bool = True, timeout: float | None = None) -> Any:
+            if not self.empty() and not self.pressed:  # a result waits: Ctrl-C, once
+                self.pressed = True
+                raise KeyboardInterrupt
+            return super().get(block, timeout)
+
+    original = _engine._Batch.__init__
+
+    def init(batch: Any, jobs: Any) -> None:
+        original(batch, jobs)
+        batch.outbox = CtrlCWhileAResultWaits()
+
+    monkeypatch.setattr(_engine._Batch, "__init__", init)
+    release = threading.Event()
+    metric = held_metric(release)
+    delivered: list[MetricResult] = []
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            ScoringEngine(max_concurrency=2).run(
+                [Job(id_sample("done"), metric), Job(id_sample("stuck"), metric)],
+                on_result=lambda job, result: delivered.append(result),
+            )
+    finally:
+        release.set()
+    assert [result.score for result in delivered] == [1.0]
 
 
 @pytest.mark.parametrize("step", STEPS)
