@@ -90,3 +90,5 @@ def test_bash_block_runs(
     for command in shell_commands(block.code):
         where = f"docs/offline/scaling.md line {block.line}: `{command}`"
         run(["bash", "-c", command], cwd=cwd, env=_env(servers), what=where)
+        judge, _ = servers
+        assert not judge.script_errors, f"{where}: the judge could not answer"

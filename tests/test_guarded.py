@@ -268,17 +268,19 @@ def test_close_cuts_a_backoff_wait_short() -> None:
 
 def test_a_request_that_never_answers_costs_one_bounded_wait_then_no_pile_up() -> None:
     guard = _guard(request_timeout=0.2, max_retries=0)
-    release = threading.Event()
+    release, entered = threading.Event(), threading.Event()
     started: list[int] = []
 
     def held() -> str:
         started.append(1)
+        entered.set()
         release.wait(WAIT_S)  # accepted, never answered (until the test ends)
         return "late"
 
     try:
         with pytest.raises(TimeoutError, match=r"TestSink: no answer within 0\.2 s"):
             guard.call(held, classify=_classify)
+        assert entered.wait(WAIT_S)  # (the helper thread may start it late on a busy machine)
         # The held request still occupies the helper thread: no second one is started.
         with pytest.raises(TimeoutError, match=r"1 earlier request\(s\) have not returned yet"):
             guard.call(held, classify=_classify)

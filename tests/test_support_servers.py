@@ -270,12 +270,17 @@ def test_hold_releases_on_event_and_on_stop() -> None:
         llm = ChatOpenAI(
             model="m", base_url=server.base_url, api_key="test", max_retries=0, timeout=5
         )
+        # Held means no answer at all: a client that waits 0.5 s gets none (a hold that
+        # answered early would fail this every time, not only when it is fast enough).
+        impatient = ChatOpenAI(
+            model="m", base_url=server.base_url, api_key="test", max_retries=0, timeout=0.5
+        )
+        with pytest.raises(openai.APITimeoutError):
+            impatient.invoke("x")
         results: list[str] = []
         worker = threading.Thread(target=lambda: results.append(str(llm.invoke("x").content)))
         worker.start()
-        assert _eventually(lambda: server.count() == 1)
-        time.sleep(0.1)
-        assert results == []
+        assert _eventually(lambda: server.count() == 2)
         gate.set()
         worker.join(timeout=5)
         assert results == ["released"]
@@ -283,7 +288,7 @@ def test_hold_releases_on_event_and_on_stop() -> None:
         server.script = lambda _req: reply_hold(threading.Event(), text="never")
         stuck = threading.Thread(target=lambda: _swallow(lambda: llm.invoke("x")), daemon=True)
         stuck.start()
-        assert _eventually(lambda: server.count() == 2)
+        assert _eventually(lambda: server.count() == 3)
     stuck.join(timeout=5)  # stop() released the held request (the hold itself is 30 s)
     assert not stuck.is_alive()
 
@@ -373,13 +378,20 @@ def test_concurrent_requests_are_all_recorded(
     """Parallel calls are served concurrently and each is recorded once."""
     gate = threading.Event()  # opened only once all 8 requests are in: they are concurrent
     judge_server.script = lambda req: reply_hold(gate, text=req.user.upper())
-    opener = threading.Thread(
-        target=lambda: _eventually(lambda: judge_server.count() == 8) and gate.set()
-    )
+    all_in: list[bool] = []
+
+    def opener_body() -> None:
+        try:
+            all_in.append(_eventually(lambda: judge_server.count() == 8, timeout=60))
+        finally:
+            gate.set()  # (one at a time, they would each wait out the hold instead)
+
+    opener = threading.Thread(target=opener_body)
     opener.start()
-    llm = make_judge()
+    llm = make_judge(timeout=90)
     outs = llm.batch([f"q{i}" for i in range(8)], config={"max_concurrency": 8})
-    opener.join(timeout=10)
+    opener.join(timeout=90)
+    assert all_in == [True]  # all 8 were held at once
     assert [o.content for o in outs] == [f"Q{i}" for i in range(8)]
     assert judge_server.count() == 8
 
@@ -502,7 +514,7 @@ def test_multipart_and_encoding_helpers() -> None:
     assert (part.name, part.json(), part.content_type) == ("post.1", {"a": 1}, "application/json")
 
 
-def _eventually(check: Callable[[], bool], timeout: float = 5.0) -> bool:
+def _eventually(check: Callable[[], bool], timeout: float = 30.0) -> bool:
     """Poll ``check`` until true or ``timeout``."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -379,7 +379,7 @@ class LangSmithStub(LoopbackServer):
             self._fail_rules.append(_FailRule(prefix, status, times))
 
     def wait_for(
-        self, predicate: Callable[[], _T], timeout: float = 10.0, interval: float = 0.02
+        self, predicate: Callable[[], _T], timeout: float = 60.0, interval: float = 0.02
     ) -> _T:
         """Poll ``predicate`` until it returns something truthy, and return that.
 
@@ -397,7 +397,7 @@ class LangSmithStub(LoopbackServer):
             time.sleep(interval)
 
     def wait_for_feedback(
-        self, count: int = 1, timeout: float = 10.0, key: str | None = None
+        self, count: int = 1, timeout: float = 60.0, key: str | None = None
     ) -> list[dict[str, Any]]:
         """Wait until at least ``count`` feedback payloads (with ``key``) arrived."""
 
@@ -408,7 +408,7 @@ class LangSmithStub(LoopbackServer):
         return self.wait_for(enough, timeout)
 
     def wait_for_runs(
-        self, count: int = 1, timeout: float = 10.0, name: str | None = None
+        self, count: int = 1, timeout: float = 60.0, name: str | None = None
     ) -> list[dict[str, Any]]:
         """Wait until at least ``count`` runs (named ``name``) arrived."""
 

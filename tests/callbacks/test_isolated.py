@@ -77,8 +77,9 @@ def background(handler: RagMetricsCallbackHandler) -> ProcessRuntime:
 
 def isolated_handler(setup: Any, **options: Any) -> RagMetricsCallbackHandler:
     hang = options.pop("hang_timeout", 60.0)
+    niceness = options.pop("niceness", 10)
     return RagMetricsCallbackHandler(
-        isolation=ProcessIsolation(setup=setup, hang_timeout=hang), **options
+        isolation=ProcessIsolation(setup=setup, hang_timeout=hang, niceness=niceness), **options
     )
 
 
@@ -217,7 +218,9 @@ def test_a_silent_child_is_killed_and_replaced(
 ) -> None:
     app = rag_app(judge_server, make_judge)
     setup = partial(isolated_setups.jsonl_setup, judge_server.base_url, str(jsonl))
-    with isolated_handler(setup, hang_timeout=3.0) as handler:
+    # 8 s, at normal priority: a healthy child (this one before the stop, and its
+    # replacement) reports every 1 s, so only a starved machine could make it look hung.
+    with isolated_handler(setup, hang_timeout=8.0, niceness=0) as handler:
         ask(app, handler, range(1))
         assert handler.flush(START)
         pid = background(handler).child_pid

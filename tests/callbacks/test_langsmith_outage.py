@@ -55,10 +55,12 @@ def langsmith_at(fault: str, stub: LangSmithStub) -> Iterator[str]:
             yield url
 
 
-def outage_sink() -> LangSmithFeedbackSink:
+def outage_sink(timeout: float = 0.3) -> LangSmithFeedbackSink:
+    """A sink that gives up fast on a hung LangSmith (``timeout=30`` where every request
+    must succeed: a slow loopback answer on a loaded machine is not a fault there)."""
     return LangSmithFeedbackSink(
         project_name="app",
-        timeout=0.3,
+        timeout=timeout,
         max_retries=1,
         backoff=0.01,
         failure_threshold=3,
@@ -154,7 +156,7 @@ def test_a_duplicate_id_counts_as_delivered(
     langsmith_stub.feedback_needs_run = False  # these runs are never traced here
     monkeypatch.setenv("LANGSMITH_ENDPOINT", langsmith_stub.url)
     monkeypatch.setenv("LANGSMITH_API_KEY", "test")
-    sink = outage_sink()
+    sink = outage_sink(timeout=30)
     result = item(uuid.uuid4())
     sink.emit(result)
     sink.emit(result)  # e.g. a retry after the first answer was lost: LangSmith says 409
@@ -200,7 +202,7 @@ def test_skipped_results_are_not_sent_and_failed_ones_are_flagged(
     langsmith_stub.feedback_needs_run = False  # these runs are never traced here
     monkeypatch.setenv("LANGSMITH_ENDPOINT", langsmith_stub.url)
     monkeypatch.setenv("LANGSMITH_API_KEY", "test")
-    sink = outage_sink()
+    sink = outage_sink(timeout=30)
     sink.emit(item(uuid.uuid4(), score=None))  # not assessable: nothing to send
     sink.emit(item(uuid.uuid4(), score=float("nan")))  # NaN without error: a skip too
     sink.emit(item(uuid.uuid4(), score=float("nan"), error="JudgeError: boom"))
@@ -294,7 +296,7 @@ def test_a_later_score_replaces_an_earlier_error_and_never_the_reverse(
     monkeypatch.setenv("LANGSMITH_ENDPOINT", langsmith_stub.url)
     monkeypatch.setenv("LANGSMITH_API_KEY", "test")
     langsmith_stub.feedback_needs_run = False  # these runs are never traced here
-    sink = outage_sink()
+    sink = outage_sink(timeout=30)
     first, second = uuid.uuid4(), uuid.uuid4()
     sink.emit(item(first, score=float("nan"), error="TimeoutError: judge"))
     sink.emit(item(first, score=0.75))  # e.g. the monitor or a retry scored it later

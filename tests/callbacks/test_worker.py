@@ -3,6 +3,7 @@ import contextlib
 import contextvars
 import logging
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -139,6 +140,14 @@ def test_concurrency_is_bounded_by_max_active() -> None:
         worker.submit(x)
     assert recorder.started["a"].wait(10)
     assert recorder.started["b"].wait(10)
+    # The worker's loop takes what it may start, then goes idle: once it has (two busy,
+    # nothing more taken), c waits for a free slot. Past that point a broken limit would
+    # already have started c, so this fails every time the limit is wrong.
+    queue = worker._queue
+    deadline = time.monotonic() + 30
+    while not (queue._idle and queue.busy == 2) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert (queue._idle, queue.busy, queue.size) == (True, 2, 3)
     assert not recorder.started["c"].is_set()  # third waits for a free slot
     holds[0].set()
     assert recorder.started["c"].wait(10)

@@ -52,7 +52,7 @@ def einstein_router(**extra: Any) -> Callable[[JudgeRequest], Any]:
     )
 
 
-def wait_until(check: Callable[[], bool], timeout: float = 10.0) -> None:
+def wait_until(check: Callable[[], bool], timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while not check():
         assert time.monotonic() < deadline, "condition not reached"

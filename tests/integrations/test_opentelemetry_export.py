@@ -35,10 +35,10 @@ from tests._support.prometheus import prometheus_endpoint
 from tests._support.rag import FAST, online_handler, question, rag_app
 
 JudgeFactory = Callable[..., ChatOpenAI]
-EXPORT_TIMEOUT_S = 20.0
+EXPORT_TIMEOUT_S = 600.0
 """The exporters' own request timeout: far above the bounds the tests assert."""
-CEILING_S = 8.0
-"""Generous bound for 'did not hang' (the exporters alone would wait 20 s per provider)."""
+CEILING_S = 60.0
+"""Generous bound for 'did not hang' (the exporters alone would wait 600 s per provider)."""
 
 
 @dataclass

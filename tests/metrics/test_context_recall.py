@@ -1,5 +1,6 @@
 import math
 import re
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -343,10 +344,14 @@ def test_client_errors_are_not_retried(
 
 
 def test_timeouts_are_retried(judge_server: JudgeServer, make_judge: Callable[..., Any]) -> None:
-    from tests._support.openai_server import reply_delay
+    from tests._support.openai_server import reply_hold
 
-    judge_server.script = sequence(reply_delay(2.0, EINSTEIN_VERDICTS), EINSTEIN_VERDICTS)
-    result = ContextRecall(llm=make_judge(timeout=0.3), retry=FAST).invoke(EINSTEIN)
+    release = threading.Event()  # the first answer never comes in time; the retry's does
+    judge_server.script = sequence(reply_hold(release, EINSTEIN_VERDICTS), EINSTEIN_VERDICTS)
+    try:
+        result = ContextRecall(llm=make_judge(timeout=2.0), retry=FAST).invoke(EINSTEIN)
+    finally:
+        release.set()
     assert result.score == 0.5
     assert result.usage.judge_calls == 2
 

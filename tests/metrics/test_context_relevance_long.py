@@ -2,7 +2,6 @@
 
 import re
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -35,14 +34,29 @@ def sent_chars(server: JudgeServer) -> int:
     return sum(len(s["text"]) for s in payload(server.requests[0])["sentences"])
 
 
+@pytest.fixture
+def segmented(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The length of every text ContextRelevance hands to sentence segmentation."""
+    from langchain_ragmetrics.metrics import _context_relevance
+
+    lengths: list[int] = []
+    original = _context_relevance.segment
+
+    def spy(text: str, *args: Any, **kwargs: Any) -> Any:
+        lengths.append(len(text))
+        return original(text, *args, **kwargs)
+
+    monkeypatch.setattr(_context_relevance, "segment", spy)
+    return lengths
+
+
 def test_a_100_kb_context_is_capped_and_the_cut_is_in_details(
-    judge_server: JudgeServer, make_judge: JudgeFactory
+    judge_server: JudgeServer, make_judge: JudgeFactory, segmented: list[int]
 ) -> None:
     judge_server.script = keyword_relevance("capital")
     metric = ContextRelevance(llm=make_judge())
-    start = time.thread_time()
     result = metric.invoke({"question": "What is the capital?", "contexts": [long_text(100_000)]})
-    assert time.thread_time() - start < 10.0  # generous: about 0.2 s of CPU on a loaded VM
+    assert sum(segmented) <= DEFAULT_MAX_CONTEXT_CHARS  # only the kept text is segmented
     assert result.error is None
     assert result.score == 1.0
     assert result.details["truncated"] == [
@@ -91,15 +105,15 @@ def test_caps_must_be_positive(field: str) -> None:
         ContextRelevance(**{field: 0})
 
 
-def test_planning_a_huge_sample_takes_bounded_cpu() -> None:
+def test_planning_a_huge_sample_segments_only_the_capped_text(segmented: list[int]) -> None:
     # Ten 1 MB contexts: only the capped text is ever segmented, so the CPU a job can spend
-    # before its judge call (and after a timeout abandons it) is bounded.
+    # before its judge call (and after a timeout abandons it) is bounded (its time is
+    # measured by bench/bench_long_context.py, not here).
     sample = RagSample(question="q", contexts=[long_text(1_000_000)] * 10)
-    start = time.thread_time()
     metric = ContextRelevance()
     capped, truncated = metric.capped(sample)  # what _evaluate does before planning
     plan = metric.plan(capped)
-    assert time.thread_time() - start < 10.0  # generous: about 0.5 s of CPU
+    assert 0 < sum(segmented) <= DEFAULT_MAX_SAMPLE_CHARS
     assert isinstance(plan, Plan)
     assert sum(len(s.text) for s in plan.state) <= DEFAULT_MAX_SAMPLE_CHARS
     assert len(truncated) == 10
