@@ -417,7 +417,7 @@ def evaluate(
             retry backoff does not count. With ``workers`` it is the total, shared among them.
         workers: Processes scoring the jobs, this one included. This process starts scoring
             at once on its threads while the others start (forked on Linux while this
-            process runs one thread: milliseconds; else spawned: a second or two), and every
+            process runs one thread: well under a second; else spawned: a second or two), and every
             process pulls jobs from one feed as it frees up, so extra processes never delay a
             run's start and a slow one takes fewer jobs. ``"auto"`` (the default) uses more
             than one only where that can pay off: more than one core, at least 100 jobs per

@@ -10,7 +10,7 @@ sides finish together.
 
 How workers start (:func:`start_method`): on Linux, when the calling process runs a single
 thread, they are forked before the parent's own scoring threads start, so they inherit the
-imports and are ready within milliseconds; otherwise (other threads alive, macOS, Windows)
+imports and are ready in well under a second; otherwise (other threads alive, macOS, Windows)
 they are spawned, which re-imports LangChain and takes a second or two of CPU each. A forked
 worker keeps nothing live from the parent: it closes the parent's ends of the pipes, clears
 langchain-openai's cached HTTP clients, and builds its judges, engine and verdict-cache
@@ -98,7 +98,7 @@ AUTO_MIN_JOBS = 400
 one): a spawned worker takes seconds of CPU to start (``bench/auto_threshold.py``)."""
 
 AUTO_MIN_JOBS_FORKED = 100
-"""The same for forked workers, ready in about 0.1 s: from 100 jobs a second process is
+"""The same for forked workers, ready in well under a second: from 100 jobs a second process is
 faster (``bench/auto_threshold.py``: 1.16x at 100 jobs, 1.04x at 52, 1.24x at 400)."""
 
 AUTO_SLOTS_PER_PROCESS = 8

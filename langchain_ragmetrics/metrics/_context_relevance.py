@@ -105,7 +105,8 @@ class ContextRelevance(JudgedMetric):
     context and ``max_sample_chars`` of all of them are segmented and judged (later contexts
     are cut first). The score then covers the kept text, and ``details["truncated"]`` lists
     each context that was cut (``index``, ``chars``, ``kept``). The cap also bounds the CPU
-    one sample can take (segmentation is linear in length: about 0.8 s for 100 KB).
+    one sample can take (segmentation is linear in length: about 0.04 to 0.06 s per 100,000
+    characters; see docs/performance.md#long-contexts).
     """
 
     key: ClassVar[str] = "context_relevance"
