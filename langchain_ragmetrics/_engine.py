@@ -117,6 +117,10 @@ def failure_report(result: MetricResult) -> tuple[str, str]:
     return f"metric:{result.metric}:{kind}", f"{result.metric} failed: {result.error}"
 
 
+_FROM_CALLBACK = "_ragmetrics_from_callback"
+"""Set on a KeyboardInterrupt that the caller's own result callback raised."""
+
+
 class _JobTimeoutError(TimeoutError):
     """A job of :meth:`ScoringEngine.run` passed its deadline."""
 
@@ -522,7 +526,7 @@ class ScoringEngine:
         batch.waiting = threads
         for _ in range(threads):
             spawn()
-        delivering = False  # a KeyboardInterrupt from ``deliver`` (the caller's callback)
+        taken: list[tuple[int, MetricResult | BaseException]] = []  # off the queue, not handed
         try:
             while True:
                 if batch.stop.is_set() or (stop is not None and stop.is_set()):
@@ -536,32 +540,70 @@ class ScoringEngine:
                         admission.close()  # its slot goes to the next job
                         batch.spare()
                 try:
-                    index, outcome = batch.outbox.get(timeout=wait)
+                    taken.append(batch.outbox.get(timeout=wait))
                 except queue.Empty:
                     continue
-                if index >= 0:  # not a wake-up call
-                    delivering = True
-                    deliver(index, self._finish(batch.jobs[index], outcome, None))
-                    delivering = False
-        except KeyboardInterrupt:
+                self._hand_over(batch, deliver, taken)
+        except KeyboardInterrupt as interrupt:
             batch.stop.set()  # no new job starts
-            if not delivering:  # Ctrl-C while waiting: what finished is kept, then it stops
-                self._deliver_finished(batch, deliver)
+            if not getattr(interrupt, _FROM_CALLBACK, False):
+                # Ctrl-C while waiting: what finished is delivered, then it stops.
+                self._deliver_finished(batch, deliver, taken, quiet=True)
             raise
         finally:
             batch.stop.set()
 
-    def _deliver_finished(
-        self, batch: _Batch, deliver: Callable[[int, MetricResult], None]
+    def _hand_over(
+        self,
+        batch: _Batch,
+        deliver: Callable[[int, MetricResult], None],
+        taken: list[tuple[int, MetricResult | BaseException]],
+        *,
+        quiet: bool = False,
     ) -> None:
-        """On stop: hand over the results of jobs that finished but were not delivered yet."""
+        """Deliver the entry in ``taken`` (emptied first, so nothing is delivered twice).
+
+        A ``KeyboardInterrupt`` from ``deliver`` (the caller's callback asking to stop) is
+        marked, so the run does not call it again for the results still waiting. ``quiet``
+        (after Ctrl-C): an outcome that would raise (``raise_exceptions``, or a job's own
+        interrupt) is skipped, so the caller's interrupt is what propagates.
+        """
+        index, outcome = taken[0]
+        try:
+            result = None if index < 0 else self._finish(batch.jobs[index], outcome, None)
+        except BaseException:  # the job's own error or interrupt, raised when asked to
+            if not quiet:
+                raise
+            result = None
+        taken.clear()
+        if result is None:  # a wake-up call, or skipped
+            return
+        try:
+            deliver(index, result)
+        except KeyboardInterrupt as interrupt:
+            setattr(interrupt, _FROM_CALLBACK, True)
+            raise
+
+    def _deliver_finished(
+        self,
+        batch: _Batch,
+        deliver: Callable[[int, MetricResult], None],
+        taken: list[tuple[int, MetricResult | BaseException]] | None = None,
+        *,
+        quiet: bool = False,
+    ) -> None:
+        """On stop: hand over the results of jobs that finished but were not delivered yet.
+
+        The one already ``taken`` off the queue, if any, goes first.
+        """
+        taken = taken if taken is not None else []
         while True:
-            try:
-                index, outcome = batch.outbox.get_nowait()
-            except queue.Empty:
-                return
-            if index >= 0:
-                deliver(index, self._finish(batch.jobs[index], outcome, None))
+            if not taken:
+                try:
+                    taken.append(batch.outbox.get_nowait())
+                except queue.Empty:
+                    return
+            self._hand_over(batch, deliver, taken, quiet=quiet)
 
     def _work(self, batch: _Batch, observed: bool) -> None:
         """A worker thread: take a slot, take the next job, run it; until none is left."""

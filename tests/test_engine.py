@@ -341,41 +341,96 @@ def test_keyboard_interrupt_from_a_callback_propagates_after_stopping(
     assert len(calls) == 1  # a callback that asked to stop is not called again
 
 
-def test_ctrl_c_while_a_finished_result_waits_keeps_that_result(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Ctrl-C can land after a job finished and before the caller's thread took its result:
-    the result is delivered before the interrupt propagates (partial results keep it)."""
+def patch_outbox(monkeypatch: pytest.MonkeyPatch, queued: int, then: Callable[[], Any]) -> None:
+    """The next runs' result queue: its first ``get`` waits (up to 60 s) until ``queued``
+    results wait in it, then returns ``then()`` (which may raise, as Ctrl-C would).
+
+    The window the tests need (finished results not yet taken by the caller's thread) is
+    thus held open on purpose, whatever the threads' timing.
+    """
     from langchain_ragmetrics import _engine
 
-    class CtrlCWhileAResultWaits(queue.SimpleQueue):  # type: ignore[type-arg]
-        pressed = False
+    class HeldOpen(queue.SimpleQueue):  # type: ignore[type-arg]
+        opened = False
 
         def get(self, block: bool = True, timeout: float | None = None) -> Any:
-            if not self.empty() and not self.pressed:  # a result waits: Ctrl-C, once
-                self.pressed = True
-                raise KeyboardInterrupt
+            if not self.opened:
+                self.opened = True
+                deadline = time.monotonic() + 60
+                while self.qsize() < queued and time.monotonic() < deadline:
+                    time.sleep(0.005)
+                assert self.qsize() >= queued, "the results never arrived"
+                return then()
             return super().get(block, timeout)
 
     original = _engine._Batch.__init__
 
     def init(batch: Any, jobs: Any) -> None:
         original(batch, jobs)
-        batch.outbox = CtrlCWhileAResultWaits()
+        batch.outbox = HeldOpen()
 
     monkeypatch.setattr(_engine._Batch, "__init__", init)
+
+
+def ctrl_c() -> Any:
+    raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("raise_exceptions", [False, True])
+def test_ctrl_c_while_finished_results_wait_delivers_them_then_propagates(
+    monkeypatch: pytest.MonkeyPatch, raise_exceptions: bool
+) -> None:
+    """Ctrl-C can land after jobs finished and before the caller's thread took their
+    results: those are delivered, then the interrupt propagates (partial results keep them).
+    With ``raise_exceptions``, a failed job among them is skipped: the interrupt still wins."""
+    patch_outbox(monkeypatch, queued=2, then=ctrl_c)
     release = threading.Event()
     metric = held_metric(release)
-    delivered: list[MetricResult] = []
+    failing = RagSample(question="bad", contexts=["c"], context_ids=["a"])  # no reference ids
+    jobs = [Job(id_sample("done"), metric), Job(failing, metric), Job(id_sample("stuck"), metric)]
+    delivered: list[tuple[str | None, bool]] = []  # (question, failed)
+
+    def record(job: Job, result: MetricResult) -> None:
+        delivered.append((job.sample.question, result.failed))
+
+    engine = ScoringEngine(
+        max_concurrency=3, timeout=AFTER_TIMEOUT, raise_exceptions=raise_exceptions
+    )
     try:
         with pytest.raises(KeyboardInterrupt):
-            ScoringEngine(max_concurrency=2).run(
-                [Job(id_sample("done"), metric), Job(id_sample("stuck"), metric)],
-                on_result=lambda job, result: delivered.append(result),
-            )
+            engine.run(jobs, on_result=record)
     finally:
         release.set()
-    assert [result.score for result in delivered] == [1.0]
+    if raise_exceptions:
+        assert delivered == [("done", False)]
+    else:
+        assert sorted(delivered) == [("bad", True), ("done", False)]  # each once
+
+
+def test_a_callback_that_asked_to_stop_is_not_called_again_when_the_run_stops(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    stop = threading.Event()
+
+    def stop_the_run() -> Any:
+        stop.set()
+        return (-1, None)  # a wake-up call: the run sees ``stop`` and hands over what waits
+
+    patch_outbox(monkeypatch, queued=2, then=stop_the_run)
+    calls: list[str | None] = []
+
+    def interrupt(job: Job, result: MetricResult) -> None:
+        calls.append(job.sample.question)
+        raise KeyboardInterrupt
+
+    metric = held_metric(threading.Event())
+    with pytest.raises(KeyboardInterrupt):
+        ScoringEngine(max_concurrency=2).run(
+            [Job(id_sample("a"), metric), Job(id_sample("b"), metric)],
+            on_result=interrupt,
+            stop=stop,
+        )
+    assert len(calls) == 1  # the second waiting result is not handed to it
 
 
 @pytest.mark.parametrize("step", STEPS)
