@@ -46,6 +46,7 @@ __all__ = [
     "ScoringEngine",
     "failure_report",
     "make_rate_limiter",
+    "positive_number",
 ]
 
 _WAIT_POLL_S = 0.2  # bounded waits keep the caller's thread interruptible by Ctrl-C
@@ -75,6 +76,23 @@ class EngineStats:
     usage: Usage = field(default_factory=Usage)
 
 
+def positive_number(name: str, value: object) -> float:
+    """``value`` checked: a finite number above 0 (never a bool or a string).
+
+    Raises:
+        ValueError: It is not (the message names the option and the value).
+    """
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        msg = f"`{name}` must be a number above 0, got {value!r}"
+        raise ValueError(msg)
+    return float(value)
+
+
 def make_rate_limiter(per_minute: float | None) -> Any:
     """langchain-core's ``InMemoryRateLimiter`` for ``per_minute`` requests (None: no limit).
 
@@ -83,9 +101,7 @@ def make_rate_limiter(per_minute: float | None) -> Any:
     """
     if per_minute is None:
         return None
-    if per_minute <= 0:
-        msg = "`rate_limit_per_minute` must be positive"
-        raise ValueError(msg)
+    per_minute = positive_number("rate_limit_per_minute", per_minute)
     from langchain_core.rate_limiters import InMemoryRateLimiter
 
     per_second = per_minute / 60.0
@@ -300,11 +316,14 @@ class ScoringEngine:
         config: RunnableConfig | None = None,
         executor: Executor | None = None,
     ) -> None:
+        if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int):
+            msg = f"`max_concurrency` must be a whole number of at least 1, got {max_concurrency!r}"
+            raise ValueError(msg)
         if max_concurrency < 1:
-            msg = "`max_concurrency` must be at least 1"
+            msg = f"`max_concurrency` must be at least 1, got {max_concurrency!r}"
             raise ValueError(msg)
         self.max_concurrency = max_concurrency
-        self.timeout = timeout
+        self.timeout = None if timeout is None else positive_number("timeout", timeout)
         self.raise_exceptions = raise_exceptions
         self.config: RunnableConfig = config or {}
         self.executor = executor

@@ -134,7 +134,8 @@ class RagSample(BaseModel):
         if not isinstance(data, Mapping):
             return data
         out: dict[str, Any] = {}
-        metadata = dict(data.get("metadata") or {})
+        given = data.get("metadata")
+        metadata = dict(given) if isinstance(given, Mapping) else {}
         for key, value in data.items():
             if key == "metadata":
                 continue
@@ -155,7 +156,8 @@ class RagSample(BaseModel):
                 ids = [_document_id(d) if isinstance(d, Document) else None for d in items]
                 if any(i is not None for i in ids):
                     out["context_ids"] = ids
-        out["metadata"] = metadata
+        # Not an object: left as given, so validation names the field.
+        out["metadata"] = metadata if given is None or isinstance(given, Mapping) else given
         return out
 
     @field_validator("contexts", mode="before")

@@ -85,6 +85,7 @@ def test_jsonl_reports_every_bad_row_with_file_row_line_and_field(tmp_path: Path
         json.dumps(["a", "list"]),
         json.dumps({"question": "bad language", "contexts": [], "language": "xx"}),
         json.dumps({"question": "fine too", "contexts": ["d"]}),
+        json.dumps({"question": "bad metadata", "contexts": ["e"], "metadata": [1, 2]}),
     ]
     path.write_text("\n".join(lines), encoding="utf-8")
     with pytest.raises(DatasetError) as info:
@@ -98,8 +99,10 @@ def test_jsonl_reports_every_bad_row_with_file_row_line_and_field(tmp_path: Path
     assert problems[2] == f"{path}, row 4 (line 5): expected an object (a dict), got list"
     assert problems[3].startswith(f"{path}, row 5 (line 6), field `language`: ")
     assert "unsupported language 'xx'" in problems[3]
+    assert problems[4].startswith(f"{path}, row 7 (line 8), field `metadata`: ")
+    assert "valid dictionary" in problems[4]
     message = str(info.value)
-    assert message.startswith(f"{path}: 4 rows are invalid")
+    assert message.startswith(f"{path}: 5 rows are invalid")
     assert all(p in message for p in problems)
 
 

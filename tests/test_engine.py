@@ -5,6 +5,7 @@ import contextvars
 import logging
 import math
 import queue
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -273,9 +274,33 @@ def test_raise_exceptions(mode: str) -> None:
         run_jobs(engine, [Job(RagSample(contexts=["c"]), NonLLMContextRecall())], mode)
 
 
-def test_bad_concurrency() -> None:
-    with pytest.raises(ValueError, match="max_concurrency"):
-        ScoringEngine(max_concurrency=0)
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("max_concurrency", 0, "`max_concurrency` must be at least 1, got 0"),
+        ("max_concurrency", 1.5, "`max_concurrency` must be a whole number of at least 1"),
+        ("max_concurrency", "x", "`max_concurrency` must be a whole number of at least 1"),
+        ("max_concurrency", True, "`max_concurrency` must be a whole number of at least 1"),
+        ("timeout", "5", "`timeout` must be a number above 0, got '5'"),
+        ("timeout", 0, "`timeout` must be a number above 0, got 0"),
+        ("timeout", -1, "`timeout` must be a number above 0, got -1"),
+        ("timeout", math.nan, "`timeout` must be a number above 0, got nan"),
+        ("rate_limit_per_minute", "x", "`rate_limit_per_minute` must be a number above 0"),
+        ("rate_limit_per_minute", 0, "`rate_limit_per_minute` must be a number above 0"),
+    ],
+)
+def test_bad_options_are_refused_by_name(option: str, value: object, message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        ScoringEngine(**{option: value})  # type: ignore[arg-type]
+
+
+def test_evaluate_refuses_a_bad_timeout_before_scoring() -> None:
+    from langchain_ragmetrics import evaluate
+
+    rows = [{"question": "q", "contexts": ["c"], "reference_contexts": ["c"]}]
+    for workers in (1, 2):
+        with pytest.raises(ValueError, match="`timeout` must be a number above 0, got '5'"):
+            evaluate(rows, ["non_llm_context_recall"], timeout="5", workers=workers)  # type: ignore[arg-type]
 
 
 def test_run_works_in_the_callers_context_and_calls_back_on_its_thread(

@@ -114,7 +114,9 @@ class HandlerSettings(BaseModel):
             return ProcessIsolation()
         if value == "thread" or isinstance(value, ProcessIsolation):
             return value
-        msg = "`isolation` must be 'thread', 'process' or a ProcessIsolation"
+        msg = (
+            f"`isolation` must be 'auto', 'thread', 'process' or a ProcessIsolation, got {value!r}"
+        )
         raise TypeError(msg)
 
     @staticmethod

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 from uuid import UUID
@@ -21,12 +21,23 @@ __all__ = [
 ]
 
 
+def _check_is_a_list(name: str, value: object, what: str) -> None:
+    """Refuse one object (or a string) where a list of them is expected."""
+    one = isinstance(value, (BaseRagMetric, BaseSink))  # (a pydantic model is iterable)
+    if one or isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
+        msg = f"`{name}` must be a list of {what}s, got {type(value).__name__}"
+        if one:
+            msg += f" (one {what}: pass [{what}])"
+        raise TypeError(msg)
+
+
 def check_metrics(metrics: Sequence[BaseRagMetric] | None) -> list[BaseRagMetric]:
     """The metrics (default ``ContextRelevance`` and ``ContextPrecision``), checked."""
     if metrics is None:
         from langchain_ragmetrics.metrics import ContextPrecision, ContextRelevance
 
         return [ContextRelevance(), ContextPrecision()]
+    _check_is_a_list("metrics", metrics, "metric")
     out = list(metrics)
     if not out:
         msg = "`metrics` must name at least one metric"
@@ -45,6 +56,8 @@ def check_metrics(metrics: Sequence[BaseRagMetric] | None) -> list[BaseRagMetric
 
 def check_sinks(sinks: Sequence[BaseSink] | None) -> list[BaseSink]:
     """The sinks (default a ``LoggingSink``), checked."""
+    if sinks is not None:
+        _check_is_a_list("sinks", sinks, "sink")
     out: list[BaseSink] = [LoggingSink()] if sinks is None else list(sinks)
     for i, sink in enumerate(out):
         if not isinstance(sink, BaseSink):

@@ -220,6 +220,14 @@ class JsonlSink(BaseSink):
         if not self.path.parent.is_dir():
             msg = f"JsonlSink: directory {self.path.parent} does not exist"
             raise ValueError(msg)
+        existed = self.path.exists()
+        try:  # a file we cannot append to is refused now, not at the first result
+            self.path.open("a", encoding="utf-8").close()
+        except OSError as exc:
+            msg = f"JsonlSink: cannot write {self.path}: {exc.strerror or exc}"
+            raise ValueError(msg) from exc
+        if not existed:
+            self.path.unlink(missing_ok=True)  # still created on the first write
         self.include_contexts = include_contexts
         self.include_answer = include_answer
         self._lock = threading.Lock()
@@ -237,12 +245,16 @@ class JsonlSink(BaseSink):
         )
         line = json.dumps(record, ensure_ascii=False, default=str, allow_nan=False)
         with self._lock:
-            if self._file is None or self._file.closed:
-                # Only lone surrogates cannot be encoded; they sit inside JSON strings,
-                # where the backslash escape is valid JSON for the same code point.
-                self._file = self.path.open("a", encoding="utf-8", errors="backslashreplace")
-            self._file.write(line + "\n")
-            self._file.flush()
+            try:
+                if self._file is None or self._file.closed:
+                    # Only lone surrogates cannot be encoded; they sit inside JSON strings,
+                    # where the backslash escape is valid JSON for the same code point.
+                    self._file = self.path.open("a", encoding="utf-8", errors="backslashreplace")
+                self._file.write(line + "\n")
+                self._file.flush()
+            except OSError as exc:  # the message names the file (disk full, removed, ...)
+                msg = f"JsonlSink: cannot write {self.path}: {exc.strerror or exc}"
+                raise OSError(exc.errno, msg) from exc
 
     @override
     def close(self, timeout: float | None = None) -> None:

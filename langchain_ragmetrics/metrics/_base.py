@@ -11,7 +11,7 @@ import re
 import threading
 import time
 from abc import abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from typing import Any, ClassVar, TypeVar
@@ -275,7 +275,15 @@ class JudgedMetric(BaseRagMetric):
     @field_validator("prompt", mode="before")
     @classmethod
     def _default_prompt(cls, value: Any) -> Any:
-        return cls.default_prompt() if value is None else value
+        if value is None:
+            return cls.default_prompt()
+        if not isinstance(value, (ChatPromptTemplate, Mapping)):
+            msg = (
+                "must be a ChatPromptTemplate (with the variables `payload` and `language`), "
+                f"got {type(value).__name__}"
+            )
+            raise ValueError(msg)  # (pydantic names the field)
+        return value
 
     @classmethod
     @abstractmethod

@@ -421,6 +421,23 @@ def test_defaults_and_lazy_threads() -> None:
             r"metrics\[1\].*context_relevance",
         ),
         ({"sinks": [print]}, TypeError, r"sinks\[0\].*CallableSink"),
+        (
+            {"metrics": ContextRelevance()},
+            TypeError,
+            r"`metrics` must be a list of metrics, got ContextRelevance \(one metric: pass",
+        ),
+        ({"metrics": "context_relevance"}, TypeError, "`metrics` must be a list of metrics"),
+        ({"sinks": "x"}, TypeError, "`sinks` must be a list of sinks, got str"),
+        (
+            {"sinks": InMemorySink()},
+            TypeError,
+            r"`sinks` must be a list of sinks, got InMemorySink \(one sink: pass",
+        ),
+        (
+            {"isolation": "bogus"},
+            TypeError,
+            "`isolation` must be 'auto', 'thread', 'process' or a ProcessIsolation, got 'bogus'",
+        ),
         ({"sample_rate": 2}, ValueError, "sample_rate"),
         ({"question_from": "answer"}, ValueError, "question_from"),
         ({"answer_from": "output"}, TypeError, "answer_from"),

@@ -1,6 +1,7 @@
 import json
 import logging
 import math
+import re
 import threading
 import uuid
 from datetime import datetime, timezone
@@ -174,6 +175,20 @@ def test_jsonl_sink_validates_the_path(tmp_path: Path) -> None:
         JsonlSink(tmp_path / "missing" / "scores.jsonl")
     with pytest.raises(ValueError, match="is a directory"):
         JsonlSink(tmp_path)
+    # A place no file can be created (Linux's /proc): refused when built, the path named.
+    with pytest.raises(ValueError, match=r"JsonlSink: cannot write /proc/ragmetrics\.jsonl: "):
+        JsonlSink("/proc/ragmetrics.jsonl")
+    JsonlSink(tmp_path / "scores.jsonl")  # the check leaves no file behind
+    assert not (tmp_path / "scores.jsonl").exists()
+
+
+def test_jsonl_sink_names_its_file_when_a_write_fails(tmp_path: Path) -> None:
+    folder = tmp_path / "out"
+    folder.mkdir()
+    sink = JsonlSink(folder / "scores.jsonl")
+    folder.rmdir()  # removed after the sink was built
+    with pytest.raises(OSError, match=f"JsonlSink: cannot write {re.escape(str(folder))}"):
+        sink.emit(item())
 
 
 LONE = "broken \ud800 text"

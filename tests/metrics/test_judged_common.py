@@ -224,6 +224,13 @@ def test_prompts_and_schemas_are_exposed() -> None:
         assert cls.output_schema.model_json_schema()["properties"]
 
 
+@pytest.mark.parametrize("prompt", ["Rate this context.", 3])
+def test_a_prompt_that_is_not_a_template_is_refused_by_name(prompt: object) -> None:
+    for cls in METRICS:
+        with pytest.raises(ValueError, match=r"prompt\n.*must be a ChatPromptTemplate"):
+            cls(prompt=prompt)
+
+
 # --------------------------------------------------------------------------- one judge factory
 
 
