@@ -221,13 +221,16 @@ class JsonlSink(BaseSink):
             msg = f"JsonlSink: directory {self.path.parent} does not exist"
             raise ValueError(msg)
         existed = self.path.exists()
-        try:  # a file we cannot append to is refused now, not at the first result
-            self.path.open("a", encoding="utf-8").close()
-        except OSError as exc:
-            msg = f"JsonlSink: cannot write {self.path}: {exc.strerror or exc}"
-            raise ValueError(msg) from exc
-        if not existed:
-            self.path.unlink(missing_ok=True)  # still created on the first write
+        # A file we cannot create or append to is refused now, not at the first result.
+        # Only a regular file (or none yet) is tried: opening a FIFO would wait for a reader.
+        if not existed or self.path.is_file():
+            try:
+                self.path.open("a", encoding="utf-8").close()
+            except OSError as exc:
+                msg = f"JsonlSink: cannot write {self.path}: {exc.strerror or exc}"
+                raise ValueError(msg) from exc
+            if not existed:
+                self.path.unlink(missing_ok=True)  # still created on the first write
         self.include_contexts = include_contexts
         self.include_answer = include_answer
         self._lock = threading.Lock()

@@ -1,6 +1,7 @@
 import json
 import logging
 import math
+import os
 import re
 import threading
 import uuid
@@ -180,6 +181,9 @@ def test_jsonl_sink_validates_the_path(tmp_path: Path) -> None:
         JsonlSink("/proc/ragmetrics.jsonl")
     JsonlSink(tmp_path / "scores.jsonl")  # the check leaves no file behind
     assert not (tmp_path / "scores.jsonl").exists()
+    fifo = tmp_path / "scores.fifo"
+    os.mkfifo(fifo)
+    JsonlSink(fifo)  # not opened when built: that would wait for a reader
 
 
 def test_jsonl_sink_names_its_file_when_a_write_fails(tmp_path: Path) -> None:
