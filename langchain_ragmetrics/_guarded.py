@@ -97,6 +97,16 @@ def classify_status(status: int | None) -> Failure:
     return "failed"
 
 
+def _positive(value: object) -> bool:
+    """Whether ``value`` is a finite number above 0 (not a bool, not a string)."""
+    return (
+        not isinstance(value, bool)
+        and isinstance(value, (int, float))
+        and math.isfinite(value)
+        and value > 0
+    )
+
+
 def _jitter(delay: float) -> float:
     return delay * (0.5 + random.random() / 2)  # noqa: S311 - not for security
 
@@ -130,19 +140,23 @@ class GuardedRequests:
         request_timeout: float | None = None,
         concurrency: int = 1,
     ) -> None:
-        for name, value in (
-            ("max_retries", max_retries),
-            ("backoff", backoff),
-            ("not_found_retries", not_found_retries),
-            ("not_found_wait", not_found_wait),
+        for name, value, whole in (
+            ("max_retries", max_retries, True),
+            ("backoff", backoff, False),
+            ("not_found_retries", not_found_retries, True),
+            ("not_found_wait", not_found_wait, False),
         ):
-            if value is not None and value < 0:
-                msg = f"`{name}` must be >= 0, got {value!r}"
+            if value is None:
+                continue
+            kinds = int if whole else (int, float)
+            if isinstance(value, bool) or not isinstance(value, kinds) or not value >= 0:
+                what = "a whole number" if whole else "a number"
+                msg = f"`{name}` must be {what} >= 0, got {value!r}"
                 raise ValueError(msg)
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             msg = f"`concurrency` must be a whole number of at least 1, got {concurrency!r}"
             raise ValueError(msg)
-        if request_timeout is not None and not request_timeout > 0:
+        if request_timeout is not None and not _positive(request_timeout):
             msg = f"`request_timeout` must be positive, got {request_timeout!r}"
             raise ValueError(msg)
         self.label = label

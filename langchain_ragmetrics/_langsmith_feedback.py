@@ -218,8 +218,12 @@ class FeedbackClient:
         failure_threshold: int = DEFAULT_FAILURE_THRESHOLD,
         cooldown: float = 30.0,
     ) -> None:
-        if ingest_retries < 0:
-            msg = f"`ingest_retries` must be >= 0, got {ingest_retries!r}"
+        if (
+            isinstance(ingest_retries, bool)
+            or not isinstance(ingest_retries, int)
+            or ingest_retries < 0
+        ):
+            msg = f"`ingest_retries` must be a whole number >= 0, got {ingest_retries!r}"
             raise ValueError(msg)
         self._client = client
         self.name = name

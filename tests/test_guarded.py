@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -344,11 +345,16 @@ def test_inline_requests_run_concurrently_from_several_threads() -> None:
 @pytest.mark.parametrize(
     ("option", "value", "message"),
     [
-        ("max_retries", -1, "`max_retries` must be >= 0, got -1"),
-        ("backoff", -0.5, "`backoff` must be >= 0, got -0.5"),
-        ("not_found_retries", -2, "`not_found_retries` must be >= 0, got -2"),
-        ("not_found_wait", -1.0, "`not_found_wait` must be >= 0, got -1.0"),
+        ("max_retries", -1, "`max_retries` must be a whole number >= 0, got -1"),
+        ("max_retries", 1.5, "`max_retries` must be a whole number >= 0, got 1.5"),
+        ("max_retries", "x", "`max_retries` must be a whole number >= 0, got 'x'"),
+        ("backoff", -0.5, "`backoff` must be a number >= 0, got -0.5"),
+        ("backoff", math.nan, "`backoff` must be a number >= 0, got nan"),
+        ("backoff", "x", "`backoff` must be a number >= 0, got 'x'"),
+        ("not_found_retries", -2, "`not_found_retries` must be a whole number >= 0, got -2"),
+        ("not_found_wait", -1.0, "`not_found_wait` must be a number >= 0, got -1.0"),
         ("request_timeout", 0, "`request_timeout` must be positive, got 0"),
+        ("request_timeout", "x", "`request_timeout` must be positive, got 'x'"),
         ("concurrency", 0, "`concurrency` must be a whole number of at least 1, got 0"),
         ("failure_threshold", 0, "`failure_threshold` must be at least 1"),
     ],

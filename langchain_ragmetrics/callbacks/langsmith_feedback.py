@@ -110,7 +110,7 @@ class LangSmithFeedbackSink(BaseSink):
         if run not in ("retriever", "root"):
             msg = f"`run` must be 'retriever' or 'root', got {run!r}"
             raise ValueError(msg)
-        if not timeout > 0:
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
             msg = f"`timeout` must be positive, got {timeout!r}"
             raise ValueError(msg)
         self.run = run
