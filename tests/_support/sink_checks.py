@@ -66,9 +66,15 @@ def one_scored_item(app: RagApp, i: int) -> OnlineResult:
 def outage_mid_run(app: RagApp, sink: BaseSink, key: str, stop: Callable[[], Any]) -> SinkStats:
     """3 requests delivered, ``stop()`` the server, 9 more: the app never sees an error.
 
+    The sink must send one result at a time (``max_concurrency=1``): then its failures come
+    in a row and the breaker opens before the last results are sent, every time. With
+    several sends at once, all 9 can be in flight before the breaker hears of a failure,
+    and whether any is refused depends on timing.
+
     Returns:
         The sink's figures after a flush; the 3 first are asserted delivered here.
     """
+    assert getattr(sink, "max_concurrency", None) == 1, "outage_mid_run needs a serial sink"
     handler = online_handler(app.llm, sinks=[InMemorySink(), sink])
     with handler:
         for i in range(3):

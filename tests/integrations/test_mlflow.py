@@ -363,7 +363,9 @@ def test_server_killed_mid_run_nothing_raised_everything_counted(
         mlflow.set_experiment("killed")
         mlflow.langchain.autolog()
         app = rag_app(judge_server, make_judge, max_retries=2)
-        sink = MlflowSink(request_timeout=3, max_retries=1, backoff=0.05, cooldown=60)
+        sink = MlflowSink(
+            request_timeout=3, max_retries=1, backoff=0.05, cooldown=60, max_concurrency=1
+        )
         outage_mid_run(app, sink, "MlflowSink", server.kill)
         assert sink.delivery.breaker.is_open
     finally:

@@ -256,7 +256,12 @@ def test_server_killed_mid_run_nothing_raised_everything_counted(
     try:
         app = rag_app(judge_server, make_judge, max_retries=2)
         sink = PhoenixSink(
-            endpoint=server.url, request_timeout=3, max_retries=1, backoff=0.05, cooldown=60
+            endpoint=server.url,
+            request_timeout=3,
+            max_retries=1,
+            backoff=0.05,
+            cooldown=60,
+            max_concurrency=1,
         )
 
         def stop() -> None:
