@@ -11,6 +11,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from langchain_ragmetrics._options import number_at_least_zero, whole_number
+
 __all__ = ["CircuitBreaker"]
 
 
@@ -29,14 +31,8 @@ class CircuitBreaker:
     def __init__(
         self, *, threshold: int, cooldown: float, clock: Callable[[], float] = time.monotonic
     ) -> None:
-        if threshold < 1:
-            msg = "`failure_threshold` must be at least 1"
-            raise ValueError(msg)
-        if cooldown < 0:
-            msg = "`cooldown` must be >= 0"
-            raise ValueError(msg)
-        self.threshold = threshold
-        self.cooldown = cooldown
+        self.threshold = whole_number("failure_threshold", threshold)
+        self.cooldown = number_at_least_zero("cooldown", cooldown)
         self._clock = clock
         self._lock = threading.Lock()
         self._failures = 0

@@ -34,6 +34,7 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import merge_configs
 
 from langchain_ragmetrics._gate import Admission, Gate, admitted
+from langchain_ragmetrics._options import number_above_zero, whole_number
 from langchain_ragmetrics._schema import MetricResult, RagSample, Usage
 from langchain_ragmetrics._transient import transient_thread
 from langchain_ragmetrics.metrics._base import BaseRagMetric
@@ -46,7 +47,6 @@ __all__ = [
     "ScoringEngine",
     "failure_report",
     "make_rate_limiter",
-    "positive_number",
 ]
 
 _WAIT_POLL_S = 0.2  # bounded waits keep the caller's thread interruptible by Ctrl-C
@@ -76,23 +76,6 @@ class EngineStats:
     usage: Usage = field(default_factory=Usage)
 
 
-def positive_number(name: str, value: object) -> float:
-    """``value`` checked: a finite number above 0 (never a bool or a string).
-
-    Raises:
-        ValueError: It is not (the message names the option and the value).
-    """
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not math.isfinite(value)
-        or value <= 0
-    ):
-        msg = f"`{name}` must be a number above 0, got {value!r}"
-        raise ValueError(msg)
-    return float(value)
-
-
 def make_rate_limiter(per_minute: float | None) -> Any:
     """langchain-core's ``InMemoryRateLimiter`` for ``per_minute`` requests (None: no limit).
 
@@ -101,7 +84,7 @@ def make_rate_limiter(per_minute: float | None) -> Any:
     """
     if per_minute is None:
         return None
-    per_minute = positive_number("rate_limit_per_minute", per_minute)
+    per_minute = number_above_zero("rate_limit_per_minute", per_minute)
     from langchain_core.rate_limiters import InMemoryRateLimiter
 
     per_second = per_minute / 60.0
@@ -316,14 +299,8 @@ class ScoringEngine:
         config: RunnableConfig | None = None,
         executor: Executor | None = None,
     ) -> None:
-        if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int):
-            msg = f"`max_concurrency` must be a whole number of at least 1, got {max_concurrency!r}"
-            raise ValueError(msg)
-        if max_concurrency < 1:
-            msg = f"`max_concurrency` must be at least 1, got {max_concurrency!r}"
-            raise ValueError(msg)
-        self.max_concurrency = max_concurrency
-        self.timeout = None if timeout is None else positive_number("timeout", timeout)
+        self.max_concurrency = whole_number("max_concurrency", max_concurrency)
+        self.timeout = None if timeout is None else number_above_zero("timeout", timeout)
         self.raise_exceptions = raise_exceptions
         self.config: RunnableConfig = config or {}
         self.executor = executor

@@ -21,6 +21,7 @@ from contextvars import ContextVar
 from typing import TYPE_CHECKING
 
 from langchain_ragmetrics._errors import DeadlineExceededError
+from langchain_ragmetrics._options import whole_number
 
 if TYPE_CHECKING:
     from langchain_core.rate_limiters import BaseRateLimiter
@@ -94,9 +95,7 @@ class Gate:
     """
 
     def __init__(self, max_concurrency: int, rate_limiter: BaseRateLimiter | None = None) -> None:
-        if max_concurrency < 1:
-            msg = "`max_concurrency` must be at least 1"
-            raise ValueError(msg)
+        whole_number("max_concurrency", max_concurrency)
         self.max_concurrency = max_concurrency
         self.rate_limiter = rate_limiter
         self.slots = threading.BoundedSemaphore(max_concurrency)

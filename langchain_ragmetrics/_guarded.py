@@ -43,6 +43,7 @@ from typing import Any, Literal, TypeVar
 
 from langchain_ragmetrics._breaker import CircuitBreaker
 from langchain_ragmetrics._errors import SinkUnavailableError
+from langchain_ragmetrics._options import number_above_zero, number_at_least_zero, whole_number
 from langchain_ragmetrics._threads import DaemonThreadPool
 
 __all__ = ["MAX_BACKOFF_SECONDS", "Failure", "GuardedRequests", "classify_status", "http_status"]
@@ -97,16 +98,6 @@ def classify_status(status: int | None) -> Failure:
     return "failed"
 
 
-def _positive(value: object) -> bool:
-    """Whether ``value`` is a finite number above 0 (not a bool, not a string)."""
-    return (
-        not isinstance(value, bool)
-        and isinstance(value, (int, float))
-        and math.isfinite(value)
-        and value > 0
-    )
-
-
 def _jitter(delay: float) -> float:
     return delay * (0.5 + random.random() / 2)  # noqa: S311 - not for security
 
@@ -140,25 +131,15 @@ class GuardedRequests:
         request_timeout: float | None = None,
         concurrency: int = 1,
     ) -> None:
-        for name, value, whole in (
-            ("max_retries", max_retries, True),
-            ("backoff", backoff, False),
-            ("not_found_retries", not_found_retries, True),
-            ("not_found_wait", not_found_wait, False),
-        ):
-            if value is None:
-                continue
-            kinds = int if whole else (int, float)
-            if isinstance(value, bool) or not isinstance(value, kinds) or not value >= 0:
-                what = "a whole number" if whole else "a number"
-                msg = f"`{name}` must be {what} >= 0, got {value!r}"
-                raise ValueError(msg)
-        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-            msg = f"`concurrency` must be a whole number of at least 1, got {concurrency!r}"
-            raise ValueError(msg)
-        if request_timeout is not None and not _positive(request_timeout):
-            msg = f"`request_timeout` must be positive, got {request_timeout!r}"
-            raise ValueError(msg)
+        for name, value in (("max_retries", max_retries), ("not_found_retries", not_found_retries)):
+            if value is not None:
+                whole_number(name, value, minimum=0)
+        for name, number in (("backoff", backoff), ("not_found_wait", not_found_wait)):
+            if number is not None:
+                number_at_least_zero(name, number)
+        whole_number("concurrency", concurrency)
+        if request_timeout is not None:
+            number_above_zero("request_timeout", request_timeout)
         self.label = label
         self.max_retries = max_retries
         self.backoff = backoff

@@ -39,6 +39,7 @@ from typing_extensions import override
 
 from langchain_ragmetrics._guarded import Failure, GuardedRequests, classify_status, http_status
 from langchain_ragmetrics._ids import FEEDBACK_NAMESPACE, feedback_id
+from langchain_ragmetrics._options import whole_number
 
 if TYPE_CHECKING:
     from langsmith import Client
@@ -218,13 +219,7 @@ class FeedbackClient:
         failure_threshold: int = DEFAULT_FAILURE_THRESHOLD,
         cooldown: float = 30.0,
     ) -> None:
-        if (
-            isinstance(ingest_retries, bool)
-            or not isinstance(ingest_retries, int)
-            or ingest_retries < 0
-        ):
-            msg = f"`ingest_retries` must be a whole number >= 0, got {ingest_retries!r}"
-            raise ValueError(msg)
+        whole_number("ingest_retries", ingest_retries, minimum=0)
         self._client = client
         self.name = name
         self.requests = GuardedRequests(

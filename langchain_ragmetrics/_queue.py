@@ -17,6 +17,8 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Generic, TypeVar
 
+from langchain_ragmetrics._options import whole_number
+
 __all__ = ["BoundedQueue", "Entry", "deadline_after", "remaining"]
 
 T = TypeVar("T")
@@ -72,9 +74,8 @@ class BoundedQueue(Generic[T]):
         count_active: bool = False,
         on_wake: Callable[[], object] | None = None,
     ) -> None:
-        if max_size is not None and max_size < 1:
-            msg = "`max_size` must be at least 1"
-            raise ValueError(msg)
+        if max_size is not None:
+            whole_number("max_size", max_size)
         self.max_size = max_size
         self.count_active = count_active
         self.on_wake = on_wake

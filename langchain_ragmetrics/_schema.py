@@ -134,6 +134,7 @@ class RagSample(BaseModel):
         if not isinstance(data, Mapping):
             return data
         out: dict[str, Any] = {}
+        source: dict[str, str] = {}  # the key each field was read from
         given = data.get("metadata")
         metadata = dict(given) if isinstance(given, Mapping) else {}
         for key, value in data.items():
@@ -143,12 +144,18 @@ class RagSample(BaseModel):
             if target not in cls.model_fields:
                 metadata.setdefault(key, value)
                 continue
+            if target == "reference" and isinstance(value, (list, tuple)):
+                value = "\n".join(str(v) for v in value)  # noqa: PLW2901 - the field's form
             if target in out and value is None:
                 continue
-            if target == "reference" and isinstance(value, (list, tuple)):
-                out[target] = "\n".join(str(v) for v in value)
-            else:
-                out[target] = value
+            if out.get(target) is not None and value != out[target]:
+                msg = (
+                    f"`{source[target]}` and `{key}` are two names of the field `{target}` "
+                    "and their values differ: give one of them"
+                )
+                raise ValueError(msg)
+            out[target] = value
+            source[target] = key
         raw_contexts = out.get("contexts")
         if out.get("context_ids") is None and raw_contexts is not None:
             items = [raw_contexts] if isinstance(raw_contexts, Document) else raw_contexts

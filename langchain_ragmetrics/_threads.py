@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 from typing_extensions import ParamSpec, override
 
+from langchain_ragmetrics._options import whole_number
 from langchain_ragmetrics._queue import BoundedQueue
 
 __all__ = ["DaemonThreadPool"]
@@ -34,9 +35,7 @@ class DaemonThreadPool(Executor):
     """
 
     def __init__(self, *, name: str, size: int = 1) -> None:
-        if size < 1:
-            msg = "`size` must be at least 1"
-            raise ValueError(msg)
+        whole_number("size", size)
         self.name = name
         self.size = size
         self._queue: BoundedQueue[_Call] = BoundedQueue()

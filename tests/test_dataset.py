@@ -106,6 +106,19 @@ def test_jsonl_reports_every_bad_row_with_file_row_line_and_field(tmp_path: Path
     assert all(p in message for p in problems)
 
 
+def test_a_row_giving_one_field_twice_is_reported_with_its_line(tmp_path: Path) -> None:
+    path = tmp_path / "twice.jsonl"
+    rows = [{"question": "ok", "contexts": ["c"]}, {"question": "a", "user_input": "b"}]
+    path.write_text("\n".join(json.dumps(row) for row in rows), encoding="utf-8")
+    with pytest.raises(DatasetError) as info:
+        load_dataset(path)
+    (problem,) = [str(p) for p in info.value.problems]
+    assert problem == (
+        f"{path}, row 2 (line 2): `question` and `user_input` are two names of the field "
+        "`question` and their values differ: give one of them"
+    )
+
+
 def test_jsonl_with_bom_and_japanese(tmp_path: Path) -> None:
     path = tmp_path / "ja.jsonl"
     row = {"question": "田中部長の部署はどこですか?", "contexts": ["営業部"], "language": "ja"}

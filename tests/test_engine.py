@@ -25,7 +25,7 @@ from langchain_ragmetrics import (
     RagSample,
 )
 from langchain_ragmetrics._engine import Job, ScoringEngine, failure_report, make_rate_limiter
-from langchain_ragmetrics._gate import LoopSlots
+from langchain_ragmetrics._gate import Admission, LoopSlots
 from langchain_ragmetrics._schema import MetricResult
 from langchain_ragmetrics._threads import DaemonThreadPool
 from langchain_ragmetrics.metrics import RetryPolicy
@@ -105,16 +105,40 @@ def test_concurrency_is_bounded_and_used(
 
 @pytest.mark.parametrize("mode", MODES)
 def test_a_backoff_gives_the_slot_to_the_next_job(
-    judge_server: JudgeServer, make_judge: Callable[..., Any], mode: str
+    judge_server: JudgeServer,
+    make_judge: Callable[..., Any],
+    mode: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     first = threading.Event()
+    b_sent = threading.Event()
 
     def script(req: JudgeRequest) -> Any:
+        if payload(req)["question"] == "B":
+            b_sent.set()
         if payload(req)["question"] == "A" and not first.is_set():
-            first.set()  # A's first attempt fails; the server asks for a 0.5 s pause
+            first.set()  # A's first attempt fails; the server asks for a pause
             return reply_error(503, "busy", headers={"Retry-After": "0.5"})
         return EINSTEIN_VERDICTS
 
+    # A's backoff lasts until B was sent (60 s at most), not 0.5 s: B's start cannot lose
+    # a race against the clock. Without its slot given back, B is never sent in the pause.
+    def sleep(self: Admission, seconds: float) -> None:
+        self._park()
+        try:
+            b_sent.wait(60)
+        finally:
+            self._unpark()
+
+    async def asleep(self: Admission, seconds: float) -> None:
+        self._park()
+        try:
+            await asyncio.to_thread(b_sent.wait, 60)
+        finally:
+            await self._aunpark()
+
+    monkeypatch.setattr(Admission, "sleep", sleep)
+    monkeypatch.setattr(Admission, "asleep", asleep)
     judge_server.script = script
     engine = ScoringEngine(max_concurrency=1)  # one slot: B can only run in A's backoff
     recall = ContextRecall(llm=make_judge(), retry=RetryPolicy(max_retries=1))
@@ -277,7 +301,7 @@ def test_raise_exceptions(mode: str) -> None:
 @pytest.mark.parametrize(
     ("option", "value", "message"),
     [
-        ("max_concurrency", 0, "`max_concurrency` must be at least 1, got 0"),
+        ("max_concurrency", 0, "`max_concurrency` must be a whole number of at least 1, got 0"),
         ("max_concurrency", 1.5, "`max_concurrency` must be a whole number of at least 1"),
         ("max_concurrency", "x", "`max_concurrency` must be a whole number of at least 1"),
         ("max_concurrency", True, "`max_concurrency` must be a whole number of at least 1"),
@@ -350,19 +374,31 @@ def test_stop_ends_the_run_and_keeps_what_finished(
 def test_keyboard_interrupt_from_a_callback_propagates_after_stopping(
     judge_server: JudgeServer, make_judge: Callable[..., Any]
 ) -> None:
-    judge_server.script = lambda req: EINSTEIN_VERDICTS
+    release = threading.Event()
+
+    def script(req: JudgeRequest) -> Any:  # #1 holds the one slot until the test ends
+        if payload(req)["question"] == "#1":
+            return reply_hold(release, EINSTEIN_VERDICTS)
+        return EINSTEIN_VERDICTS
+
+    judge_server.script = script
     calls: list[Job] = []
 
     def interrupt(job: Job, result: MetricResult) -> None:
         calls.append(job)
         raise KeyboardInterrupt
 
-    with pytest.raises(KeyboardInterrupt):
-        ScoringEngine(max_concurrency=1).run(
-            [Job(sample(f"#{i}"), ContextRecall(llm=make_judge())) for i in range(5)],
-            on_result=interrupt,
-        )
-    assert judge_server.count() < 5
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            ScoringEngine(max_concurrency=1).run(
+                [Job(sample(f"#{i}"), ContextRecall(llm=make_judge())) for i in range(5)],
+                on_result=interrupt,
+            )
+        # Stopped while #1 held the one slot (#1 may or may not have been sent by then):
+        # nothing after it started, whatever the threads' pace.
+        assert judge_server.count() <= 2
+    finally:
+        release.set()
     assert len(calls) == 1  # a callback that asked to stop is not called again
 
 

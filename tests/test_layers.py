@@ -26,6 +26,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "_gate",
         "_ids",
         "_links",
+        "_options",
         "_otel",
         "_progress",
         "_prompts",

@@ -57,6 +57,22 @@ def test_ragas_v02_columns() -> None:
     assert sample.reference_context_ids == ["1"]
 
 
+def test_two_names_of_one_field_must_agree() -> None:
+    """A row with ``question`` and ``user_input`` kept the last one silently; now it is
+    refused when they differ, and taken when they agree or one is empty."""
+    with pytest.raises(ValidationError, match="`question` and `user_input` are two names"):
+        coerce_sample({"question": "a", "user_input": "b"})
+    with pytest.raises(ValidationError, match="`contexts` and `retrieved_contexts`"):
+        coerce_sample({"question": "q", "contexts": ["x"], "retrieved_contexts": ["y"]})
+    with pytest.raises(ValidationError, match="`ground_truths` and `reference`"):
+        coerce_sample({"ground_truths": ["one.", "two."], "reference": "one."})
+    assert coerce_sample({"question": "a", "user_input": "a"}).question == "a"
+    assert coerce_sample({"question": None, "user_input": "b"}).question == "b"
+    assert coerce_sample({"user_input": "b", "question": None}).question == "b"
+    joined = coerce_sample({"ground_truths": ["one.", "two."], "reference": "one.\ntwo."})
+    assert joined.reference == "one.\ntwo."
+
+
 def test_unknown_keys_are_kept_in_metadata() -> None:
     sample = coerce_sample({"question": "q", "trace": "t-1", "metadata": {"user": "u"}})
     assert sample.metadata == {"user": "u", "trace": "t-1"}

@@ -23,6 +23,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Literal
 
+from langchain_ragmetrics._options import whole_number
 from langchain_ragmetrics._queue import BoundedQueue, Entry, deadline_after, remaining
 from langchain_ragmetrics._retrieval import OnlineResult
 from langchain_ragmetrics._threads import DaemonThreadPool
@@ -31,7 +32,6 @@ from langchain_ragmetrics.callbacks.sinks import BaseSink, SinkSkipError, SinkUn
 
 __all__ = [
     "SinkOutbox",
-    "check_max_concurrency",
     "close_all",
     "flush_all",
     "outboxes_for",
@@ -42,26 +42,14 @@ _ALONE: Hashable = object()
 """The order key of results whose sink could not give one: they go one at a time."""
 
 
-def check_max_concurrency(value: object) -> int:
-    """A sink's ``max_concurrency`` option, checked: a whole number of at least 1.
-
-    Raises:
-        ValueError: It is not (the message names the option).
-    """
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        msg = f"`max_concurrency` must be a whole number of at least 1, got {value!r}"
-        raise ValueError(msg)
-    return value
-
-
 def sink_concurrency(sink: BaseSink) -> int:
-    """``sink.max_concurrency``, checked by :func:`check_max_concurrency`.
+    """``sink.max_concurrency`` (1 when it has none), checked: a whole number of at least 1.
 
     Raises:
         ValueError: It is not a whole number of at least 1 (the message names the sink).
     """
     try:
-        return check_max_concurrency(getattr(sink, "max_concurrency", 1))
+        return whole_number("max_concurrency", getattr(sink, "max_concurrency", 1))
     except ValueError as exc:
         msg = f"{type(sink).__name__}: {exc}"
         raise ValueError(msg) from None

@@ -23,6 +23,7 @@ from typing import Any
 from uuid import UUID
 
 from langchain_ragmetrics._links import TraceLinks, merge_links, trace_links
+from langchain_ragmetrics._options import whole_number
 from langchain_ragmetrics._otel import current_span_context
 from langchain_ragmetrics._retrieval import Capture
 
@@ -104,9 +105,7 @@ class TraceTracker:
         max_open_traces: int,
         find_trace_id: Callable[[UUID], UUID | None] | None = None,
     ) -> None:
-        if max_open_traces < 1:
-            msg = "`max_open_traces` must be at least 1"
-            raise ValueError(msg)
+        whole_number("max_open_traces", max_open_traces)
         self.max_open_traces = max_open_traces
         self._find_trace_id = find_trace_id
         self._lock = threading.Lock()

@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager
 from typing import Any, Generic, Literal, TypeVar
 
+from langchain_ragmetrics._options import whole_number
 from langchain_ragmetrics._queue import BoundedQueue, Entry
 from langchain_ragmetrics.callbacks._stats import Counters, FailureLog
 
@@ -58,12 +59,8 @@ class BackgroundWorker(Generic[T]):
         on_start: Callable[[], object] | None = None,
         on_idle_exit: Callable[[], object] | None = None,
     ) -> None:
-        if max_queue_size < 1:
-            msg = "`max_queue_size` must be at least 1"
-            raise ValueError(msg)
-        if max_active < 1:
-            msg = "`max_concurrency` must be at least 1"
-            raise ValueError(msg)
+        whole_number("max_queue_size", max_queue_size)
+        whole_number("max_concurrency", max_active)
         self.max_queue_size = max_queue_size
         self.max_active = max_active
         self.name = name

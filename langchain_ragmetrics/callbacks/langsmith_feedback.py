@@ -27,8 +27,8 @@ from langchain_ragmetrics._langsmith_feedback import (
     FeedbackItem,
     read_environment_once,
 )
+from langchain_ragmetrics._options import number_above_zero, whole_number
 from langchain_ragmetrics._retrieval import OnlineResult
-from langchain_ragmetrics.callbacks._outbox import check_max_concurrency
 from langchain_ragmetrics.callbacks._stats import FailureLog, logger
 from langchain_ragmetrics.callbacks.sinks import BaseSink, SinkUnavailableError
 
@@ -106,13 +106,11 @@ class LangSmithFeedbackSink(BaseSink):
         ingest_retries: int = 4,
         max_concurrency: int = 16,
     ) -> None:
-        self.max_concurrency = check_max_concurrency(max_concurrency)
+        self.max_concurrency = whole_number("max_concurrency", max_concurrency)
         if run not in ("retriever", "root"):
             msg = f"`run` must be 'retriever' or 'root', got {run!r}"
             raise ValueError(msg)
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-            msg = f"`timeout` must be positive, got {timeout!r}"
-            raise ValueError(msg)
+        number_above_zero("timeout", timeout)
         self.run = run
         self.project_name = project_name
         self.timeout = timeout

@@ -20,6 +20,7 @@ from typing import IO, Any
 from typing_extensions import override
 
 from langchain_ragmetrics._errors import SinkSkipError, SinkUnavailableError
+from langchain_ragmetrics._options import whole_number
 from langchain_ragmetrics._retrieval import OnlineResult
 
 __all__ = [
@@ -102,9 +103,8 @@ class InMemorySink(BaseSink):
     """
 
     def __init__(self, *, max_results: int | None = None) -> None:
-        if max_results is not None and max_results < 1:
-            msg = "`max_results` must be at least 1"
-            raise ValueError(msg)
+        if max_results is not None:
+            whole_number("max_results", max_results)
         self.max_results = max_results
         self._lock = threading.Lock()
         self._results: list[OnlineResult] = []

@@ -354,6 +354,10 @@ def _prepare(
     on_result: ResultCallback | None,
     cache: CacheLike = None,
 ) -> _Run:
+    if on_result is not None and not callable(on_result):
+        msg = "`on_result` must be a function of (row, metric, result), got "
+        msg += type(on_result).__name__
+        raise TypeError(msg)
     prepared = prepare_metrics(metrics, llm=llm, language=language, cache=cache)
     engine = ScoringEngine(
         max_concurrency=max_concurrency,
@@ -455,6 +459,7 @@ def evaluate(
         The :class:`EvaluationResult`.
 
     Raises:
+        TypeError: ``on_result`` is given but cannot be called.
         FileNotFoundError: The dataset path does not exist.
         DatasetError: Rows cannot be read (every bad row is listed with file, row and field).
         MissingFieldError: A metric needs a field that no row has.

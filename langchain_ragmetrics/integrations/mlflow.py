@@ -30,8 +30,8 @@ from typing_extensions import override
 from langchain_ragmetrics._errors import SinkSkipError
 from langchain_ragmetrics._guarded import Failure, GuardedRequests
 from langchain_ragmetrics._links import MLFLOW
+from langchain_ragmetrics._options import whole_number
 from langchain_ragmetrics._retrieval import OnlineResult
-from langchain_ragmetrics.callbacks._outbox import check_max_concurrency
 from langchain_ragmetrics.callbacks._stats import FailureLog
 from langchain_ragmetrics.callbacks.sinks import BaseSink
 from langchain_ragmetrics.integrations._otel_attributes import error_type
@@ -124,11 +124,8 @@ class MlflowSink(BaseSink):
             import mlflow.entities  # noqa: F401
         except ImportError as exc:  # pragma: no cover - exercised only without the extra
             raise ImportError(_MISSING_EXTRA) from exc
-        if max_details_chars < 0:
-            msg = f"`max_details_chars` must be >= 0, got {max_details_chars!r}"
-            raise ValueError(msg)
-        self.max_details_chars = max_details_chars
-        self.max_concurrency = check_max_concurrency(max_concurrency)
+        self.max_details_chars = whole_number("max_details_chars", max_details_chars, minimum=0)
+        self.max_concurrency = whole_number("max_concurrency", max_concurrency)
         self.delivery = GuardedRequests(
             label="MlflowSink",
             request_timeout=request_timeout,

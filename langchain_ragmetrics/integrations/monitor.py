@@ -52,6 +52,7 @@ from langchain_ragmetrics._langsmith_feedback import (
     FeedbackItem,
     read_environment_once,
 )
+from langchain_ragmetrics._options import number_above_zero, whole_number
 from langchain_ragmetrics._retrieval import OnlineResult, QuestionFrom, Retrieval, score_retrieval
 from langchain_ragmetrics._schema import Usage
 from langchain_ragmetrics._threads import DaemonThreadPool
@@ -268,22 +269,16 @@ class LangSmithMonitor:
             rate_limit_per_minute=rate_limit_per_minute,
             timeout=timeout,
         )
-        for name, value in (
-            ("max_attempts", max_attempts),
-            ("max_polls", max_polls or 1),
-            ("retry_rounds", retry_rounds + 1),
-        ):
-            if value < 1:
-                msg = f"`{name}` must be at least 1, got {value!r}"
-                raise ValueError(msg)
+        whole_number("max_attempts", max_attempts)
+        if max_polls is not None:
+            whole_number("max_polls", max_polls)
+        whole_number("retry_rounds", retry_rounds, minimum=0)
         for name, number in (
             ("request_timeout", request_timeout),
             ("poll_interval", poll_interval),
             ("retry_backoff", retry_backoff),
         ):
-            if number <= 0:
-                msg = f"`{name}` must be positive, got {number!r}"
-                raise ValueError(msg)
+            number_above_zero(name, number)
         self.project_name = project_name
         self.shard = parse_shard(shard if isinstance(shard, str) else f"{shard[0]}/{shard[1]}")
         self.since = parse_since(since)

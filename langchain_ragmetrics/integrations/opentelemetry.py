@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from typing_extensions import override
 
+from langchain_ragmetrics._options import number_above_zero
 from langchain_ragmetrics._retrieval import OnlineResult
 from langchain_ragmetrics._threads import DaemonThreadPool
 from langchain_ragmetrics.callbacks.sinks import BaseSink
@@ -123,9 +124,7 @@ class OpenTelemetrySink(BaseSink):
         if pass_threshold is not None and not 0.0 <= pass_threshold <= 1.0:
             msg = f"`pass_threshold` must be between 0 and 1, got {pass_threshold!r}"
             raise ValueError(msg)
-        if flush_timeout <= 0:
-            msg = f"`flush_timeout` must be positive, got {flush_timeout!r}"
-            raise ValueError(msg)
+        number_above_zero("flush_timeout", flush_timeout)
         from opentelemetry import metrics, trace
 
         self.events = events

@@ -29,8 +29,8 @@ from typing_extensions import override
 from langchain_ragmetrics._errors import SinkSkipError
 from langchain_ragmetrics._guarded import Failure, GuardedRequests, classify_status, http_status
 from langchain_ragmetrics._links import OPENINFERENCE
+from langchain_ragmetrics._options import whole_number
 from langchain_ragmetrics._retrieval import OnlineResult
-from langchain_ragmetrics.callbacks._outbox import check_max_concurrency
 from langchain_ragmetrics.callbacks._stats import FailureLog
 from langchain_ragmetrics.callbacks.sinks import BaseSink
 from langchain_ragmetrics.integrations._otel_attributes import error_type, score_label
@@ -116,7 +116,7 @@ class PhoenixSink(BaseSink):
         self._api_key = api_key
         self._headers = dict(headers) if headers else None
         self._client = client
-        self.max_concurrency = check_max_concurrency(max_concurrency)
+        self.max_concurrency = whole_number("max_concurrency", max_concurrency)
         self.delivery = GuardedRequests(
             label="PhoenixSink",
             request_timeout=request_timeout,

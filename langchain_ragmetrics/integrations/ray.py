@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from langchain_ragmetrics._errors import DatasetError
+from langchain_ragmetrics._options import number_above_zero, number_at_least_zero, whole_number
 from langchain_ragmetrics._schema import MetricResult, RagSample
 from langchain_ragmetrics.evaluation._recipe import JudgeRecipe, ScoringRecipe
 from langchain_ragmetrics.evaluation._result import EvaluationResult, EvaluationRow, column_names
@@ -193,9 +194,20 @@ def evaluate_ray(
         ``<metric>_status`` (scored, failed or skipped). :func:`result_from_rows` turns it into
         an :class:`~langchain_ragmetrics.EvaluationResult`.
     """
-    if num_actors < 1 or max_concurrency < 1 or batch_size < 1:
-        msg = "`num_actors`, `max_concurrency` and `batch_size` must be at least 1"
-        raise ValueError(msg)
+    for name, value in (
+        ("num_actors", num_actors),
+        ("max_concurrency", max_concurrency),
+        ("batch_size", batch_size),
+    ):
+        whole_number(name, value)
+    for name, number in (
+        ("judge_timeout", judge_timeout),
+        ("timeout", timeout),
+        ("rate_limit_per_minute", rate_limit_per_minute),
+    ):
+        if number is not None:
+            number_above_zero(name, number)
+    number_at_least_zero("num_cpus", num_cpus)
     prepared = prepare_metrics(metrics, language=language, cache=cache)
     judge = JudgeRecipe(model=model, base_url=base_url, api_key=api_key, timeout=judge_timeout)
     recipe = ScoringRecipe(

@@ -22,7 +22,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from langchain_ragmetrics._errors import JudgeConfigError
 from langchain_ragmetrics._gate import Admission, DeadlineExceededError, current_admission
@@ -133,11 +133,22 @@ class RetryPolicy(BaseModel):
     """Retries after a transient error (HTTP 429, 5xx, timeouts, refused or lost connections)."""
     parse_retries: int = Field(default=1, ge=0)
     """Retries after an answer that fails to parse or validate."""
-    initial_backoff: float = Field(default=0.5, ge=0)
+    initial_backoff: float = Field(default=0.5, ge=0, allow_inf_nan=False)
     """Ceiling of the sleep before the first transient retry, in seconds (the openai SDK's
     own first delay, whose retries this layer replaces); it doubles with each retry."""
-    max_backoff: float = Field(default=30.0, ge=0)
+    max_backoff: float = Field(default=30.0, ge=0, allow_inf_nan=False)
     """Upper bound of one backoff sleep, in seconds (a longer ``Retry-After`` is cut to it)."""
+
+    @model_validator(mode="after")
+    def _backoff_bounds(self) -> RetryPolicy:
+        if self.initial_backoff > self.max_backoff:
+            msg = (
+                f"`initial_backoff` ({self.initial_backoff:g} s) is above `max_backoff` "
+                f"({self.max_backoff:g} s), which would cut every wait to it: raise "
+                "`max_backoff` or lower `initial_backoff`"
+            )
+            raise ValueError(msg)
+        return self
 
     def backoff(self, attempt: int) -> float:
         """Sleep before transient retry number ``attempt`` (0-based): "full jitter".

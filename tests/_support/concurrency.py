@@ -1,14 +1,16 @@
-"""A judge script that measures how many requests a client keeps in flight, without clocks."""
+"""Waiting on concurrent work in tests: a judge script that measures how many requests a
+client keeps in flight (without clocks), and a poll for conditions with no event to await."""
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 from tests._support.openai_server import JudgeRequest
 
-__all__ = ["Peak"]
+__all__ = ["Peak", "wait_until"]
 
 
 class Peak:
@@ -40,3 +42,16 @@ class Peak:
             self.answered += 1
             self.cond.notify_all()
         return self.answer(req)
+
+
+def wait_until(predicate: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+    """Poll for a condition the test cannot await directly (never a timing assertion).
+
+    Raises:
+        AssertionError: ``timeout`` seconds passed first (a ceiling, not a measure).
+    """
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"still waiting for: {what}")
+        time.sleep(0.005)

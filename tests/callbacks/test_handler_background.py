@@ -4,7 +4,6 @@ import asyncio
 import logging
 import math
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -21,6 +20,7 @@ from langchain_ragmetrics import (
 )
 from langchain_ragmetrics.callbacks import SinkStats
 from langchain_ragmetrics.metrics import RetryPolicy
+from tests._support.concurrency import wait_until
 from tests._support.openai_server import (
     JudgeServer,
     reply_error,
@@ -40,15 +40,6 @@ def release() -> Iterator[threading.Event]:
     event = threading.Event()
     yield event
     event.set()
-
-
-def wait_until(predicate: Callable[[], bool], what: str) -> None:
-    """Poll for a condition the test cannot await directly (never a timing assertion)."""
-    deadline = time.monotonic() + 60
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"still waiting for: {what}")
-        time.sleep(0.005)
 
 
 def results(handler: RagMetricsCallbackHandler) -> list[OnlineResult]:

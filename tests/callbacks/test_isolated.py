@@ -29,6 +29,7 @@ from langchain_ragmetrics import ContextRelevance, RagMetricsCallbackHandler
 from langchain_ragmetrics.callbacks import ProcessIsolation, ScoringSetup
 from langchain_ragmetrics.callbacks._isolated import ProcessRuntime
 from tests._support import isolated_setups
+from tests._support.concurrency import wait_until
 from tests._support.openai_server import JudgeServer, reply_hold
 from tests._support.rag import RagApp, question, rag_app, rag_router
 
@@ -52,15 +53,6 @@ def release() -> Iterator[threading.Event]:
 @pytest.fixture
 def jsonl(tmp_path: Path) -> Path:
     return tmp_path / "scores.jsonl"
-
-
-def wait_until(predicate: Callable[[], bool], what: str, timeout: float = START) -> None:
-    """Poll for a condition the test cannot await directly (never a timing assertion)."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"still waiting for: {what}")
-        time.sleep(0.01)
 
 
 def lines(path: Path) -> list[dict[str, Any]]:
@@ -164,11 +156,17 @@ def test_a_killed_child_is_counted_and_replaced(
     judge_server.script = rag_router(RelevantSentences=lambda req: reply_hold(release, VERDICT))
     with caplog.at_level(logging.WARNING, logger="langchain_ragmetrics"):
         ask(app, handler, range(3))
-        wait_until(lambda: judge_server.count("RelevantSentences") == 3, "the held judge calls")
+        wait_until(
+            lambda: judge_server.count("RelevantSentences") == 3,
+            "the held judge calls",
+            timeout=START,
+        )
         pid = background(handler).child_pid
         assert pid is not None
         os.kill(pid, signal.SIGKILL)
-        wait_until(lambda: handler.stats.abandoned == 3, "the parent to notice the death")
+        wait_until(
+            lambda: handler.stats.abandoned == 3, "the parent to notice the death", timeout=START
+        )
         assert handler.stats.queued == 0
         release.set()
         judge_server.script = rag_router()
@@ -229,7 +227,9 @@ def test_a_silent_child_is_killed_and_replaced(
         ask(app, handler, range(1, 3))
         assert handler.flush(0.2) is False  # bounded: the child cannot answer
         assert handler.stats.pending_at_deadline == 2
-        wait_until(lambda: handler.stats.abandoned == 2, "the parent to give up on it")
+        wait_until(
+            lambda: handler.stats.abandoned == 2, "the parent to give up on it", timeout=START
+        )
         ask(app, handler, range(3, 4))  # starts a replacement
         assert handler.flush(START)
         assert background(handler).children_started == 2
@@ -248,8 +248,23 @@ def test_close_is_bounded_when_the_child_hangs(
     handler = isolated_handler(setup, hang_timeout=None)
     ask(app, handler, range(2))
     # Sinks have their own outboxes: the hung sink holds up neither scoring nor the JSONL sink.
-    wait_until(lambda: len(lines(jsonl)) == 2, "the other sink to get both results")
-    wait_until(lambda: handler.stats.processed == 2, "the child to report them processed")
+    wait_until(lambda: len(lines(jsonl)) == 2, "the other sink to get both results", timeout=START)
+    wait_until(
+        lambda: handler.stats.processed == 2, "the child to report them processed", timeout=START
+    )
+
+    def sinks_reported() -> bool:  # the sinks' figures come in a later report of the child
+        figures = handler.stats.sinks
+        hung = figures.get("CallableSink")
+        jsonl_sink = figures.get("JsonlSink")
+        return (
+            hung is not None
+            and jsonl_sink is not None
+            and hung.dropped + hung.pending == 2
+            and jsonl_sink.delivered == 2
+        )
+
+    wait_until(sinks_reported, "the child to report the sinks' figures", timeout=START)
     pid = background(handler).child_pid
     started = time.monotonic()
     assert handler.close(timeout=1.0) is False  # the hung sink cannot close in time
@@ -290,7 +305,7 @@ def test_a_failing_setup_turns_scoring_off_with_one_warning(
     with caplog.at_level(logging.WARNING, logger="langchain_ragmetrics"):
         handler = isolated_handler(isolated_setups.crashing_setup)
         ask(app, handler, range(1))
-        wait_until(lambda: handler.stats.abandoned == 1, "the setup failure")
+        wait_until(lambda: handler.stats.abandoned == 1, "the setup failure", timeout=START)
         answers = ask(app, handler, range(1, 3))
         assert handler.flush(CEILING)
         assert handler.close(CEILING)
@@ -398,7 +413,7 @@ def test_a_setup_of_the_wrong_type_is_reported(
     with caplog.at_level(logging.WARNING, logger="langchain_ragmetrics"):
         handler = isolated_handler("tests._support.isolated_setups:setup_that_returns_nothing")
         ask(app, handler, range(1))
-        wait_until(lambda: handler.stats.abandoned == 1, "the setup failure")
+        wait_until(lambda: handler.stats.abandoned == 1, "the setup failure", timeout=START)
         assert handler.close(CEILING)
     assert any("must return a ScoringSetup" in r.getMessage() for r in caplog.records)
 

@@ -404,12 +404,12 @@ def test_a_bad_max_concurrency_is_refused_by_name() -> None:
 @pytest.mark.parametrize(
     ("option", "value", "message"),
     [
-        ("timeout", "x", "`timeout` must be positive, got 'x'"),
-        ("timeout", float("nan"), "`timeout` must be positive, got nan"),
-        ("max_retries", "x", "`max_retries` must be a whole number >= 0, got 'x'"),
-        ("backoff", "x", "`backoff` must be a number >= 0, got 'x'"),
-        ("ingest_retries", 1.5, "`ingest_retries` must be a whole number >= 0, got 1.5"),
-        ("ingest_retries", -1, "`ingest_retries` must be a whole number >= 0, got -1"),
+        ("timeout", "x", "`timeout` must be a number above 0, got 'x'"),
+        ("timeout", float("nan"), "`timeout` must be a number above 0, got nan"),
+        ("max_retries", "x", "`max_retries` must be a whole number of at least 0, got 'x'"),
+        ("backoff", "x", "`backoff` must be a number of at least 0, got 'x'"),
+        ("ingest_retries", 1.5, "`ingest_retries` must be a whole number of at least 0, got 1.5"),
+        ("ingest_retries", -1, "`ingest_retries` must be a whole number of at least 0, got -1"),
     ],
 )
 def test_bad_options_are_refused_by_name(option: str, value: object, message: str) -> None:

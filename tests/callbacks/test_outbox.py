@@ -12,6 +12,7 @@ from langchain_ragmetrics import CallableSink, HandlerStats, InMemorySink, Onlin
 from langchain_ragmetrics.callbacks._outbox import SinkOutbox
 from langchain_ragmetrics.callbacks._stats import FailureLog
 from langchain_ragmetrics.callbacks.sinks import BaseSink, SinkSkipError, SinkUnavailableError
+from tests._support.concurrency import wait_until
 from tests._support.openai_server import JudgeServer
 from tests._support.rag import online_handler, question, rag_app
 from tests._support.sink_checks import linked_item
@@ -69,8 +70,16 @@ def test_a_hung_sink_holds_up_nobody_and_its_backlog_is_counted(
     handler = online_handler(app.llm, sinks=sinks, sink_queue_size=3)
     app.chain.invoke(question(0), config={"callbacks": [handler]})
     assert entered.wait(30)  # the hung sink holds the first result
+    memory = sinks[2]
+    assert isinstance(memory, InMemorySink)
     for i in range(1, TRACES):
         app.chain.invoke(question(i), config={"callbacks": [handler]})
+        # Each result reaches the healthy sinks before the next is scored: their outboxes
+        # are bounded too (3 waiting), so a burst they had no turn to take could overflow.
+        wait_until(
+            lambda n=i + 1: len(healthy.items) == n and len(memory.results) == n,
+            f"result {i + 1} at the healthy sinks",
+        )
     # Scoring and the other sinks went on while the first sink is stuck.
     assert healthy.all_in.wait(30)
     assert handler.flush(0.2) is False  # the hung sink still holds results

@@ -3,7 +3,6 @@ import json
 import math
 import signal
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,7 @@ from langchain_ragmetrics.evaluation import (
     aevaluate,
     evaluate,
 )
-from tests._support.concurrency import Peak
+from tests._support.concurrency import Peak, wait_until
 from tests._support.judges import (
     EINSTEIN_CONTEXT,
     EINSTEIN_REFERENCE,
@@ -50,13 +49,6 @@ def einstein_router(**extra: Any) -> Callable[[JudgeRequest], Any]:
     return router(
         RecallStatements=EINSTEIN_VERDICTS, ContextVerdicts=keyword_precision("Einstein"), **extra
     )
-
-
-def wait_until(check: Callable[[], bool], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.01)
 
 
 def test_einstein_dataset_file_scores_usage_and_rows(
@@ -207,6 +199,8 @@ def test_bad_rows_and_unknown_metrics_raise_before_scoring() -> None:
         evaluate([{"contexts": ["a"]}], [])
     with pytest.raises(ValueError, match="unsupported language 'klingon'"):
         evaluate([{"contexts": ["a"]}], ["non_llm_context_recall"], language="klingon")
+    with pytest.raises(TypeError, match=r"`on_result` must be a function .*, got int"):
+        evaluate([{"contexts": ["a"]}], ["non_llm_context_recall"], on_result=5)  # type: ignore[arg-type]
 
 
 def test_no_judge_and_no_key_says_how_to_configure_one() -> None:
@@ -317,7 +311,7 @@ def test_sigint_while_waiting_returns_partial_results(
     judge_server.script = script
 
     def interrupt() -> None:
-        wait_until(lambda: judge_server.count() >= 3)  # row 0 done, rows 1 and 2 held
+        wait_until(lambda: judge_server.count() >= 3, "row 0 done, rows 1 and 2 held")
         signal.raise_signal(signal.SIGINT)  # Ctrl-C, delivered to the waiting main thread
 
     thread = threading.Thread(target=interrupt)

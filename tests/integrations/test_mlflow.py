@@ -314,7 +314,9 @@ def test_a_trace_not_stored_yet_is_retried_then_counted(tracking: str) -> None:
     sink._log = counted  # type: ignore[method-assign]
     with pytest.raises(mlflow.exceptions.MlflowException, match="not found"):
         sink.emit(item)
-    assert len(calls) >= 3  # retried while waiting for the trace
+    # Retried while waiting for the trace: the wait starts at the first "not found", so a
+    # second try always comes; how many more fit in 1 s depends on the machine.
+    assert len(calls) >= 2
     assert not sink.delivery.breaker.is_open
     sink.close()
 
@@ -359,12 +361,15 @@ def test_server_killed_mid_run_nothing_raised_everything_counted(
     try:
         for name, value in MLFLOW_CLIENT_ENV.items():
             monkeypatch.setenv(name, value)
+        # A refused connection fails at once, not after MLflow's own retries; the timeout
+        # is long so a slow answer of the fresh server before the kill is not a failure.
+        monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
         mlflow.set_tracking_uri(server.url)
         mlflow.set_experiment("killed")
         mlflow.langchain.autolog()
         app = rag_app(judge_server, make_judge, max_retries=2)
         sink = MlflowSink(
-            request_timeout=3, max_retries=1, backoff=0.05, cooldown=60, max_concurrency=1
+            request_timeout=30, max_retries=1, backoff=0.05, cooldown=60, max_concurrency=1
         )
         outage_mid_run(app, sink, "MlflowSink", server.kill)
         assert sink.delivery.breaker.is_open

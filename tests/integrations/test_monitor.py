@@ -528,9 +528,22 @@ def test_retry_rounds_back_off_one_two_four_seconds_by_default(
     assert (summary.retry_rounds, summary.runs_unsent) == (3, 1)
 
 
-def test_a_negative_retry_backoff_is_refused(langsmith_client: langsmith.Client) -> None:
-    with pytest.raises(ValueError, match="`retry_backoff` must be positive"):
-        LangSmithMonitor(PROJECT, client=langsmith_client, retry_backoff=-1)
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("retry_backoff", -1, "`retry_backoff` must be a number above 0, got -1"),
+        ("poll_interval", "1", "`poll_interval` must be a number above 0, got '1'"),
+        ("max_polls", 0, "`max_polls` must be a whole number of at least 1, got 0"),
+        ("retry_rounds", -1, "`retry_rounds` must be a whole number of at least 0, got -1"),
+        ("max_attempts", 2.5, "`max_attempts` must be a whole number of at least 1, got 2.5"),
+    ],
+)
+def test_bad_options_are_refused_by_name(
+    langsmith_client: langsmith.Client, option: str, value: object, message: str
+) -> None:
+    """Before, ``max_polls=0`` was taken as no bound and a string raised a comparison error."""
+    with pytest.raises(ValueError, match=message):
+        LangSmithMonitor(PROJECT, client=langsmith_client, **{option: value})
 
 
 def test_follow_retries_unsent_pairs_whatever_their_age(
@@ -571,9 +584,9 @@ def test_a_request_slower_than_its_timeout_leaves_no_gap_and_no_duplicate(
     import sqlite3
 
     runs = trace_questions(langsmith_stub, app.chain, PROJECT, range(3))
-    # 2 s: a held request runs it out once; every other request, answered in milliseconds,
+    # 5 s: a held request runs it out once; every other request, answered in milliseconds,
     # stays far inside it on a loaded machine too (a retry would change the counts below).
-    client = langsmith.Client(api_url=langsmith_stub.url, api_key="test", timeout_ms=(2000, 2000))
+    client = langsmith.Client(api_url=langsmith_stub.url, api_key="test", timeout_ms=(5000, 5000))
     if held == "GET /feedback/":  # reads happen for pairs a killed worker meant to send
         make_monitor(app, client, tmp_path).run()
         db = sqlite3.connect(tmp_path / "monitor.sqlite")
@@ -583,9 +596,9 @@ def test_a_request_slower_than_its_timeout_leaves_no_gap_and_no_duplicate(
                 db.execute("INSERT INTO intents VALUES (?, 'context_relevance')", (run["id"],))
         db.close()
     posts_before = len(langsmith_stub.requests_to("POST", "/feedback"))
-    langsmith_stub.hang(held, times=1)  # held until released, long past the 2 s timeout
+    langsmith_stub.hang(held, times=1)  # held until released, long past the 5 s timeout
     try:
-        summary = make_monitor(app, client, tmp_path, request_timeout=2.0).run()
+        summary = make_monitor(app, client, tmp_path, request_timeout=5.0).run()
     finally:
         langsmith_stub.release_hangs()
         langsmith_stub.wait_for(lambda: langsmith_stub.hung == 0)

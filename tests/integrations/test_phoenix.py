@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from langchain_openai import ChatOpenAI
 
+from tests._support.concurrency import wait_until
 from tests._support.extras import require_extra
 
 require_extra("phoenix.client", "phoenix")
@@ -257,7 +258,7 @@ def test_server_killed_mid_run_nothing_raised_everything_counted(
         app = rag_app(judge_server, make_judge, max_retries=2)
         sink = PhoenixSink(
             endpoint=server.url,
-            request_timeout=3,
+            request_timeout=30,  # a slow answer of the fresh server is not a failure
             max_retries=1,
             backoff=0.05,
             cooldown=60,
@@ -356,9 +357,9 @@ def test_annotations_go_out_several_at_a_time_and_each_lands_once(
     app = rag_app(judge_server, make_judge, max_retries=2)
     items = [one_scored_item(app, 20 + i) for i in range(4)]
     spans = {item.links["openinference"][1] for item in items}
-    deadline = time.monotonic() + CEILING_S  # spans are exported in the background: stored
-    while not spans <= set(spans_by_id(phoenix_server.url)) and time.monotonic() < deadline:
-        time.sleep(0.1)  # (else the first POST may meet a 404 and be retried)
+    # Spans are exported in the background: wait until stored (else the first POST may
+    # meet a 404 and be retried, and the one-POST-each check below would fail for that).
+    wait_until(lambda: spans <= set(spans_by_id(phoenix_server.url)), "the 4 spans stored")
     hold = HoldUntil(4, "annotations", CEILING_S)
     with LossyProxy(phoenix_server.url, hold) as proxy:
         sink = PhoenixSink(endpoint=proxy.url, max_concurrency=4, request_timeout=CEILING_S + 10)

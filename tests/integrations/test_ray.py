@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import math
 import os
 import pickle
 import re
@@ -217,9 +218,26 @@ def test_the_cli_runs_a_dataset_file_on_ray(
     assert header["ragmetrics_run"]["interrupted"] is False
 
 
-def test_bad_options_are_refused(local_ray: str) -> None:
-    with pytest.raises(ValueError, match="at least 1"):
-        evaluate_ray(ray.data.from_items(rows(1)), ["context_recall"], num_actors=0)
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("num_actors", 0, "`num_actors` must be a whole number of at least 1, got 0"),
+        ("num_actors", 1.5, "`num_actors` must be a whole number of at least 1, got 1.5"),
+        ("max_concurrency", "x", "`max_concurrency` must be a whole number of at least 1"),
+        ("batch_size", True, "`batch_size` must be a whole number of at least 1, got True"),
+        ("judge_timeout", -1, "`judge_timeout` must be a number above 0, got -1"),
+        ("timeout", math.nan, "`timeout` must be a number above 0, got nan"),
+        ("rate_limit_per_minute", 0, "`rate_limit_per_minute` must be a number above 0"),
+        ("num_cpus", -1, "`num_cpus` must be a number of at least 0, got -1"),
+    ],
+)
+def test_bad_options_are_refused_by_name(
+    local_ray: str, option: str, value: object, message: str
+) -> None:
+    """Before, 1.5 actors passed, "x" raised a comparison error and a bad judge_timeout
+    was blamed on `timeout` (the judge recipe's field)."""
+    with pytest.raises(ValueError, match=message):
+        evaluate_ray(ray.data.from_items(rows(1)), ["context_recall"], **{option: value})
 
 
 class _Recorder:

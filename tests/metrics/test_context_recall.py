@@ -349,7 +349,7 @@ def test_timeouts_are_retried(judge_server: JudgeServer, make_judge: Callable[..
     release = threading.Event()  # the first answer never comes in time; the retry's does
     judge_server.script = sequence(reply_hold(release, EINSTEIN_VERDICTS), EINSTEIN_VERDICTS)
     try:
-        result = ContextRecall(llm=make_judge(timeout=2.0), retry=FAST).invoke(EINSTEIN)
+        result = ContextRecall(llm=make_judge(timeout=5.0), retry=FAST).invoke(EINSTEIN)
     finally:
         release.set()
     assert result.score == 0.5

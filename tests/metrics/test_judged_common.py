@@ -1,5 +1,6 @@
 """Behaviour every LLM-judged metric shares: one call per sample, data-only contexts, defaults."""
 
+import math
 import socket
 import threading
 from collections.abc import Callable
@@ -21,6 +22,7 @@ from langchain_openai.chat_models.base import (
     OpenAIInvalidRequestError,
     OpenAIRateLimitError,
 )
+from pydantic import ValidationError
 
 from langchain_ragmetrics import ContextEntityRecall, ContextRecall
 from langchain_ragmetrics._cli._common import build_judge
@@ -476,6 +478,23 @@ def test_backoff_is_full_jitter_under_a_doubling_ceiling(
     policy = RetryPolicy(initial_backoff=0.5, max_backoff=0.8)  # ceilings 0.5, 0.8, 0.8
     assert [policy.backoff(attempt) for attempt in range(3)] == expected
     assert RetryPolicy().backoff(3) == 4.0 * roll  # 0.5 s doubled three times
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"initial_backoff": 10, "max_backoff": 1}, "`initial_backoff` \\(10 s\\) is above"),
+        ({"initial_backoff": math.nan}, "finite number"),
+        ({"max_backoff": math.inf}, "finite number"),
+        ({"max_retries": -1}, "greater than or equal to 0"),
+    ],
+)
+def test_a_retry_policy_that_contradicts_itself_is_refused(
+    options: dict[str, float], message: str
+) -> None:
+    """Before, ``initial_backoff=10, max_backoff=1`` and a NaN backoff were taken."""
+    with pytest.raises(ValidationError, match=message):
+        RetryPolicy(**options)
 
 
 def test_a_retry_after_is_a_floor_the_jitter_never_cuts(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,0 +1,54 @@
+"""Checks of numeric options, one definition for the whole package.
+
+Every option a user gives as a number (a timeout, a retry count, a concurrency) is checked by
+one of these before it is used, so bad input is refused when an object is built, by the
+option's name, with one wording everywhere. A bool is never a number here (``True`` is an
+``int`` to Python, never what a user meant), nor is a numeric string, NaN or infinity.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TypeGuard
+
+__all__ = ["number_above_zero", "number_at_least_zero", "whole_number"]
+
+
+def _finite(value: object) -> TypeGuard[int | float]:
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def number_above_zero(name: str, value: object) -> float:
+    """``value`` as a float, checked: a finite number above 0 (a timeout, a rate).
+
+    Raises:
+        ValueError: It is not; the message names the option and the value.
+    """
+    if not _finite(value) or value <= 0:
+        msg = f"`{name}` must be a number above 0, got {value!r}"
+        raise ValueError(msg)
+    return float(value)
+
+
+def number_at_least_zero(name: str, value: object) -> float:
+    """``value`` as a float, checked: a finite number of at least 0 (a backoff, a wait).
+
+    Raises:
+        ValueError: It is not; the message names the option and the value.
+    """
+    if not _finite(value) or value < 0:
+        msg = f"`{name}` must be a number of at least 0, got {value!r}"
+        raise ValueError(msg)
+    return float(value)
+
+
+def whole_number(name: str, value: object, *, minimum: int = 1) -> int:
+    """``value`` checked: an ``int`` (not a bool, not 1.0) of at least ``minimum``.
+
+    Raises:
+        ValueError: It is not; the message names the option, the bound and the value.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        msg = f"`{name}` must be a whole number of at least {minimum}, got {value!r}"
+        raise ValueError(msg)
+    return value

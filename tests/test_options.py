@@ -1,0 +1,76 @@
+"""The numeric option checks every entry point shares, and a sample of the places that use them."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from langchain_ragmetrics import InMemorySink
+from langchain_ragmetrics._breaker import CircuitBreaker
+from langchain_ragmetrics._engine import ScoringEngine
+from langchain_ragmetrics._options import number_above_zero, number_at_least_zero, whole_number
+from langchain_ragmetrics._queue import BoundedQueue
+from langchain_ragmetrics._threads import DaemonThreadPool
+
+NOT_NUMBERS: list[object] = ["5", None, True, False, [1], math.nan, math.inf, -math.inf]
+
+
+@pytest.mark.parametrize("value", [*NOT_NUMBERS, 0, 0.0, -1, -0.5])
+def test_number_above_zero_refuses_by_name(value: object) -> None:
+    with pytest.raises(ValueError, match=r"^`wait` must be a number above 0, got ") as info:
+        number_above_zero("wait", value)
+    assert str(info.value).endswith(repr(value))
+
+
+@pytest.mark.parametrize("value", [1, 0.001, 2.5, 10**6])
+def test_number_above_zero_gives_a_float(value: float) -> None:
+    checked = number_above_zero("wait", value)
+    assert (checked, type(checked)) == (float(value), float)
+
+
+@pytest.mark.parametrize("value", [*NOT_NUMBERS, -1, -0.5])
+def test_number_at_least_zero_refuses_by_name(value: object) -> None:
+    with pytest.raises(ValueError, match=r"^`backoff` must be a number of at least 0, got "):
+        number_at_least_zero("backoff", value)
+
+
+@pytest.mark.parametrize("value", [0, 0.0, 0.5, 3])
+def test_number_at_least_zero_accepts_zero(value: float) -> None:
+    assert number_at_least_zero("backoff", value) == float(value)
+
+
+@pytest.mark.parametrize(
+    ("value", "minimum"),
+    [("3", 1), (1.0, 1), (1.5, 1), (True, 0), (None, 0), (0, 1), (-1, 0), (2, 3), (math.nan, 0)],
+)
+def test_whole_number_refuses_by_name_and_bound(value: object, minimum: int) -> None:
+    expected = f"`retries` must be a whole number of at least {minimum}, got {value!r}"
+    with pytest.raises(ValueError, match="must be a whole number") as info:
+        whole_number("retries", value, minimum=minimum)
+    assert str(info.value) == expected
+
+
+def test_whole_number_keeps_the_int() -> None:
+    assert whole_number("retries", 0, minimum=0) == 0
+    assert whole_number("retries", 7) == 7
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda: CircuitBreaker(threshold="5", cooldown=1), "`failure_threshold` must be a whole"),
+        (lambda: CircuitBreaker(threshold=5, cooldown=math.nan), "`cooldown` must be a number"),
+        (lambda: BoundedQueue(max_size=2.5), "`max_size` must be a whole number"),
+        (lambda: DaemonThreadPool(name="t", size=0), "`size` must be a whole number"),
+        (lambda: InMemorySink(max_results=1.5), "`max_results` must be a whole number"),
+        (lambda: ScoringEngine(max_concurrency=0), "`max_concurrency` must be a whole number"),
+        (lambda: ScoringEngine(timeout=math.inf), "`timeout` must be a number above 0, got inf"),
+    ],
+)
+def test_entry_points_use_the_shared_checks(build: Callable[[], Any], message: str) -> None:
+    """Before, a string raised a comparison error and NaN or 1.5 passed."""
+    with pytest.raises(ValueError, match=message):
+        build()
