@@ -229,6 +229,43 @@ def test_out_in_a_missing_directory_is_created(
     assert len(target.read_text().splitlines()) == 4  # header + 3 rows
 
 
+@pytest.mark.parametrize("ray_option", [["--ray"], ["--ray-address", "127.0.0.1:1"]])
+def test_a_ray_run_makes_the_local_checks_before_it_needs_ray(
+    judge_server: JudgeServer,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    ray_option: list[str],
+) -> None:
+    """No key, a missing field, a failing judge or --batch-api stop a --ray run here, as
+    they stop a local one (before, the actors found out, one failed row at a time). None of
+    these needs Ray: without it the run would end with "--ray needs Ray Data" instead."""
+    evaluate = ["evaluate", str(EINSTEIN), "--metrics", "context_recall", *ray_option]
+    code, _, err = run(capsys, *evaluate, "--batch-api")
+    assert (code, err.strip()) == (
+        ExitCode.USAGE,
+        "ragmetrics: error: --batch-api and --ray are two ways to run the jobs: pick one",
+    )
+    code, _, err = run(capsys, *evaluate)
+    assert code == ExitCode.NO_API_KEY
+    assert "context_recall need an LLM judge, but OPENAI_API_KEY is not set." in err
+
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    monkeypatch.setenv("OPENAI_BASE_URL", judge_server.base_url)
+    no_reference = tmp_path / "no_reference.csv"
+    no_reference.write_text('question,contexts\nq1,"[""a""]"\n')
+    code, _, err = run(capsys, *evaluate[:1], str(no_reference), *evaluate[2:])
+    assert code == ExitCode.MISSING_COLUMNS
+    assert "context_recall: ContextRecall needs `reference`" in err
+
+    judge_server.script = lambda req: reply_error(500, "down")
+    code, out, err = run(capsys, *evaluate, "--no-cache")
+    assert code == ExitCode.PREFLIGHT_FAILED
+    assert "pre-flight check failed, nothing was scored" in err
+    assert out == ""
+    assert judge_server.count() >= 1  # the pre-flight request, from this process
+
+
 def test_unwritable_output_fails_before_any_judge_call(
     judge: JudgeServer, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

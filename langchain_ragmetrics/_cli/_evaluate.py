@@ -23,6 +23,9 @@ from langchain_ragmetrics._cli._common import (
 )
 
 if TYPE_CHECKING:
+    from langchain_core.language_models import BaseChatModel
+
+    from langchain_ragmetrics._cache import VerdictCache
     from langchain_ragmetrics._dataset import LoadedDataset
     from langchain_ragmetrics.evaluation import EvaluationResult
 
@@ -345,6 +348,9 @@ def _evaluate_command(args: argparse.Namespace) -> int:  # noqa: PLR0915 - one l
     if args.cancel and not args.batch_api:
         error("--cancel cancels the batches of a --batch-api run: add --batch-api")
         return ExitCode.USAGE
+    if args.batch_api and (args.ray or args.ray_address):
+        error("--batch-api and --ray are two ways to run the jobs: pick one")
+        return ExitCode.USAGE
     if out is not None and out.suffix.lower() not in _OUTPUT_SUFFIXES:
         error(f"--out must end in {' or '.join(_OUTPUT_SUFFIXES)}, got {str(out)!r}")
         return ExitCode.USAGE
@@ -410,12 +416,14 @@ def _evaluate_command(args: argparse.Namespace) -> int:  # noqa: PLR0915 - one l
             return ExitCode.PREFLIGHT_FAILED
     reports: list[Any] = []
     if args.ray or args.ray_address:
-        cache_path = None
-        if cache is not None:
-            cache_path = str(cache.path)
-            cache.close()
         return _evaluate_on_ray(
-            args, data, metrics, language=language, thresholds=thresholds, cache=cache_path
+            args,
+            data,
+            metrics,
+            llm=llm,
+            language=language,
+            thresholds=thresholds,
+            cache=cache,
         )
     try:
         result = evaluate(
@@ -483,13 +491,42 @@ def _evaluate_on_ray(
     data: LoadedDataset,
     metrics: list[Any],
     *,
+    llm: BaseChatModel | None,
     language: str | None,
     thresholds: dict[str, float],
-    cache: str | None,
+    cache: VerdictCache | None,
 ) -> int:
-    """``--ray``: score the rows on Ray Data actors, then report like a local run."""
+    """``--ray``: score the rows on Ray Data actors, then report like a local run.
+
+    The checks a local run makes before any paid call are made here first, in this process:
+    a judge is configured, the metrics' fields are in the data, and (unless
+    ``--no-preflight``) the judge answers one structured request. The actors then build their
+    own judge from the same model, endpoint and key.
+    """
     import os
 
+    from langchain_ragmetrics.evaluation import MissingFieldError, PreflightError, is_judged
+    from langchain_ragmetrics.evaluation._preflight import preflight_metrics
+    from langchain_ragmetrics.evaluation._run import check_fields, prepare_metrics
+
+    try:
+        judged = [m.metric_name for m in metrics if is_judged(m)]
+        if judged and llm is None:
+            error(no_key_message(judged))
+            return ExitCode.NO_API_KEY
+        checked = prepare_metrics(metrics, llm=llm, language=language, cache=cache)
+        try:
+            check_fields(data, [m.metric_name for m in checked], checked)
+            preflight_metrics(checked, call=not args.no_preflight, samples=data.samples)
+        except MissingFieldError as exc:
+            error(str(exc))
+            return ExitCode.MISSING_COLUMNS
+        except PreflightError as exc:
+            error(f"pre-flight check failed, nothing was scored: {exc}")
+            return ExitCode.PREFLIGHT_FAILED
+    finally:
+        if cache is not None:
+            cache.close()  # the actors open the file themselves
     try:
         import ray
 
@@ -497,10 +534,15 @@ def _evaluate_on_ray(
     except ImportError:
         error("--ray needs Ray Data: pip install 'langchain-ragmetrics[ray]'")
         return ExitCode.ERROR
-    if args.ray_address:
-        ray.init(address=args.ray_address, log_to_driver=False)
-    else:
-        ray.init(include_dashboard=False, log_to_driver=False)
+    try:
+        if args.ray_address:
+            ray.init(address=args.ray_address, log_to_driver=False)
+        else:
+            ray.init(include_dashboard=False, log_to_driver=False)
+    except Exception as exc:  # Ray raises many kinds; each is reported alike
+        where = f"the Ray cluster at {args.ray_address}" if args.ray_address else "a local Ray"
+        error(f"cannot start or reach {where}, nothing was scored: {type(exc).__name__}: {exc}")
+        return ExitCode.PREFLIGHT_FAILED
     try:
         rows = [
             {**sample.model_dump(exclude_none=True), "row": i + 1}
@@ -516,7 +558,7 @@ def _evaluate_on_ray(
             num_actors=args.workers if isinstance(args.workers, int) else 2,
             max_concurrency=args.concurrency,
             timeout=args.timeout,
-            cache=cache,
+            cache=None if cache is None else str(cache.path),
         ).take_all()
     finally:
         ray.shutdown()

@@ -218,6 +218,31 @@ def test_the_cli_runs_a_dataset_file_on_ray(
     assert header["ragmetrics_run"]["interrupted"] is False
 
 
+def test_a_ray_that_cannot_be_reached_is_reported_not_raised(tmp_path: Path) -> None:
+    """Before, Ray's own traceback ended the command; now it names the address, no row is
+    scored and the exit code says the run failed its checks (an address Ray cannot parse
+    fails at once, with no network)."""
+    from langchain_ragmetrics._cli import ExitCode
+
+    data = tmp_path / "data.jsonl"
+    data.write_text(json.dumps({"question": "q", "contexts": ["c"], "reference_contexts": ["c"]}))
+    proc = subprocess.run(
+        [*RAGMETRICS, "evaluate", str(data), "--metrics", "non_llm_context_recall",
+         "--ray-address", "no-such-cluster"],
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )  # fmt: skip
+    assert proc.returncode == ExitCode.PREFLIGHT_FAILED, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert (
+        "cannot start or reach the Ray cluster at no-such-cluster, nothing was scored: "
+        "ValueError: Invalid address format: no-such-cluster"
+    ) in proc.stderr
+
+
 @pytest.mark.parametrize(
     ("option", "value", "message"),
     [
