@@ -266,7 +266,7 @@ class GuardedRequests:
 
     def _run(self, request: Callable[[], T]) -> T:
         """Run ``request`` inline, or on the helper thread for at most ``request_timeout``."""
-        if self._pool is None or self.request_timeout is None:
+        if self._pool is None:  # no request_timeout: the client's own timeout bounds it
             return request()
         if self.closing.is_set():
             msg = f"{self.label} is closed"
