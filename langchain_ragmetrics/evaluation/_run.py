@@ -381,6 +381,23 @@ def _preflight(run: _Run) -> None:
     )
 
 
+def _batch_options(batch_api: object) -> BatchOptions | None:
+    """``batch_api`` checked: None for direct calls, else the Batch API's options.
+
+    Raises:
+        TypeError: It is neither a bool nor a :class:`BatchOptions` (``None`` or ``0`` would
+            otherwise have turned on a run that takes hours).
+    """
+    if batch_api is False:
+        return None
+    if batch_api is True:
+        return BatchOptions()
+    if isinstance(batch_api, BatchOptions):
+        return batch_api
+    msg = f"`batch_api` must be True, False or BatchOptions(...), got {batch_api!r}"
+    raise TypeError(msg)
+
+
 def evaluate(
     dataset: DatasetLike,
     metrics: Sequence[BaseRagMetric | str],
@@ -459,7 +476,8 @@ def evaluate(
         The :class:`EvaluationResult`.
 
     Raises:
-        TypeError: ``on_result`` is given but cannot be called.
+        TypeError: ``on_result`` is given but cannot be called, or ``batch_api`` is neither
+            a bool nor a :class:`BatchOptions`.
         FileNotFoundError: The dataset path does not exist.
         DatasetError: Rows cannot be read (every bad row is listed with file, row and field).
         MissingFieldError: A metric needs a field that no row has.
@@ -472,6 +490,7 @@ def evaluate(
             above 1) a metric, its judge or the config's callbacks cannot be sent to another
             process.
     """
+    options = _batch_options(batch_api)
     run = _prepare(
         dataset,
         metrics,
@@ -486,12 +505,11 @@ def evaluate(
         on_result=on_result,
         cache=cache,
     )
-    if batch_api is not False:
+    if options is not None:
         if workers not in (1, "auto"):
             msg = "`workers` spreads direct judge calls over processes; with `batch_api` the "
             msg += "Batch API does the work: leave `workers` at 1"
             raise ValueError(msg)
-        options = batch_api if isinstance(batch_api, BatchOptions) else BatchOptions()
         completed = run.execute_batch(options, preflight=preflight is not False)
         return run.result(interrupted=not completed)
     run.use_workers(workers, rate_limit_per_minute=rate_limit_per_minute)
@@ -523,6 +541,7 @@ async def aevaluate(
     Cancelling the awaiting task cancels the unfinished jobs and propagates as usual; a
     KeyboardInterrupt raised by ``on_result`` returns the partial result instead.
     """
+    options = _batch_options(batch_api)
     run = _prepare(
         dataset,
         metrics,
@@ -537,8 +556,7 @@ async def aevaluate(
         on_result=on_result,
         cache=cache,
     )
-    if batch_api is not False:  # polls for minutes or hours: off the caller's event loop
-        options = batch_api if isinstance(batch_api, BatchOptions) else BatchOptions()
+    if options is not None:  # polls for minutes or hours: off the caller's event loop
         worker = asyncio.ensure_future(
             asyncio.to_thread(run.execute_batch, options, preflight=preflight is not False)
         )

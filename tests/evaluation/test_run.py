@@ -199,6 +199,11 @@ def test_bad_rows_and_unknown_metrics_raise_before_scoring() -> None:
         evaluate([{"contexts": ["a"]}], [])
     with pytest.raises(ValueError, match="unsupported language 'klingon'"):
         evaluate([{"contexts": ["a"]}], ["non_llm_context_recall"], language="klingon")
+    for off in (None, 0, "no"):  # before, anything but False turned on the Batch API
+        with pytest.raises(TypeError, match=r"`batch_api` must be True, False or BatchOptions"):
+            evaluate([{"contexts": ["a"]}], ["non_llm_context_recall"], batch_api=off)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match=r"`batch_api` must be True, False or BatchOptions"):
+            asyncio.run(aevaluate([{"contexts": ["a"]}], ["non_llm_context_recall"], batch_api=off))  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"`on_result` must be a function .*, got int"):
         evaluate([{"contexts": ["a"]}], ["non_llm_context_recall"], on_result=5)  # type: ignore[arg-type]
 
