@@ -154,7 +154,7 @@ class VerdictCache:
         Raises:
             CacheError: The file cannot be created or opened as a cache.
         """
-        self.path = Path(path) if path is not None else default_cache_path()
+        self.path = Path(path).expanduser() if path is not None else default_cache_path()
         self.timeout = timeout
         self._lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None

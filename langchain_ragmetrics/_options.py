@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import TypeGuard
 
-__all__ = ["number_above_zero", "number_at_least_zero", "whole_number"]
+__all__ = ["fraction", "number_above_zero", "number_at_least_zero", "whole_number"]
 
 
 def _finite(value: object) -> TypeGuard[int | float]:
@@ -38,6 +38,19 @@ def number_at_least_zero(name: str, value: object) -> float:
     """
     if not _finite(value) or value < 0:
         msg = f"`{name}` must be a number of at least 0, got {value!r}"
+        raise ValueError(msg)
+    return float(value)
+
+
+def fraction(name: str, value: object) -> float:
+    """``value`` as a float, checked: a number from 0 to 1 (a threshold, a rate, a drop).
+
+    Raises:
+        ValueError: It is not; the message names the option and the value (a NaN threshold
+            would pass every gate).
+    """
+    if not _finite(value) or not 0 <= value <= 1:
+        msg = f"`{name}` must be a number between 0 and 1, got {value!r}"
         raise ValueError(msg)
     return float(value)
 

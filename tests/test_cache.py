@@ -432,3 +432,19 @@ def test_a_cache_crosses_process_boundaries_by_path(tmp_path: Path) -> None:
     assert copy.get("k") == {"v": 1}
     metric = ContextRecall(cache=cache)
     assert pickle.loads(pickle.dumps(metric)).cache.get("k") == {"v": 1}  # type: ignore[union-attr]
+
+
+def test_a_cache_path_under_home_is_the_users_home(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``~/v.sqlite3`` used to create a folder named "~" in the working directory."""
+    from langchain_ragmetrics._cache import resolve_cache
+    from langchain_ragmetrics.evaluation import BatchOptions
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert VerdictCache("~/v.sqlite3").path == tmp_path / "v.sqlite3"
+    cache = resolve_cache("~/w.sqlite3")
+    assert cache is not None
+    assert cache.path == tmp_path / "w.sqlite3"
+    # A Batch API job's state: looked for in the wrong place, a re-run would upload again.
+    assert BatchOptions(state_dir="~/batches").resolved_state_dir() == tmp_path / "batches"  # type: ignore[arg-type]

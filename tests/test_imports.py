@@ -200,6 +200,14 @@ def test_unknown_metric_suggests_the_closest_name(typo: str, guess: str) -> None
     assert "known metrics: context_entity_recall, context_precision, " in str(info.value)
 
 
+def test_an_option_no_metric_has_is_refused() -> None:
+    """A typo such as ``lm=`` was dropped, and the metric judged with the default model."""
+    with pytest.raises(TypeError, match="no metric has the option"):
+        metric_from_name("context_recall", lm="my-judge", langauge="ja")
+    # An option some other metric has is dropped for one that lacks it: one set builds all.
+    assert metric_from_name("non_llm_context_recall", llm=None, retry=None) is not None
+
+
 def test_unknown_metric_without_a_close_name_lists_them_all() -> None:
     with pytest.raises(
         errors.UnknownMetricError, match=r"^unknown metric 'bleu'; known metrics: "

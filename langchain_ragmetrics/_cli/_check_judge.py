@@ -10,6 +10,7 @@ from langchain_ragmetrics._cli._common import (
     ExitCode,
     add_judge_options,
     build_judge,
+    check_writable,
     echo,
     error,
     exit_codes_help,
@@ -121,6 +122,9 @@ def _check_judge_command(args: argparse.Namespace) -> int:
     if llm is None:
         error(no_key_message(sorted({n.split(":")[0] for n in names})))
         return ExitCode.NO_API_KEY
+    if args.json is not None and (problem := check_writable(args.json, option="--json")):
+        error(problem)
+        return ExitCode.PREFLIGHT_FAILED
     report = check_judge(
         llm,
         metrics=names,

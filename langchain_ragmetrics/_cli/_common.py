@@ -7,6 +7,7 @@ import math
 import sys
 from collections.abc import Sequence
 from enum import IntEnum
+from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 if TYPE_CHECKING:
@@ -103,6 +104,23 @@ def error(message: str) -> None:
 def split_names(text: str) -> list[str]:
     """Comma-separated names, stripped, lower-cased, without blanks or repeats (order kept)."""
     return list(dict.fromkeys(name.strip().lower() for name in text.split(",") if name.strip()))
+
+
+def check_writable(path: Path, *, option: str) -> str | None:
+    """Create ``path``'s parents and prove the file can be written; why not, if it cannot.
+
+    Run before any paid call, so a run never ends with results it cannot save.
+    """
+    existed = path.exists()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a", encoding="utf-8"):
+            pass
+    except OSError as exc:
+        return f"cannot write {option} {path}: {exc.strerror or exc}"
+    if not existed:
+        path.unlink(missing_ok=True)
+    return None
 
 
 def positive_int(text: str) -> int:

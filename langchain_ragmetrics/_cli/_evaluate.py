@@ -12,6 +12,7 @@ from langchain_ragmetrics._cli._common import (
     ExitCode,
     add_judge_options,
     build_judge,
+    check_writable,
     echo,
     error,
     exit_codes_help,
@@ -190,16 +191,17 @@ def _add_batch_options(parser: argparse.ArgumentParser) -> None:
     batch.add_argument(
         "--poll-interval",
         type=positive_float,
-        default=fields["poll_interval"].default,
+        default=None,
         metavar="SECONDS",
-        help="seconds between two status checks (default: %(default)s)",
+        help=f"seconds between two status checks (default: {fields['poll_interval'].default:g})",
     )
     batch.add_argument(
         "--max-attempts",
         type=positive_int,
-        default=fields["max_attempts"].default,
+        default=None,
         metavar="N",
-        help="times one request is sent, follow-up batches included (default: %(default)s)",
+        help="times one request is sent, follow-up batches included "
+        f"(default: {fields['max_attempts'].default})",
     )
     batch.add_argument(
         "--retry-direct",
@@ -209,16 +211,18 @@ def _add_batch_options(parser: argparse.ArgumentParser) -> None:
     batch.add_argument(
         "--max-requests-per-file",
         type=positive_int,
-        default=fields["max_requests_per_file"].default,
+        default=None,
         metavar="N",
-        help="requests per batch file; more are split (default: %(default)s)",
+        help="requests per batch file; more are split "
+        f"(default: {fields['max_requests_per_file'].default})",
     )
     batch.add_argument(
         "--max-bytes-per-file",
         type=positive_int,
-        default=fields["max_bytes_per_file"].default,
+        default=None,
         metavar="BYTES",
-        help="bytes per batch file; more are split (default: %(default)s)",
+        help="bytes per batch file; more are split "
+        f"(default: {fields['max_bytes_per_file'].default})",
     )
     batch.add_argument(
         "--price-input",
@@ -237,45 +241,58 @@ def _add_batch_options(parser: argparse.ArgumentParser) -> None:
     batch.add_argument(
         "--batch-discount",
         type=fraction,
-        default=fields["batch_discount"].default,
+        default=None,
         metavar="SHARE",
-        help="batch price as a share of the direct price (default: %(default)s)",
+        help="batch price as a share of the direct price "
+        f"(default: {fields['batch_discount'].default:g})",
     )
+
+
+_BATCH_ONLY = {  # option -> BatchOptions field
+    "--batch-dir": "state_dir",
+    "--poll-interval": "poll_interval",
+    "--max-attempts": "max_attempts",
+    "--retry-direct": "retry_direct",
+    "--cancel": "cancel",
+    "--max-requests-per-file": "max_requests_per_file",
+    "--max-bytes-per-file": "max_bytes_per_file",
+    "--price-input": "input_price",
+    "--price-output": "output_price",
+    "--batch-discount": "batch_discount",
+}
+"""The options that only a ``--batch-api`` run reads."""
 
 
 def _batch_options(args: argparse.Namespace, reports: list[Any]) -> Any:
-    """The BatchOptions of the command line (False without --batch-api)."""
+    """The BatchOptions of the command line (False without --batch-api).
+
+    Raises:
+        ValueError: A Batch API option is given without ``--batch-api`` (the run would go
+            direct, at twice the price), or a value the options refuse (the message names
+            the option).
+    """
+    from pydantic import ValidationError
+
     from langchain_ragmetrics.evaluation import BatchOptions
 
+    given = {flag: getattr(args, flag[2:].replace("-", "_")) for flag in _BATCH_ONLY}
+    given = {k: v for k, v in given.items() if v is not None and v is not False}  # 0 is given
     if not args.batch_api:
+        if given:
+            msg = f"{', '.join(given)} only apply to a Batch API run: add --batch-api"
+            raise ValueError(msg)
         return False
-    return BatchOptions(
-        state_dir=args.batch_dir,
-        poll_interval=args.poll_interval,
-        max_attempts=args.max_attempts,
-        retry_direct=args.retry_direct,
-        cancel=args.cancel,
-        max_requests_per_file=args.max_requests_per_file,
-        max_bytes_per_file=args.max_bytes_per_file,
-        input_price=args.price_input,
-        output_price=args.price_output,
-        batch_discount=args.batch_discount,
-        on_report=reports.append,
-    )
-
-
-def _check_writable(out: Path) -> str | None:
-    """Create ``out``'s parents and prove the file can be written; why not, if it cannot."""
-    existed = out.exists()
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        with out.open("a", encoding="utf-8"):
-            pass
-    except OSError as exc:
-        return f"cannot write --out {out}: {exc.strerror or exc}"
-    if not existed:
-        out.unlink(missing_ok=True)
-    return None
+        return BatchOptions(
+            **{_BATCH_ONLY[flag]: value for flag, value in given.items()},
+            on_report=reports.append,
+        )
+    except ValidationError as exc:
+        flags = {field: flag for flag, field in _BATCH_ONLY.items()}
+        first = exc.errors()[0]
+        field = str(first["loc"][0]) if first["loc"] else ""
+        msg = f"{flags.get(field, field)}: {first['msg']}, got {first.get('input')!r}"
+        raise ValueError(msg) from None
 
 
 def _subset(
@@ -345,11 +362,20 @@ def _evaluate_command(args: argparse.Namespace) -> int:  # noqa: PLR0915 - one l
     from langchain_ragmetrics.evaluation._gates import parse_thresholds
 
     out: Path | None = args.out
-    if args.cancel and not args.batch_api:
-        error("--cancel cancels the batches of a --batch-api run: add --batch-api")
-        return ExitCode.USAGE
     if args.batch_api and (args.ray or args.ray_address):
         error("--batch-api and --ray are two ways to run the jobs: pick one")
+        return ExitCode.USAGE
+    if args.batch_api and args.workers not in (None, 1):
+        error(
+            "--workers spreads direct judge calls over processes; with --batch-api the "
+            "Batch API does the work: leave --workers out"
+        )
+        return ExitCode.USAGE
+    reports: list[Any] = []
+    try:
+        batch = _batch_options(args, reports)
+    except ValueError as exc:
+        error(str(exc))
         return ExitCode.USAGE
     if out is not None and out.suffix.lower() not in _OUTPUT_SUFFIXES:
         error(f"--out must end in {' or '.join(_OUTPUT_SUFFIXES)}, got {str(out)!r}")
@@ -377,7 +403,7 @@ def _evaluate_command(args: argparse.Namespace) -> int:  # noqa: PLR0915 - one l
     except ValueError as exc:
         error(str(exc))
         return ExitCode.USAGE
-    if out is not None and (problem := _check_writable(out)) is not None:
+    if out is not None and (problem := check_writable(out, option="--out")) is not None:
         error(problem)
         return ExitCode.PREFLIGHT_FAILED
     try:
@@ -414,7 +440,6 @@ def _evaluate_command(args: argparse.Namespace) -> int:  # noqa: PLR0915 - one l
         except CacheError as exc:
             error(f"{exc} (use --no-cache to run without it)")
             return ExitCode.PREFLIGHT_FAILED
-    reports: list[Any] = []
     if args.ray or args.ray_address:
         return _evaluate_on_ray(
             args,
@@ -437,7 +462,7 @@ def _evaluate_command(args: argparse.Namespace) -> int:  # noqa: PLR0915 - one l
             show_progress=not args.no_progress,
             cache=cache,
             preflight=not args.no_preflight,
-            batch_api=_batch_options(args, reports),
+            batch_api=batch,
         )
     except MissingFieldError as exc:
         error(str(exc))

@@ -399,8 +399,13 @@ async def acheck_judge(
     from langchain_ragmetrics._progress import Progress
     from langchain_ragmetrics._schema import RagSample
     from langchain_ragmetrics._text import check_language
-    from langchain_ragmetrics.metrics._judge import judge_name
+    from langchain_ragmetrics.metrics._judge import RetryPolicy, judge_name
 
+    if isinstance(metrics, str):  # its letters would be taken as metric names
+        msg = f"`metrics` must be a list of metric names or metrics, got the string {metrics!r}"
+        raise TypeError(msg)
+    if retry is not None:  # checked now: a dict would fail every call, each as a judge error
+        retry = RetryPolicy.model_validate(retry)
     variants: list[Variant] = []
     for entry in DEFAULT_VARIANTS if metrics is None else metrics:
         taken = {v.name for v in variants}

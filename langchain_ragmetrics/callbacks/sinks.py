@@ -151,6 +151,16 @@ class CallableSink(BaseSink):
         self.fn(item)
 
 
+def _log_level(level: object) -> int:
+    """``level`` as ``logging``'s number ("INFO" and 20 alike); else a ValueError naming it."""
+    if isinstance(level, str) and isinstance(logging.getLevelName(level.upper()), int):
+        return int(logging.getLevelName(level.upper()))
+    if isinstance(level, int) and not isinstance(level, bool) and level >= 0:
+        return level
+    msg = f"`level` must be a logging level such as logging.INFO or 'INFO', got {level!r}"
+    raise ValueError(msg)
+
+
 class LoggingSink(BaseSink):
     """Logs one line per result; failed results at WARNING or above.
 
@@ -159,13 +169,25 @@ class LoggingSink(BaseSink):
     encoded (lone surrogates) is escaped, so no handler drops the line.
 
     Args:
-        logger: Defaults to ``logging.getLogger("langchain_ragmetrics.online")``.
-        level: Level of successful and skipped results.
+        logger: A logger or a logger's name; defaults to
+            ``logging.getLogger("langchain_ragmetrics.online")``.
+        level: Level of successful and skipped results: a number or a name (``"INFO"``).
+
+    Raises:
+        TypeError: ``logger`` is neither a logger nor a name.
+        ValueError: ``level`` is not a level ``logging`` knows.
     """
 
-    def __init__(self, logger: logging.Logger | None = None, *, level: int = logging.INFO) -> None:
+    def __init__(
+        self, logger: logging.Logger | str | None = None, *, level: int | str = logging.INFO
+    ) -> None:
+        if isinstance(logger, str):
+            logger = logging.getLogger(logger)
+        elif logger is not None and not isinstance(logger, (logging.Logger, logging.LoggerAdapter)):
+            msg = f"`logger` must be a logging.Logger or its name, got {type(logger).__name__}"
+            raise TypeError(msg)
         self.logger = logger or logging.getLogger("langchain_ragmetrics.online")
-        self.level = level
+        self.level = _log_level(level)
 
     @override
     def emit(self, item: OnlineResult) -> None:
@@ -213,7 +235,14 @@ class JsonlSink(BaseSink):
         include_contexts: bool = False,
         include_answer: bool = False,
     ) -> None:
-        self.path = Path(path)
+        for name, flag in (
+            ("include_contexts", include_contexts),
+            ("include_answer", include_answer),
+        ):
+            if not isinstance(flag, bool):  # "no" would write the documents
+                msg = f"`{name}` must be True or False, got {flag!r}"
+                raise TypeError(msg)
+        self.path = Path(path).expanduser()
         if self.path.is_dir():
             msg = f"JsonlSink: {self.path} is a directory, expected a file path"
             raise ValueError(msg)

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 __all__ = [
     "DEFAULT_MAX_BYTES_PER_FILE",
@@ -72,6 +72,13 @@ class BatchOptions(BaseModel):
     on_report: Callable[[BatchReport], Any] | None = Field(default=None, exclude=True)
     """Called with the :class:`BatchReport` when the run ends; without it the report is
     written to stderr (unless ``show_progress=False``)."""
+
+    @field_validator("state_dir", mode="after")
+    @classmethod
+    def _expand_home(cls, value: Path | None) -> Path | None:
+        # "~/batches" is the user's folder, not "./~" (bash leaves "--batch-dir=~/b" as
+        # it is): a state file looked for in the wrong place means a second paid upload.
+        return None if value is None else value.expanduser()
 
     def resolved_state_dir(self) -> Path:
         """:attr:`state_dir`, or the default under the user's cache directory."""

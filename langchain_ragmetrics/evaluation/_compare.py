@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from typing_extensions import override
 
 from langchain_ragmetrics._errors import ComparisonError
+from langchain_ragmetrics._options import fraction
 from langchain_ragmetrics.evaluation._report import _number, _table
 from langchain_ragmetrics.evaluation._saved import sample_ids
 
@@ -106,7 +107,12 @@ class Comparison(BaseModel):
     """Per metric, the rows that got worse most (largest drop first)."""
 
     def regressions(self, max_drop: float) -> list[str]:
-        """One line per metric whose mean paired score fell by more than ``max_drop``."""
+        """One line per metric whose mean paired score fell by more than ``max_drop``.
+
+        Raises:
+            ValueError: ``max_drop`` is not a number from 0 to 1 (NaN would flag nothing).
+        """
+        max_drop = fraction("max_drop", max_drop)
         out = []
         for name, m in self.metrics.items():
             if not math.isnan(m.diff) and -m.diff > max_drop:

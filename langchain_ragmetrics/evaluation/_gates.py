@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from langchain_ragmetrics._errors import QualityGateError
+from langchain_ragmetrics._options import fraction
 
 if TYPE_CHECKING:
     from langchain_ragmetrics.evaluation._model import ResultData
@@ -59,11 +60,12 @@ def gate_problems(
 
     Raises:
         KeyError: ``fail_under`` names a metric the run does not have.
-        ValueError: ``max_failed_rate`` is outside [0, 1].
+        ValueError: A threshold or ``max_failed_rate`` is not a number from 0 to 1.
     """
     problems: list[str] = []
     aggregates = result.aggregates
-    for name, threshold in (fail_under or {}).items():
+    for name, given in (fail_under or {}).items():
+        threshold = fraction(f"fail_under[{name!r}]", given)
         if name not in aggregates:
             msg = f"fail_under names {name!r}, which this run did not score; it has " + ", ".join(
                 result.metrics
@@ -77,9 +79,7 @@ def gate_problems(
     jobs = len(result.rows) * len(result.metrics)
     failed = sum(s.failed for s in aggregates.values())
     if max_failed_rate is not None:
-        if not 0.0 <= max_failed_rate <= 1.0:
-            msg = f"max_failed_rate must be between 0 and 1, got {max_failed_rate:g}"
-            raise ValueError(msg)
+        max_failed_rate = fraction("max_failed_rate", max_failed_rate)
         if jobs and failed / jobs > max_failed_rate:
             problems.append(
                 f"{failed} of {jobs} jobs failed ({failed / jobs:.1%}), more than the "

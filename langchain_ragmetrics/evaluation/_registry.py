@@ -57,13 +57,23 @@ def is_judged(metric: BaseRagMetric | type[BaseRagMetric]) -> bool:
 def metric_from_name(name: str, **options: Any) -> BaseRagMetric:
     """Build a metric from its key, e.g. ``metric_from_name("context_recall", llm=judge)``.
 
-    Options a metric does not have (``llm`` for a non-LLM metric) are dropped.
+    Options another metric has but this one lacks (``llm`` for a non-LLM metric) are
+    dropped, so one set of options can build a list of metrics; an option no metric has
+    (a typo such as ``lm=``) is refused, since dropping it would, say, judge with the
+    default model instead of the one meant.
 
     Raises:
         UnknownMetricError: No metric has that key.
+        TypeError: An option is not an option of any metric.
     """
-    cls = metric_classes().get(name.strip().lower())
+    classes = metric_classes()
+    cls = classes.get(name.strip().lower())
     if cls is None:
-        raise UnknownMetricError(name, metric_classes())
+        raise UnknownMetricError(name, classes)
+    known = {field for each in classes.values() for field in each.model_fields}
+    unknown = sorted(k for k in options if k not in known)
+    if unknown:
+        msg = f"no metric has the option(s) {', '.join(unknown)}"
+        raise TypeError(msg)
     kept = {k: v for k, v in options.items() if k in cls.model_fields and v is not None}
     return cls(**kept)

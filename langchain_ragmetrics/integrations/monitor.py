@@ -113,7 +113,13 @@ def parse_since(value: str | timedelta | datetime) -> datetime:
     if isinstance(value, datetime):
         return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
     if isinstance(value, timedelta):
+        if value < timedelta(0):
+            msg = f"`since` must look back (a duration of at least 0), got {value!r}"
+            raise ValueError(msg)
         return now - value
+    if not isinstance(value, str):
+        msg = "`since` must be a duration such as '24h', a timedelta or a datetime, got "
+        raise TypeError(msg + type(value).__name__)
     match = _DURATION.match(value)
     if match is None:
         msg = f"`since` must be a duration such as 30m, 24h or 7d, got {value!r}"
@@ -288,6 +294,12 @@ class LangSmithMonitor:
         self.question_from = shared.question_from
         self.max_concurrency = shared.max_concurrency
         self.request_timeout = request_timeout
+        if not isinstance(follow, bool):  # "no" would poll, and pay, forever
+            msg = f"`follow` must be True or False, got {follow!r}"
+            raise TypeError(msg)
+        if not isinstance(lookback, timedelta) or lookback < timedelta(0):
+            msg = f"`lookback` must be a timedelta of at least 0, got {lookback!r}"
+            raise TypeError(msg)
         self.follow = follow
         self.poll_interval = poll_interval
         self.max_polls = max_polls
@@ -299,7 +311,7 @@ class LangSmithMonitor:
         safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", project_name)
         self.checkpoint_path = Path(
             checkpoint or f".ragmetrics-monitor-{safe}-{index}of{count}.sqlite"
-        )
+        ).expanduser()
         self.engine = ScoringEngine(
             max_concurrency=shared.max_concurrency,
             timeout=shared.timeout,

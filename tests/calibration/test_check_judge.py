@@ -529,3 +529,41 @@ def test_comparing_modes_catches_a_judge_pulled_by_the_reference(
     assert one.score_mae is not None
     assert one.score_mae > 0
     assert (two.calls_per_item, one.calls_per_item) == (2.0, 1.0)
+
+
+def test_bad_options_are_refused_before_any_call(
+    judge_server: JudgeServer,
+    make_judge: JudgeFactory,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
+    """Before: a plain string was read letter by letter ("unknown metric 'c'"); a dict
+    ``retry`` made every call fail as a judge error, so a good judge looked failing; an
+    unwritable ``--json`` was found after the whole paid run."""
+    with pytest.raises(TypeError, match="`metrics` must be a list of metric names or metrics"):
+        check_judge(make_judge(), metrics="context_recall")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="max_retries"):
+        check_judge(make_judge(), metrics=["context_recall"], retry={"max_retries": -1})  # type: ignore[arg-type]
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    code = main(
+        ["check-judge", "--model", "judge-model", "--base-url", judge_server.base_url,
+         "--metrics", "context_recall", "--json", str(blocker / "report.json")]
+    )  # fmt: skip
+    assert code == ExitCode.PREFLIGHT_FAILED
+    assert f"cannot write --json {blocker / 'report.json'}" in capsys.readouterr().err
+    assert judge_server.count() == 0
+
+
+def test_a_retry_policy_given_as_a_dict_is_used(
+    judge_server: JudgeServer, make_judge: JudgeFactory
+) -> None:
+    judge_server.script = label_judge()
+    report = check_judge(
+        make_judge(),
+        metrics=["context_recall"],
+        language="en",
+        retry={"max_retries": 0},  # type: ignore[arg-type]
+    )
+    (row,) = report.metrics
+    assert row.answered == row.items > 0  # every item answered: the policy was usable

@@ -249,3 +249,39 @@ def test_escape_unencodable_leaves_encodable_values_alone() -> None:
     data = {"a": ["é", 1, None], "b": ("x\udcff",)}
     assert escape_unencodable(data) == {"a": ["é", 1, None], "b": ["x\\udcff"]}
     assert escape_unencodable("plain") == "plain"
+
+
+def test_sink_options_of_the_wrong_kind_are_refused_when_built(tmp_path: Path) -> None:
+    """Before, ``include_contexts="no"`` wrote the documents, and a logger name or a level
+    name was accepted and then failed on every result."""
+    with pytest.raises(TypeError, match="`include_contexts` must be True or False, got 'no'"):
+        JsonlSink(tmp_path / "s.jsonl", include_contexts="no")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="`include_answer` must be True or False, got 0"):
+        JsonlSink(tmp_path / "s.jsonl", include_answer=0)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"`logger` must be a logging\.Logger or its name"):
+        LoggingSink(5)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="`level` must be a logging level"):
+        LoggingSink(level="LOUD")
+
+
+def test_logging_sink_takes_a_logger_name_and_a_level_name(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    sink = LoggingSink("test.named", level="warning")
+    assert (sink.logger.name, sink.level) == ("test.named", logging.WARNING)
+    with caplog.at_level(logging.WARNING, logger="test.named"):
+        sink.emit(item())
+    (record,) = caplog.records
+    assert record.levelno == logging.WARNING
+
+
+def test_a_path_under_home_is_the_users_home(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``~/scores.jsonl`` is under the home folder, not a folder named "~" here."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    sink = JsonlSink("~/scores.jsonl")
+    assert sink.path == tmp_path / "scores.jsonl"
+    sink.emit(item())
+    sink.close()
+    assert (tmp_path / "scores.jsonl").exists()

@@ -158,6 +158,39 @@ def test_cancel_needs_batch_api_and_a_running_batch(
     assert server.uploads == server.count() == 0
 
 
+@pytest.mark.parametrize(
+    ("batch", "extra", "message"),
+    [
+        (
+            False,
+            ["--batch-dir", "b", "--retry-direct", "--price-input", "0.15"],
+            "--batch-dir, --retry-direct, --price-input only apply to a Batch API run: "
+            "add --batch-api",
+        ),
+        (False, ["--poll-interval", "5"], "--poll-interval only apply to a Batch API run"),
+        (True, ["--batch-discount", "0"], "--batch-discount: Input should be greater than 0"),
+        (True, ["--max-bytes-per-file", "100"], "--max-bytes-per-file: Input should be greater"),
+        (True, ["--workers", "4"], "--workers spreads direct judge calls over processes"),
+    ],
+)
+def test_a_bad_batch_option_is_a_usage_error_before_the_data_is_read(
+    server: BatchServer,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    batch: bool,
+    extra: list[str],
+    message: str,
+) -> None:
+    """Before: Batch API options without --batch-api were ignored (the run went direct, at
+    twice the price), and a value BatchOptions refuses ended in a traceback."""
+    build = batch_command if batch else command
+    argv = build(tmp_path / "x.jsonl", *extra)
+    argv[1] = str(tmp_path / "no-such-file.jsonl")  # not read: the options fail first
+    assert main(argv) == ExitCode.USAGE
+    assert message in capsys.readouterr().err
+    assert server.count() == 0
+
+
 def test_ctrl_c_while_polling_leaves_the_batch_running_for_the_next_run(
     server: BatchServer, tmp_path: Path
 ) -> None:

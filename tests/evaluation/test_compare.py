@@ -123,3 +123,10 @@ def test_the_last_pair_alone_can_decide_the_interval() -> None:
     assert (low, high) == (0.0, pytest.approx(0.15))
     assert (recall.ci_low, recall.ci_high) == (pytest.approx(low), pytest.approx(high))
     assert recall.better == 1
+
+
+@pytest.mark.parametrize("max_drop", [float("nan"), -0.1, "0.05"])
+def test_a_max_drop_that_is_not_a_fraction_is_refused(max_drop: object) -> None:
+    """Before, ``regressions(nan)`` returned [] whatever had dropped."""
+    with pytest.raises(ValueError, match="`max_drop` must be a number between 0 and 1"):
+        NEW.compare(BASE).regressions(max_drop)  # type: ignore[arg-type]

@@ -70,3 +70,13 @@ def test_parse_thresholds() -> None:
     ]:
         with pytest.raises(ValueError, match=message):
             parse_thresholds(bad)
+
+
+@pytest.mark.parametrize("threshold", [float("nan"), -1, 1.5, "0.7", True])
+def test_a_threshold_that_is_not_a_fraction_is_refused_by_name(threshold: object) -> None:
+    """Before, a NaN threshold passed every gate (``mean < nan`` is False), -1 passed, and
+    "0.7" raised a raw comparison error."""
+    with pytest.raises(ValueError, match=r"`fail_under\['context_recall'\]` must be a number"):
+        RESULT.check(fail_under={"context_recall": threshold})  # type: ignore[dict-item]
+    with pytest.raises(ValueError, match="`max_failed_rate` must be a number between 0 and 1"):
+        RESULT.check(max_failed_rate=threshold)  # type: ignore[arg-type]

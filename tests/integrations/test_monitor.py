@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import re
 import threading
 import time
 from collections import Counter
@@ -612,3 +613,31 @@ def test_a_request_slower_than_its_timeout_leaves_no_gap_and_no_duplicate(
     # a held POST is tried again (409 when the held one is let through); a held clean-up
     # or read is retried on its own; nothing is posted for a pair found in LangSmith
     assert posts == {"POST /feedback": 4, "DELETE /feedback/": 3, "GET /feedback/": 0}[held]
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "error", "message"),
+    [
+        ("follow", "no", TypeError, "`follow` must be True or False, got 'no'"),
+        ("follow", None, TypeError, "`follow` must be True or False, got None"),
+        ("lookback", 600, TypeError, "`lookback` must be a timedelta of at least 0, got 600"),
+        ("since", 3600, TypeError, "`since` must be a duration such as '24h'"),
+        ("since", timedelta(days=-1), ValueError, "`since` must look back"),
+    ],
+)
+def test_options_of_the_wrong_kind_are_refused_when_built(
+    langsmith_client: langsmith.Client, option: str, value: object, error: type, message: str
+) -> None:
+    """Before, ``follow="no"`` polled (and paid) forever, ``lookback=600`` crashed at the
+    second poll, and a negative ``since`` looked at a window in the future."""
+    with pytest.raises(error, match=re.escape(message)):
+        LangSmithMonitor(PROJECT, client=langsmith_client, **{option: value})
+
+
+def test_a_checkpoint_under_home_is_the_users_home(
+    langsmith_client: langsmith.Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A checkpoint looked for in a folder named "~" would score every run again."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monitor = LangSmithMonitor(PROJECT, client=langsmith_client, checkpoint="~/c.sqlite")
+    assert monitor.checkpoint_path == tmp_path / "c.sqlite"
