@@ -6,6 +6,7 @@ and :meth:`HandlerSettings.in_child`): an option is written here once, never rel
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
 
 from langchain_core.callbacks import BaseCallbackHandler
@@ -146,6 +147,35 @@ class HandlerSettings(BaseModel):
     @classmethod
     def _rate(cls, value: float) -> float:
         return check_rate(value)
+
+    @field_validator(
+        "sample_rate",
+        "max_queue_size",
+        "max_concurrency",
+        "rate_limit_per_minute",
+        "timeout",
+        "max_open_traces",
+        "sink_queue_size",
+        "exit_timeout",
+        mode="before",
+    )
+    @classmethod
+    def _a_number(cls, value: Any, info: ValidationInfo) -> Any:
+        """A number as given, checked before pydantic's lax coercion.
+
+        ``True`` is not 1.0, nor ``"0.5"`` a rate, nor infinity a timeout: the rule
+        ``_options`` applies to every other numeric option. The range is the field's own.
+        """
+        if value is None:
+            return value
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+        ):
+            msg = f"`{info.field_name}` must be a finite number, got {value!r}"
+            raise ValueError(msg)
+        return value
 
     @field_validator("question_from", mode="before")
     @classmethod

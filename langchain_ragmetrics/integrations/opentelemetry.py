@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from typing_extensions import override
 
-from langchain_ragmetrics._options import number_above_zero
+from langchain_ragmetrics._options import fraction, number_above_zero
 from langchain_ragmetrics._retrieval import OnlineResult
 from langchain_ragmetrics._threads import DaemonThreadPool
 from langchain_ragmetrics.callbacks.sinks import BaseSink
@@ -121,9 +121,8 @@ class OpenTelemetrySink(BaseSink):
         if events not in ("auto", "logs", "span"):
             msg = f"`events` must be 'auto', 'logs' or 'span', got {events!r}"
             raise ValueError(msg)
-        if pass_threshold is not None and not 0.0 <= pass_threshold <= 1.0:
-            msg = f"`pass_threshold` must be between 0 and 1, got {pass_threshold!r}"
-            raise ValueError(msg)
+        if pass_threshold is not None:
+            pass_threshold = fraction("pass_threshold", pass_threshold)
         number_above_zero("flush_timeout", flush_timeout)
         from opentelemetry import metrics, trace
 

@@ -29,7 +29,7 @@ from typing_extensions import override
 from langchain_ragmetrics._errors import SinkSkipError
 from langchain_ragmetrics._guarded import Failure, GuardedRequests, classify_status, http_status
 from langchain_ragmetrics._links import OPENINFERENCE
-from langchain_ragmetrics._options import whole_number
+from langchain_ragmetrics._options import fraction, whole_number
 from langchain_ragmetrics._retrieval import OnlineResult
 from langchain_ragmetrics.callbacks._stats import FailureLog
 from langchain_ragmetrics.callbacks.sinks import BaseSink
@@ -108,9 +108,8 @@ class PhoenixSink(BaseSink):
             import phoenix.client  # noqa: F401
         except ImportError as exc:  # pragma: no cover - exercised only without the extra
             raise ImportError(_MISSING_EXTRA) from exc
-        if pass_threshold is not None and not 0.0 <= pass_threshold <= 1.0:
-            msg = f"`pass_threshold` must be between 0 and 1, got {pass_threshold!r}"
-            raise ValueError(msg)
+        if pass_threshold is not None:
+            pass_threshold = fraction("pass_threshold", pass_threshold)
         self.endpoint = endpoint
         self.pass_threshold = pass_threshold
         self._api_key = api_key

@@ -3,6 +3,7 @@
 import asyncio
 import copy
 import logging
+import math
 import threading
 import uuid
 from collections.abc import Callable
@@ -448,6 +449,12 @@ def test_defaults_and_lazy_threads() -> None:
         ({"max_open_traces": 0}, ValueError, "max_open_traces"),
         ({"trace_judge": 3}, TypeError, "trace_judge"),
         ({"exit_timeout": -1}, ValueError, "exit_timeout"),
+        # Before, pydantic's lax coercion took these: every trace scored, a string rate.
+        ({"sample_rate": True}, ValueError, "`sample_rate` must be a finite number, got True"),
+        ({"sample_rate": "0.5"}, ValueError, "`sample_rate` must be a finite number, got '0.5'"),
+        ({"timeout": "5"}, ValueError, "`timeout` must be a finite number, got '5'"),
+        ({"max_concurrency": True}, ValueError, "`max_concurrency` must be a finite number"),
+        ({"exit_timeout": math.inf}, ValueError, "`exit_timeout` must be a finite number"),
     ],
 )
 def test_bad_options_fail_with_a_clear_message(

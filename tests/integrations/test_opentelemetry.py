@@ -301,6 +301,9 @@ def test_bad_options_name_the_field() -> None:
         OpenTelemetrySink(events="stdout")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="`pass_threshold`"):
         OpenTelemetrySink(pass_threshold=2)
+    for odd in ("0.5", True, math.nan):  # a raw TypeError, or taken as 1.0, or never a pass
+        with pytest.raises(ValueError, match="`pass_threshold` must be a number between 0 and 1"):
+            OpenTelemetrySink(pass_threshold=odd)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="`flush_timeout`"):
         OpenTelemetrySink(flush_timeout=0)
 
