@@ -11,11 +11,31 @@ from __future__ import annotations
 import math
 from typing import TypeGuard
 
-__all__ = ["fraction", "number_above_zero", "number_at_least_zero", "whole_number"]
+__all__ = [
+    "finite_number",
+    "fraction",
+    "number_above_zero",
+    "number_at_least_zero",
+    "whole_number",
+]
 
 
 def _finite(value: object) -> TypeGuard[int | float]:
     return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def finite_number(name: str, value: object) -> int | float:
+    """``value`` as given, checked: an int or a float, finite (its range is checked apart).
+
+    For pydantic fields, before its lax mode turns ``True`` into 1 or ``"0.5"`` into 0.5.
+
+    Raises:
+        ValueError: It is not; the message names the option and the value.
+    """
+    if not _finite(value):
+        msg = f"`{name}` must be a finite number, got {value!r}"
+        raise ValueError(msg)
+    return value
 
 
 def number_above_zero(name: str, value: object) -> float:

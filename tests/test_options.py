@@ -11,7 +11,13 @@ import pytest
 from langchain_ragmetrics import InMemorySink
 from langchain_ragmetrics._breaker import CircuitBreaker
 from langchain_ragmetrics._engine import ScoringEngine
-from langchain_ragmetrics._options import number_above_zero, number_at_least_zero, whole_number
+from langchain_ragmetrics._options import (
+    finite_number,
+    fraction,
+    number_above_zero,
+    number_at_least_zero,
+    whole_number,
+)
 from langchain_ragmetrics._queue import BoundedQueue
 from langchain_ragmetrics._threads import DaemonThreadPool
 
@@ -74,3 +80,18 @@ def test_entry_points_use_the_shared_checks(build: Callable[[], Any], message: s
     """Before, a string raised a comparison error and NaN or 1.5 passed."""
     with pytest.raises(ValueError, match=message):
         build()
+
+
+@pytest.mark.parametrize("value", NOT_NUMBERS)
+def test_finite_number_refuses_what_pydantic_would_coerce(value: object) -> None:
+    with pytest.raises(ValueError, match=r"^`rate` must be a finite number, got "):
+        finite_number("rate", value)
+    assert finite_number("rate", -2) == -2  # the range is the caller's to check
+    assert finite_number("rate", 0.5) == 0.5
+
+
+@pytest.mark.parametrize("value", [*NOT_NUMBERS, -0.1, 1.01])
+def test_fraction_is_zero_to_one(value: object) -> None:
+    with pytest.raises(ValueError, match=r"^`share` must be a number between 0 and 1, got "):
+        fraction("share", value)
+    assert (fraction("share", 0), fraction("share", 1), fraction("share", 0.25)) == (0, 1, 0.25)

@@ -6,12 +6,12 @@ and :meth:`HandlerSettings.in_child`): an option is written here once, never rel
 
 from __future__ import annotations
 
-import math
 from typing import Any, Literal
 
 from langchain_core.callbacks import BaseCallbackHandler
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
+from langchain_ragmetrics._options import finite_number
 from langchain_ragmetrics._retrieval import AnswerFrom, QuestionFrom, ReferenceProvider
 from langchain_ragmetrics.callbacks._isolation import ProcessIsolation, ScoringSetup
 from langchain_ragmetrics.callbacks._sampling import check_rate
@@ -166,16 +166,7 @@ class HandlerSettings(BaseModel):
         ``True`` is not 1.0, nor ``"0.5"`` a rate, nor infinity a timeout: the rule
         ``_options`` applies to every other numeric option. The range is the field's own.
         """
-        if value is None:
-            return value
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, (int, float))
-            or not math.isfinite(value)
-        ):
-            msg = f"`{info.field_name}` must be a finite number, got {value!r}"
-            raise ValueError(msg)
-        return value
+        return None if value is None else finite_number(str(info.field_name), value)
 
     @field_validator("question_from", mode="before")
     @classmethod

@@ -6,7 +6,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+
+from langchain_ragmetrics._options import finite_number
 
 __all__ = [
     "DEFAULT_MAX_BYTES_PER_FILE",
@@ -72,6 +74,22 @@ class BatchOptions(BaseModel):
     on_report: Callable[[BatchReport], Any] | None = Field(default=None, exclude=True)
     """Called with the :class:`BatchReport` when the run ends; without it the report is
     written to stderr (unless ``show_progress=False``)."""
+
+    @field_validator(
+        "poll_interval",
+        "max_requests_per_file",
+        "max_bytes_per_file",
+        "max_attempts",
+        "request_timeout",
+        "input_price",
+        "output_price",
+        "batch_discount",
+        mode="before",
+    )
+    @classmethod
+    def _a_number(cls, value: Any, info: ValidationInfo) -> Any:
+        # As given, before pydantic's lax mode: True is not 1 attempt, inf not an interval.
+        return None if value is None else finite_number(str(info.field_name), value)
 
     @field_validator("state_dir", mode="after")
     @classmethod

@@ -381,13 +381,19 @@ def _preflight(run: _Run) -> None:
     )
 
 
-def _batch_options(batch_api: object) -> BatchOptions | None:
+def _batch_options(batch_api: object, preflight: object) -> BatchOptions | None:
     """``batch_api`` checked: None for direct calls, else the Batch API's options.
 
+    ``preflight`` is checked alongside: True, False or None (the default for the mode).
+
     Raises:
-        TypeError: It is neither a bool nor a :class:`BatchOptions` (``None`` or ``0`` would
-            otherwise have turned on a run that takes hours).
+        TypeError: ``batch_api`` is neither a bool nor a :class:`BatchOptions` (``None`` or
+            ``0`` would otherwise have turned on a run that takes hours), or ``preflight``
+            is not a bool or None (``"no"`` would have sent the pre-flight request).
     """
+    if preflight is not None and not isinstance(preflight, bool):
+        msg = f"`preflight` must be True, False or None, got {preflight!r}"
+        raise TypeError(msg)
     if batch_api is False:
         return None
     if batch_api is True:
@@ -490,7 +496,7 @@ def evaluate(
             above 1) a metric, its judge or the config's callbacks cannot be sent to another
             process.
     """
-    options = _batch_options(batch_api)
+    options = _batch_options(batch_api, preflight)
     run = _prepare(
         dataset,
         metrics,
@@ -541,7 +547,7 @@ async def aevaluate(
     Cancelling the awaiting task cancels the unfinished jobs and propagates as usual; a
     KeyboardInterrupt raised by ``on_result`` returns the partial result instead.
     """
-    options = _batch_options(batch_api)
+    options = _batch_options(batch_api, preflight)
     run = _prepare(
         dataset,
         metrics,

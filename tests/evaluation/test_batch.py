@@ -626,3 +626,14 @@ def test_workers_with_the_batch_api_is_refused_not_ignored() -> None:
             batch_api=True,
             workers=2,
         )
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("max_attempts", True), ("poll_interval", math.inf), ("batch_discount", "0.5")],
+)
+def test_batch_options_are_numbers_as_given(option: str, value: object) -> None:
+    """Before, pydantic's lax mode took True as 1 attempt and "0.5" as a discount, and an
+    infinite poll interval never polled again."""
+    with pytest.raises(ValueError, match=f"`{option}` must be a finite number"):
+        BatchOptions(**{option: value})

@@ -204,6 +204,8 @@ def test_bad_rows_and_unknown_metrics_raise_before_scoring() -> None:
             evaluate([{"contexts": ["a"]}], ["non_llm_context_recall"], batch_api=off)  # type: ignore[arg-type]
         with pytest.raises(TypeError, match=r"`batch_api` must be True, False or BatchOptions"):
             asyncio.run(aevaluate([{"contexts": ["a"]}], ["non_llm_context_recall"], batch_api=off))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="`preflight` must be True, False or None, got 'no'"):
+        evaluate([{"contexts": ["a"]}], ["non_llm_context_recall"], preflight="no")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"`on_result` must be a function .*, got int"):
         evaluate([{"contexts": ["a"]}], ["non_llm_context_recall"], on_result=5)  # type: ignore[arg-type]
 
