@@ -20,6 +20,7 @@ from langchain_ragmetrics._options import (
 )
 from langchain_ragmetrics._queue import BoundedQueue
 from langchain_ragmetrics._threads import DaemonThreadPool
+from langchain_ragmetrics.callbacks import ProcessIsolation
 
 NOT_NUMBERS: list[object] = ["5", None, True, False, [1], math.nan, math.inf, -math.inf]
 
@@ -74,6 +75,9 @@ def test_whole_number_keeps_the_int() -> None:
         (lambda: InMemorySink(max_results=1.5), "`max_results` must be a whole number"),
         (lambda: ScoringEngine(max_concurrency=0), "`max_concurrency` must be a whole number"),
         (lambda: ScoringEngine(timeout=math.inf), "`timeout` must be a number above 0, got inf"),
+        # pydantic models: checked as given, before its lax mode coerces them
+        (lambda: ProcessIsolation(hang_timeout="60"), "`hang_timeout` must be a finite number"),
+        (lambda: ProcessIsolation(max_restarts=True), "`max_restarts` must be a finite number"),
     ],
 )
 def test_entry_points_use_the_shared_checks(build: Callable[[], Any], message: str) -> None:

@@ -12,8 +12,9 @@ from collections.abc import Callable
 from functools import reduce
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
+from langchain_ragmetrics._options import finite_number
 from langchain_ragmetrics.callbacks.sinks import BaseSink
 from langchain_ragmetrics.metrics._base import BaseRagMetric
 
@@ -79,6 +80,12 @@ class ProcessIsolation(BaseModel):
     def heartbeat(self) -> float:
         """Seconds between the child's reports when nothing changed (its proof of life)."""
         return min(1.0, (self.hang_timeout or 4.0) / 4)
+
+    @field_validator("hang_timeout", "start_timeout", "niceness", "max_restarts", mode="before")
+    @classmethod
+    def _a_number(cls, value: Any, info: ValidationInfo) -> Any:
+        # As given, before pydantic's lax mode ("60" or True are not timeouts).
+        return None if value is None else finite_number(str(info.field_name), value)
 
     @field_validator("setup")
     @classmethod

@@ -22,10 +22,11 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from langchain_ragmetrics._errors import JudgeConfigError
 from langchain_ragmetrics._gate import Admission, DeadlineExceededError, current_admission
+from langchain_ragmetrics._options import finite_number
 from langchain_ragmetrics._schema import Usage
 
 if TYPE_CHECKING:
@@ -138,6 +139,14 @@ class RetryPolicy(BaseModel):
     own first delay, whose retries this layer replaces); it doubles with each retry."""
     max_backoff: float = Field(default=30.0, ge=0, allow_inf_nan=False)
     """Upper bound of one backoff sleep, in seconds (a longer ``Retry-After`` is cut to it)."""
+
+    @field_validator(
+        "max_retries", "parse_retries", "initial_backoff", "max_backoff", mode="before"
+    )
+    @classmethod
+    def _a_number(cls, value: Any, info: ValidationInfo) -> Any:
+        # As given, before pydantic's lax mode (True is not 1 retry, "3" not 3).
+        return finite_number(str(info.field_name), value)
 
     @model_validator(mode="after")
     def _backoff_bounds(self) -> RetryPolicy:

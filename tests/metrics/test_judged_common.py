@@ -487,6 +487,8 @@ def test_backoff_is_full_jitter_under_a_doubling_ceiling(
         ({"initial_backoff": math.nan}, "finite number"),
         ({"max_backoff": math.inf}, "finite number"),
         ({"max_retries": -1}, "greater than or equal to 0"),
+        ({"max_retries": True}, "`max_retries` must be a finite number, got True"),
+        ({"parse_retries": "3"}, "`parse_retries` must be a finite number, got '3'"),
     ],
 )
 def test_a_retry_policy_that_contradicts_itself_is_refused(
