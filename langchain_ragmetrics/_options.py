@@ -3,12 +3,14 @@
 Every option a user gives as a number (a timeout, a retry count, a concurrency) is checked by
 one of these before it is used, so bad input is refused when an object is built, by the
 option's name, with one wording everywhere. A bool is never a number here (``True`` is an
-``int`` to Python, never what a user meant), nor is a numeric string, NaN or infinity.
+``int`` to Python, never what a user meant), nor is a numeric string, NaN or infinity. NumPy
+scalars are numbers (``numbers.Integral`` / ``numbers.Real``), as they come out of pandas.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 from typing import TypeGuard
 
 __all__ = [
@@ -20,12 +22,12 @@ __all__ = [
 ]
 
 
-def _finite(value: object) -> TypeGuard[int | float]:
-    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+def _finite(value: object) -> TypeGuard[numbers.Real]:
+    return not isinstance(value, bool) and isinstance(value, numbers.Real) and math.isfinite(value)
 
 
-def finite_number(name: str, value: object) -> int | float:
-    """``value`` as given, checked: an int or a float, finite (its range is checked apart).
+def finite_number(name: str, value: object) -> numbers.Real:
+    """``value`` as given, checked: a real number, finite (its range is checked apart).
 
     For pydantic fields, before its lax mode turns ``True`` into 1 or ``"0.5"`` into 0.5.
 
@@ -69,19 +71,19 @@ def fraction(name: str, value: object) -> float:
         ValueError: It is not; the message names the option and the value (a NaN threshold
             would pass every gate).
     """
-    if not _finite(value) or not 0 <= value <= 1:
+    if not _finite(value) or not 0 <= float(value) <= 1:
         msg = f"`{name}` must be a number between 0 and 1, got {value!r}"
         raise ValueError(msg)
     return float(value)
 
 
 def whole_number(name: str, value: object, *, minimum: int = 1) -> int:
-    """``value`` checked: an ``int`` (not a bool, not 1.0) of at least ``minimum``.
+    """``value`` as an int, checked: a whole number (not a bool, not 1.0) of ``minimum`` or more.
 
     Raises:
         ValueError: It is not; the message names the option, the bound and the value.
     """
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
         msg = f"`{name}` must be a whole number of at least {minimum}, got {value!r}"
         raise ValueError(msg)
-    return value
+    return int(value)

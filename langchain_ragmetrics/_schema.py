@@ -96,6 +96,40 @@ class Usage(BaseModel):
         )
 
 
+def _comparable(value: Any) -> Any:
+    """``value`` as two names of one field are compared: arrays and tuples as lists.
+
+    Documents count as their text.
+    """
+    if hasattr(value, "tolist"):  # a NumPy array or scalar, as pandas gives
+        value = value.tolist()
+    if isinstance(value, (list, tuple)):
+        return [_comparable(item) for item in value]
+    if isinstance(value, Document):
+        return value.page_content
+    return value
+
+
+def _absent(value: Any) -> bool:
+    """None, NaN (an empty cell of a frame), or an empty text or list: nothing given."""
+    value = _comparable(value)
+    if isinstance(value, float):
+        return math.isnan(value)
+    return value is None or (isinstance(value, (str, list)) and not value)
+
+
+def _same(first: Any, second: Any) -> bool:
+    try:
+        return bool(_comparable(first) == _comparable(second))
+    except Exception:  # values that cannot be compared are not the same
+        return False
+
+
+def _has_documents(value: Any) -> bool:
+    items = value if isinstance(value, (list, tuple)) else [value]
+    return any(isinstance(item, Document) for item in items)
+
+
 class RagSample(BaseModel):
     """One RAG interaction: a question, what was retrieved, the answer and the reference.
 
@@ -146,14 +180,18 @@ class RagSample(BaseModel):
                 continue
             if target == "reference" and isinstance(value, (list, tuple)):
                 value = "\n".join(str(v) for v in value)  # noqa: PLW2901 - the field's form
-            if target in out and value is None:
-                continue
-            if out.get(target) is not None and value != out[target]:
-                msg = (
-                    f"`{source[target]}` and `{key}` are two names of the field `{target}` "
-                    "and their values differ: give one of them"
-                )
-                raise ValueError(msg)
+            if target in out:  # a second name of a field already read
+                if _absent(value):
+                    continue
+                if not _absent(out[target]):
+                    if not _same(out[target], value):
+                        msg = (
+                            f"`{source[target]}` and `{key}` are two names of the field "
+                            f"`{target}` and their values differ: give one of them"
+                        )
+                        raise ValueError(msg)
+                    if not _has_documents(value):
+                        continue  # equal: keep the first (its Documents and their ids)
             out[target] = value
             source[target] = key
         raw_contexts = out.get("contexts")

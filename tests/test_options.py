@@ -99,3 +99,17 @@ def test_fraction_is_zero_to_one(value: object) -> None:
     with pytest.raises(ValueError, match=r"^`share` must be a number between 0 and 1, got "):
         fraction("share", value)
     assert (fraction("share", 0), fraction("share", 1), fraction("share", 0.25)) == (0, 1, 0.25)
+
+
+def test_numpy_scalars_are_numbers() -> None:
+    """Options read from a pandas frame are NumPy scalars; np.int64 is not an ``int``."""
+    import numpy as np
+
+    assert whole_number("workers", np.int64(4)) == 4
+    assert type(whole_number("workers", np.int64(4))) is int
+    assert number_above_zero("timeout", np.float32(1.5)) == 1.5
+    assert fraction("rate", np.float64(0.25)) == 0.25
+    with pytest.raises(ValueError, match="whole number"):
+        whole_number("workers", np.bool_(True))
+    with pytest.raises(ValueError, match="finite number"):
+        finite_number("rate", np.float64("nan"))

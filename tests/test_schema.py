@@ -73,6 +73,27 @@ def test_two_names_of_one_field_must_agree() -> None:
     assert joined.reference == "one.\ntwo."
 
 
+def test_two_names_compare_as_data_not_as_python_objects() -> None:
+    """Equal data in other shapes is one value: a NumPy array (pandas), a tuple, Documents
+    beside their texts (whose ids are kept), and an empty cell (NaN, "") is no value."""
+    import numpy as np
+    from langchain_core.documents import Document
+
+    ids = coerce_sample({"context_ids": ["1", "2"], "retrieved_context_ids": np.array(["1", "2"])})
+    assert ids.context_ids == ["1", "2"]
+    assert coerce_sample({"contexts": ("a",), "retrieved_contexts": ["a"]}).contexts == ["a"]
+    for first, second in (("contexts", "retrieved_contexts"), ("retrieved_contexts", "contexts")):
+        given = {first: [Document("a", id="d1")], second: ["a"]}
+        if first == "retrieved_contexts":
+            given = {first: ["a"], second: [Document("a", id="d1")]}
+        sample = coerce_sample(given)
+        assert (sample.contexts, sample.context_ids) == (["a"], ["d1"])
+    assert coerce_sample({"question": float("nan"), "user_input": "q"}).question == "q"
+    assert coerce_sample({"question": "", "user_input": "p"}).question == "p"
+    with pytest.raises(ValidationError, match="their values differ"):
+        coerce_sample({"contexts": ["x"], "retrieved_contexts": np.array(["y"])})
+
+
 def test_unknown_keys_are_kept_in_metadata() -> None:
     sample = coerce_sample({"question": "q", "trace": "t-1", "metadata": {"user": "u"}})
     assert sample.metadata == {"user": "u", "trace": "t-1"}

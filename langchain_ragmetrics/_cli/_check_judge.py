@@ -27,6 +27,7 @@ EXIT_CODES: tuple[ExitCode, ...] = (
     ExitCode.ERROR,
     ExitCode.UNKNOWN_METRIC,
     ExitCode.NO_API_KEY,
+    ExitCode.PREFLIGHT_FAILED,
     ExitCode.JUDGE_DISAGREES,
 )
 """What this sub-command can return besides 0, 2 and 130 (its ``--help`` lists them)."""

@@ -58,7 +58,8 @@ _MEANING: dict[ExitCode, str] = {
     ExitCode.INVALID_DATASET: "an input file cannot be read or has malformed rows (all listed)",
     ExitCode.MISSING_COLUMNS: "a metric needs a column that no row has",
     ExitCode.NO_API_KEY: "an LLM-judged metric was asked for but no judge is configured",
-    ExitCode.PREFLIGHT_FAILED: "checked before any paid call: --out not writable, cache unusable, "
+    ExitCode.PREFLIGHT_FAILED: "checked before any paid call: --out / --json not writable, cache "
+    "unusable, "
     "the judge unreachable / failing / without structured output, or (--ray) Ray unreachable",
     ExitCode.QUALITY_GATE: "a --fail-under threshold or --max-failed-rate was missed, or every "
     "job failed",

@@ -279,7 +279,8 @@ def _batch_options(args: argparse.Namespace, reports: list[Any]) -> Any:
     given = {k: v for k, v in given.items() if v is not None and v is not False}  # 0 is given
     if not args.batch_api:
         if given:
-            msg = f"{', '.join(given)} only apply to a Batch API run: add --batch-api"
+            verb = "applies" if len(given) == 1 else "apply"
+            msg = f"{', '.join(given)} only {verb} to a Batch API run: add --batch-api"
             raise ValueError(msg)
         return False
     try:
@@ -365,7 +366,7 @@ def _evaluate_command(args: argparse.Namespace) -> int:  # noqa: PLR0915 - one l
     if args.batch_api and (args.ray or args.ray_address):
         error("--batch-api and --ray are two ways to run the jobs: pick one")
         return ExitCode.USAGE
-    if args.batch_api and args.workers not in (None, 1):
+    if args.batch_api and args.workers not in (None, 1, "auto"):
         error(
             "--workers spreads direct judge calls over processes; with --batch-api the "
             "Batch API does the work: leave --workers out"

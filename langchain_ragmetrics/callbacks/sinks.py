@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import numbers
 import os
 import threading
 from abc import ABC, abstractmethod
@@ -155,8 +156,8 @@ def _log_level(level: object) -> int:
     """``level`` as ``logging``'s number ("INFO" and 20 alike); else a ValueError naming it."""
     if isinstance(level, str) and isinstance(logging.getLevelName(level.upper()), int):
         return int(logging.getLevelName(level.upper()))
-    if isinstance(level, int) and not isinstance(level, bool) and level >= 0:
-        return level
+    if isinstance(level, numbers.Integral) and not isinstance(level, bool) and int(level) >= 0:
+        return int(level)
     msg = f"`level` must be a logging level such as logging.INFO or 'INFO', got {level!r}"
     raise ValueError(msg)
 

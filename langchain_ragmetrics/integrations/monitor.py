@@ -297,9 +297,12 @@ class LangSmithMonitor:
         if not isinstance(follow, bool):  # "no" would poll, and pay, forever
             msg = f"`follow` must be True or False, got {follow!r}"
             raise TypeError(msg)
-        if not isinstance(lookback, timedelta) or lookback < timedelta(0):
+        if not isinstance(lookback, timedelta):
             msg = f"`lookback` must be a timedelta of at least 0, got {lookback!r}"
             raise TypeError(msg)
+        if lookback < timedelta(0):
+            msg = f"`lookback` must be a timedelta of at least 0, got {lookback!r}"
+            raise ValueError(msg)
         self.follow = follow
         self.poll_interval = poll_interval
         self.max_polls = max_polls

@@ -150,7 +150,10 @@ class RetryPolicy(BaseModel):
 
     @model_validator(mode="after")
     def _backoff_bounds(self) -> RetryPolicy:
-        if self.initial_backoff > self.max_backoff:
+        # Only when both are given: a small max_backoff alone (0: retry at once) caps the
+        # default initial_backoff, as backoff() does.
+        both = {"initial_backoff", "max_backoff"} <= self.model_fields_set
+        if both and self.initial_backoff > self.max_backoff:
             msg = (
                 f"`initial_backoff` ({self.initial_backoff:g} s) is above `max_backoff` "
                 f"({self.max_backoff:g} s), which would cut every wait to it: raise "

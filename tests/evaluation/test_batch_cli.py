@@ -167,7 +167,7 @@ def test_cancel_needs_batch_api_and_a_running_batch(
             "--batch-dir, --retry-direct, --price-input only apply to a Batch API run: "
             "add --batch-api",
         ),
-        (False, ["--poll-interval", "5"], "--poll-interval only apply to a Batch API run"),
+        (False, ["--poll-interval", "5"], "--poll-interval only applies to a Batch API run"),
         (True, ["--batch-discount", "0"], "--batch-discount: Input should be greater than 0"),
         (True, ["--max-bytes-per-file", "100"], "--max-bytes-per-file: Input should be greater"),
         (True, ["--workers", "4"], "--workers spreads direct judge calls over processes"),

@@ -488,6 +488,7 @@ def test_backoff_is_full_jitter_under_a_doubling_ceiling(
         ({"max_backoff": math.inf}, "finite number"),
         ({"max_retries": -1}, "greater than or equal to 0"),
         ({"max_retries": True}, "`max_retries` must be a finite number, got True"),
+        ({"initial_backoff": 1, "max_backoff": 0}, "`initial_backoff` \\(1 s\\) is above"),
         ({"parse_retries": "3"}, "`parse_retries` must be a finite number, got '3'"),
     ],
 )
@@ -497,6 +498,12 @@ def test_a_retry_policy_that_contradicts_itself_is_refused(
     """Before, ``initial_backoff=10, max_backoff=1`` and a NaN backoff were taken."""
     with pytest.raises(ValidationError, match=message):
         RetryPolicy(**options)
+
+
+def test_a_small_max_backoff_alone_caps_the_default_first_wait() -> None:
+    """``max_backoff`` below the default 0.5 s (0: retry at once) is a cap, not a conflict."""
+    assert RetryPolicy(max_backoff=0).backoff(0) == 0
+    assert RetryPolicy(max_backoff=0.25).backoff(3) <= 0.25
 
 
 def test_a_retry_after_is_a_floor_the_jitter_never_cuts(monkeypatch: pytest.MonkeyPatch) -> None:
