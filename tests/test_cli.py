@@ -324,7 +324,7 @@ def test_ctrl_c_prints_and_writes_the_partial_results(
     out_file = tmp_path / "partial.jsonl"
     proc = subprocess.Popen(
         [console_script(), "evaluate", str(EINSTEIN), "--metrics", "context_recall",
-         "--concurrency", "2", "--out", str(out_file), "--no-preflight"],
+         "--concurrency", "2", "--out", str(out_file), "--no-preflight", "--no-cache"],
         env=clean_env(OPENAI_API_KEY="test", OPENAI_BASE_URL=judge_server.base_url),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -338,7 +338,7 @@ def test_ctrl_c_prints_and_writes_the_partial_results(
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == ExitCode.INTERRUPTED == 130, stderr
-    assert "Interrupted: 1 of 3 jobs finished; 2 did not run." in stdout
+    assert "Interrupted: 1 of 3 jobs finished; 2 did not run." in stdout, (stdout, stderr)
     assert table_row(stdout, "context_recall")[1:2] == ["0.5000"]
     header, *records = [json.loads(line) for line in out_file.read_text().splitlines()]
     assert header["ragmetrics_run"]["interrupted"] is True
