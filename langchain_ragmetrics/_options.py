@@ -13,7 +13,10 @@ import math
 import numbers
 from typing import TypeGuard
 
+from pydantic import BeforeValidator, ValidationInfo
+
 __all__ = [
+    "AS_GIVEN",
     "finite_number",
     "fraction",
     "number_above_zero",
@@ -38,6 +41,18 @@ def finite_number(name: str, value: object) -> numbers.Real:
         msg = f"`{name}` must be a finite number, got {value!r}"
         raise ValueError(msg)
     return value
+
+
+def _as_given(value: object, info: ValidationInfo) -> object:
+    return None if value is None else finite_number(str(info.field_name), value)
+
+
+AS_GIVEN = BeforeValidator(_as_given)
+"""A pydantic number field checked as given: ``Annotated[float | None, AS_GIVEN]``.
+
+It runs :func:`finite_number` (None passes) before pydantic's lax mode, which would take
+``True`` as 1 or ``"0.5"`` as 0.5; the range stays the field's own constraint.
+"""
 
 
 def number_above_zero(name: str, value: object) -> float:

@@ -10,11 +10,11 @@ import importlib
 import pickle
 from collections.abc import Callable
 from functools import reduce
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from langchain_ragmetrics._options import finite_number
+from langchain_ragmetrics._options import AS_GIVEN
 from langchain_ragmetrics.callbacks.sinks import BaseSink
 from langchain_ragmetrics.metrics._base import BaseRagMetric
 
@@ -62,17 +62,17 @@ class ProcessIsolation(BaseModel):
     """Builds the metrics and sinks in the child: ``"package.module:function"`` or a
     picklable callable (a module-level function or a ``functools.partial`` of one) returning
     a :class:`ScoringSetup`. None: the default metrics and a ``LoggingSink``."""
-    hang_timeout: float | None = Field(default=60.0, gt=0)
+    hang_timeout: Annotated[float | None, AS_GIVEN] = Field(default=60.0, gt=0)
     """A running child silent this long (it reports every second while alive) is killed
     and replaced; the retrievals it held count as ``abandoned``. None: never."""
-    start_timeout: float = Field(default=120.0, gt=0)
+    start_timeout: Annotated[float, AS_GIVEN] = Field(default=120.0, gt=0)
     """Seconds a new child may take to import its libraries and build its setup before it
     is treated as hung."""
-    niceness: int = Field(default=10, ge=0, le=19)
+    niceness: Annotated[int, AS_GIVEN] = Field(default=10, ge=0, le=19)
     """Added to the child's scheduling niceness (POSIX ``nice``): when the CPUs are busy the
     operating system runs the application first and scoring with what is left. 0 keeps the
     application's priority."""
-    max_restarts: int = Field(default=3, ge=0)
+    max_restarts: Annotated[int, AS_GIVEN] = Field(default=3, ge=0)
     """Crashes in a row (without any work done in between) after which the handler stops
     starting children and drops new work, with one warning."""
 
@@ -80,12 +80,6 @@ class ProcessIsolation(BaseModel):
     def heartbeat(self) -> float:
         """Seconds between the child's reports when nothing changed (its proof of life)."""
         return min(1.0, (self.hang_timeout or 4.0) / 4)
-
-    @field_validator("hang_timeout", "start_timeout", "niceness", "max_restarts", mode="before")
-    @classmethod
-    def _a_number(cls, value: Any, info: ValidationInfo) -> Any:
-        # As given, before pydantic's lax mode ("60" or True are not timeouts).
-        return None if value is None else finite_number(str(info.field_name), value)
 
     @field_validator("setup")
     @classmethod

@@ -6,12 +6,12 @@ and :meth:`HandlerSettings.in_child`): an option is written here once, never rel
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from langchain_core.callbacks import BaseCallbackHandler
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
-from langchain_ragmetrics._options import finite_number
+from langchain_ragmetrics._options import AS_GIVEN
 from langchain_ragmetrics._retrieval import AnswerFrom, QuestionFrom, ReferenceProvider
 from langchain_ragmetrics.callbacks._isolation import ProcessIsolation, ScoringSetup
 from langchain_ragmetrics.callbacks._sampling import check_rate
@@ -49,7 +49,7 @@ class HandlerSettings(BaseModel):
     """The metrics (default ``ContextRelevance`` and ``ContextPrecision``)."""
     sinks: list[BaseSink] = Field(default_factory=lambda: check_sinks(None))
     """Where results go (default a ``LoggingSink``)."""
-    sample_rate: float = 1.0
+    sample_rate: Annotated[float, AS_GIVEN] = 1.0
     """Fraction of traces scored, decided by a hash of the trace id."""
     question_from: QuestionFrom = "query"
     """``"query"``, ``"input"`` or ``fn(root_input) -> str | None``."""
@@ -57,21 +57,21 @@ class HandlerSettings(BaseModel):
     """``fn(root_output) -> str | None``; None: the default mapping."""
     reference_provider: ReferenceProvider | None = None
     """``fn(question, metadata) -> str | dict | None`` (sync or async)."""
-    max_queue_size: int = Field(default=1000, ge=1)
+    max_queue_size: Annotated[int, AS_GIVEN] = Field(default=1000, ge=1)
     """Bound on retrievals waiting or being scored."""
-    max_concurrency: int = Field(default=DEFAULT_MAX_CONCURRENCY, ge=1)
+    max_concurrency: Annotated[int, AS_GIVEN] = Field(default=DEFAULT_MAX_CONCURRENCY, ge=1)
     """Judge jobs at once (also the number of judge threads)."""
-    rate_limit_per_minute: float | None = Field(default=None, gt=0)
+    rate_limit_per_minute: Annotated[float | None, AS_GIVEN] = Field(default=None, gt=0)
     """Cap on judge calls per minute."""
-    timeout: float | None = Field(default=120.0, gt=0)
+    timeout: Annotated[float | None, AS_GIVEN] = Field(default=120.0, gt=0)
     """Seconds per metric job (None: no limit)."""
     trace_judge: str | BaseCallbackHandler | None = None
     """None, a LangSmith project name or a tracer for the judge runs."""
-    max_open_traces: int = Field(default=10_000, ge=1)
+    max_open_traces: Annotated[int, AS_GIVEN] = Field(default=10_000, ge=1)
     """Bound on traces in progress."""
-    sink_queue_size: int = Field(default=10_000, ge=1)
+    sink_queue_size: Annotated[int, AS_GIVEN] = Field(default=10_000, ge=1)
     """Bound on results waiting in each sink's outbox; beyond it the sink drops (counted)."""
-    exit_timeout: float | None = Field(default=DEFAULT_CLOSE_TIMEOUT, ge=0)
+    exit_timeout: Annotated[float | None, AS_GIVEN] = Field(default=DEFAULT_CLOSE_TIMEOUT, ge=0)
     """Seconds the interpreter-exit hook may spend; None disables the hook."""
     name: str = "ragmetrics"
     """Prefix of the background threads' names."""
@@ -147,26 +147,6 @@ class HandlerSettings(BaseModel):
     @classmethod
     def _rate(cls, value: float) -> float:
         return check_rate(value)
-
-    @field_validator(
-        "sample_rate",
-        "max_queue_size",
-        "max_concurrency",
-        "rate_limit_per_minute",
-        "timeout",
-        "max_open_traces",
-        "sink_queue_size",
-        "exit_timeout",
-        mode="before",
-    )
-    @classmethod
-    def _a_number(cls, value: Any, info: ValidationInfo) -> Any:
-        """A number as given, checked before pydantic's lax coercion.
-
-        ``True`` is not 1.0, nor ``"0.5"`` a rate, nor infinity a timeout: the rule
-        ``_options`` applies to every other numeric option. The range is the field's own.
-        """
-        return None if value is None else finite_number(str(info.field_name), value)
 
     @field_validator("question_from", mode="before")
     @classmethod

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from langchain_ragmetrics._options import finite_number
+from langchain_ragmetrics._options import AS_GIVEN
 
 __all__ = [
     "DEFAULT_MAX_BYTES_PER_FILE",
@@ -46,13 +46,17 @@ class BatchOptions(BaseModel):
     """Where each job's batch ids and ``custom_id`` map are kept, written before each upload
     so that running the same evaluation again picks the job up; default
     ``<user cache dir>/ragmetrics/batches``."""
-    poll_interval: float = Field(default=30.0, ge=0)
+    poll_interval: Annotated[float, AS_GIVEN] = Field(default=30.0, ge=0)
     """Seconds between two status checks of the running batches."""
-    max_requests_per_file: int = Field(default=DEFAULT_MAX_REQUESTS_PER_FILE, ge=1)
+    max_requests_per_file: Annotated[int, AS_GIVEN] = Field(
+        default=DEFAULT_MAX_REQUESTS_PER_FILE, ge=1
+    )
     """Requests per input file; more are split into several batches."""
-    max_bytes_per_file: int = Field(default=DEFAULT_MAX_BYTES_PER_FILE, ge=1024)
+    max_bytes_per_file: Annotated[int, AS_GIVEN] = Field(
+        default=DEFAULT_MAX_BYTES_PER_FILE, ge=1024
+    )
     """Bytes per input file; more are split into several batches."""
-    max_attempts: int = Field(default=3, ge=1)
+    max_attempts: Annotated[int, AS_GIVEN] = Field(default=3, ge=1)
     """Times one request is sent, the first included: an answer that failed (an error line,
     a missing line, an answer failing validation) is sent again in a follow-up batch."""
     retry_direct: bool = False
@@ -62,34 +66,18 @@ class BatchOptions(BaseModel):
     """Cancel this evaluation's running batches, then score what they completed."""
     completion_window: str = "24h"
     """The completion window asked of the service (OpenAI offers ``24h``)."""
-    request_timeout: float = Field(default=600.0, gt=0)
+    request_timeout: Annotated[float, AS_GIVEN] = Field(default=600.0, gt=0)
     """Seconds one file or batch request to the service may take (uploads can be large)."""
-    input_price: float | None = Field(default=None, ge=0)
+    input_price: Annotated[float | None, AS_GIVEN] = Field(default=None, ge=0)
     """Direct price of one million input tokens (e.g. 0.15 USD for gpt-4o-mini), for the
     cost estimate; None: no estimate."""
-    output_price: float | None = Field(default=None, ge=0)
+    output_price: Annotated[float | None, AS_GIVEN] = Field(default=None, ge=0)
     """Direct price of one million output tokens, for the cost estimate."""
-    batch_discount: float = Field(default=0.5, gt=0, le=1)
+    batch_discount: Annotated[float, AS_GIVEN] = Field(default=0.5, gt=0, le=1)
     """Batch price as a share of the direct price (OpenAI: half)."""
     on_report: Callable[[BatchReport], Any] | None = Field(default=None, exclude=True)
     """Called with the :class:`BatchReport` when the run ends; without it the report is
     written to stderr (unless ``show_progress=False``)."""
-
-    @field_validator(
-        "poll_interval",
-        "max_requests_per_file",
-        "max_bytes_per_file",
-        "max_attempts",
-        "request_timeout",
-        "input_price",
-        "output_price",
-        "batch_discount",
-        mode="before",
-    )
-    @classmethod
-    def _a_number(cls, value: Any, info: ValidationInfo) -> Any:
-        # As given, before pydantic's lax mode: True is not 1 attempt, inf not an interval.
-        return None if value is None else finite_number(str(info.field_name), value)
 
     @field_validator("state_dir", mode="after")
     @classmethod

@@ -20,13 +20,13 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from langchain_ragmetrics._errors import JudgeConfigError
 from langchain_ragmetrics._gate import Admission, DeadlineExceededError, current_admission
-from langchain_ragmetrics._options import finite_number
+from langchain_ragmetrics._options import AS_GIVEN
 from langchain_ragmetrics._schema import Usage
 
 if TYPE_CHECKING:
@@ -130,23 +130,15 @@ class RetryPolicy(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    max_retries: int = Field(default=3, ge=0)
+    max_retries: Annotated[int, AS_GIVEN] = Field(default=3, ge=0)
     """Retries after a transient error (HTTP 429, 5xx, timeouts, refused or lost connections)."""
-    parse_retries: int = Field(default=1, ge=0)
+    parse_retries: Annotated[int, AS_GIVEN] = Field(default=1, ge=0)
     """Retries after an answer that fails to parse or validate."""
-    initial_backoff: float = Field(default=0.5, ge=0, allow_inf_nan=False)
+    initial_backoff: Annotated[float, AS_GIVEN] = Field(default=0.5, ge=0)
     """Ceiling of the sleep before the first transient retry, in seconds (the openai SDK's
     own first delay, whose retries this layer replaces); it doubles with each retry."""
-    max_backoff: float = Field(default=30.0, ge=0, allow_inf_nan=False)
+    max_backoff: Annotated[float, AS_GIVEN] = Field(default=30.0, ge=0)
     """Upper bound of one backoff sleep, in seconds (a longer ``Retry-After`` is cut to it)."""
-
-    @field_validator(
-        "max_retries", "parse_retries", "initial_backoff", "max_backoff", mode="before"
-    )
-    @classmethod
-    def _a_number(cls, value: Any, info: ValidationInfo) -> Any:
-        # As given, before pydantic's lax mode (True is not 1 retry, "3" not 3).
-        return finite_number(str(info.field_name), value)
 
     @model_validator(mode="after")
     def _backoff_bounds(self) -> RetryPolicy:
