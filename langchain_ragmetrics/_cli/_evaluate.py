@@ -22,6 +22,7 @@ from langchain_ragmetrics._cli._common import (
     positive_int,
     split_names,
 )
+from langchain_ragmetrics._cli._ray import start_ray
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
@@ -561,10 +562,7 @@ def _evaluate_on_ray(
         error("--ray needs Ray Data: pip install 'langchain-ragmetrics[ray]'")
         return ExitCode.ERROR
     try:
-        if args.ray_address:
-            ray.init(address=args.ray_address, log_to_driver=False)
-        else:
-            ray.init(include_dashboard=False, log_to_driver=False)
+        start_ray(ray, args.ray_address)
     except Exception as exc:  # Ray raises many kinds; each is reported alike
         where = f"the Ray cluster at {args.ray_address}" if args.ray_address else "a local Ray"
         error(f"cannot start or reach {where}, nothing was scored: {type(exc).__name__}: {exc}")

@@ -13,6 +13,7 @@ import os
 import pickle
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -218,28 +219,47 @@ def test_the_cli_runs_a_dataset_file_on_ray(
     assert header["ragmetrics_run"]["interrupted"] is False
 
 
-def test_a_ray_that_cannot_be_reached_is_reported_not_raised(tmp_path: Path) -> None:
-    """Before, Ray's own traceback ended the command; now it names the address, no row is
-    scored and the exit code says the run failed its checks (an address Ray cannot parse
-    fails at once, with no network)."""
+def evaluate_on_cluster(tmp_path: Path, address: str) -> subprocess.CompletedProcess[str]:
+    """``ragmetrics evaluate --ray-address address`` on one row, expected to end in checks."""
     from langchain_ragmetrics._cli import ExitCode
 
     data = tmp_path / "data.jsonl"
     data.write_text(json.dumps({"question": "q", "contexts": ["c"], "reference_contexts": ["c"]}))
     proc = subprocess.run(
         [*RAGMETRICS, "evaluate", str(data), "--metrics", "non_llm_context_recall",
-         "--ray-address", "no-such-cluster"],
+         "--ray-address", address],
         env=clean_env(),
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=120,
         check=False,
     )  # fmt: skip
     assert proc.returncode == ExitCode.PREFLIGHT_FAILED, proc.stderr
     assert "Traceback" not in proc.stderr
+    return proc
+
+
+def test_a_ray_that_cannot_be_reached_is_reported_not_raised(tmp_path: Path) -> None:
+    """Before, Ray's own traceback ended the command; now it names the address, no row is
+    scored and the exit code says the run failed its checks (an address Ray cannot parse
+    fails at once, with no network)."""
+    proc = evaluate_on_cluster(tmp_path, "no-such-cluster")
     assert (
         "cannot start or reach the Ray cluster at no-such-cluster, nothing was scored: "
         "ValueError: Invalid address format: no-such-cluster"
+    ) in proc.stderr
+
+
+def test_a_cluster_address_nothing_listens_on_ends_the_run_at_once(tmp_path: Path) -> None:
+    """Before, ``ray.init`` retried a refused address for minutes; now one connection is
+    tried first and the run ends with the address named, before Ray starts."""
+    with socket.socket() as closed:  # bound, not listening: a connection is refused
+        closed.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{closed.getsockname()[1]}"
+        proc = evaluate_on_cluster(tmp_path, address)
+    assert (
+        f"cannot start or reach the Ray cluster at {address}, nothing was scored: "
+        f"ConnectionError: nothing answers at {address} (ConnectionRefusedError"
     ) in proc.stderr
 
 

@@ -1,0 +1,119 @@
+"""``ragmetrics evaluate --ray-address``: the cluster's address is tried before Ray starts."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from langchain_ragmetrics._cli._ray import _host_port, reach, start_ray
+
+
+@pytest.fixture
+def refusing() -> Iterator[str]:
+    """A loopback address bound but not listening: every connection is refused."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield f"127.0.0.1:{sock.getsockname()[1]}"
+
+
+@pytest.fixture
+def listening() -> Iterator[str]:
+    """A loopback address that accepts connections (the kernel completes them)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(8)
+        yield f"127.0.0.1:{sock.getsockname()[1]}"
+
+
+@pytest.fixture
+def silent() -> Iterator[str]:
+    """A loopback address whose accept queue is full: a new connection gets no answer.
+
+    The listener never accepts; connections are opened until one is not completed, so the
+    next one waits as a connection to a host that drops packets does.
+    """
+    held: list[socket.socket] = []
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(0)
+        address = sock.getsockname()
+        try:
+            for _ in range(64):
+                client = socket.socket()
+                client.settimeout(0.5)
+                try:
+                    client.connect(address)
+                except TimeoutError:
+                    client.close()
+                    break
+                held.append(client)
+            else:
+                pytest.fail("the accept queue never filled")
+            yield f"127.0.0.1:{address[1]}"
+        finally:
+            for client in held:
+                client.close()
+
+
+class _Ray:
+    """Records ``ray.init`` calls (the real Ray is tested in tests/integrations/test_ray.py)."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict[str, Any]] = []
+
+    def init(self, **kwargs: Any) -> None:
+        self.calls.append(kwargs)
+
+
+def test_a_refused_address_is_named_at_once(refusing: str) -> None:
+    with pytest.raises(ConnectionError, match=f"nothing answers at {refusing} "):
+        reach(refusing)
+
+
+def test_an_address_that_never_answers_is_bounded(silent: str) -> None:
+    with pytest.raises(ConnectionError, match=f"nothing answered at {silent} within 0.5 s"):
+        reach(silent, timeout=0.5)
+
+
+def test_a_listening_address_passes(listening: str) -> None:
+    reach(listening)
+
+
+@pytest.mark.parametrize(
+    ("address", "expected"),
+    [
+        ("10.0.0.5:6379", ("10.0.0.5", 6379)),
+        ("head.example:6379", ("head.example", 6379)),
+        ("[::1]:6379", ("::1", 6379)),
+        ("ray://head:10001", None),  # Ray Client: Ray's own connection
+        ("auto", None),
+        ("head", None),  # no port: Ray reports the format
+        ("head:port", None),
+    ],
+)
+def test_only_host_and_port_addresses_are_tried(
+    address: str, expected: tuple[str, int] | None
+) -> None:
+    assert _host_port(address) == expected
+
+
+def test_ray_is_not_started_when_the_address_refuses(refusing: str) -> None:
+    ray = _Ray()
+    with pytest.raises(ConnectionError, match=refusing):
+        start_ray(ray, refusing)
+    assert ray.calls == []
+
+
+def test_ray_connects_when_the_address_answers(listening: str) -> None:
+    ray = _Ray()
+    start_ray(ray, listening)
+    assert ray.calls == [{"address": listening, "log_to_driver": False}]
+
+
+def test_a_local_ray_is_started_without_an_address() -> None:
+    ray = _Ray()
+    start_ray(ray, None)
+    assert ray.calls == [{"include_dashboard": False, "log_to_driver": False}]
