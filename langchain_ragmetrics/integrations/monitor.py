@@ -15,6 +15,10 @@ kept and tried again whatever their age: on every later poll with ``follow``, an
 ``retry_rounds`` extra rounds (with backoff) before a one-shot run ends; whatever is still
 unsent then is counted in ``MonitorSummary.runs_unsent`` (the command exits 12).
 
+Runs are read through ``client.runs.query`` (LangSmith's v2 run query) when the installed
+langsmith has it and the server is 0.16 or later, through the deprecated ``Client.list_runs``
+otherwise (an older langsmith or self-hosted server); both give the same runs.
+
 It is restartable (a SQLite checkpoint of settled (run, metric) pairs) and scales out:
 ``shard=(i, n)`` keeps the runs whose trace id hashes to ``i``, so ``n`` workers share a
 project with every run scored exactly once; sampling uses the online handler's trace-id
@@ -31,16 +35,19 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
+import contextvars
 import hashlib
+import os
 import re
 import threading
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Iterator, Sequence
 from datetime import datetime, timedelta, timezone
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeVar
 from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -65,7 +72,12 @@ from langchain_ragmetrics.metrics._base import BaseRagMetric
 
 if TYPE_CHECKING:
     from langsmith import Client
+    from langsmith.pagination import AsyncItemsCursorPostPagination
     from langsmith.schemas import Run
+    from langsmith.types.run import Run as V2Run
+    from langsmith.types.run_select_field import RunSelectField
+
+    V2Page = AsyncItemsCursorPostPagination[V2Run]
 
 __all__ = ["LangSmithMonitor", "MonitorSummary", "monitor"]
 
@@ -76,6 +88,28 @@ LangSmith read or send failed, or a judge failure waits for its next attempt."""
 
 
 _PAGE = 100  # runs read from the listing at a time
+_V2_MIN_VERSION = (0, 16, 0)
+"""The first LangSmith backend serving ``POST /api/v2/runs/query`` (``Client.runs.query``)."""
+_V2_SELECTS: list[RunSelectField] = [
+    "ID",
+    "NAME",
+    "RUN_TYPE",
+    "START_TIME",
+    "END_TIME",
+    "INPUTS",
+    "OUTPUTS",
+    "ERROR",
+    "EXTRA",
+    "METADATA",
+    "TAGS",
+    "TRACE_ID",
+    "PARENT_RUN_IDS",
+    "PROJECT_ID",
+]
+"""The fields of a v2 run the monitor reads (v2 answers only ``id`` unless asked)."""
+_BY_ID_SINCE = datetime(2000, 1, 1, tzinfo=timezone.utc)
+"""Where a v2 read by id starts looking: v2 queries default to the last day, while a run read
+again (a trace's root, a run whose pairs stayed unsent) may be older (list_runs has no bound)."""
 _SHARD_PERSON = b"ragmetrics-shard"  # a different hash than sampling: shards stay uniform
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
@@ -205,6 +239,231 @@ def _uuid(value: Any) -> UUID | None:
     return None if value is None else UUID(str(value))
 
 
+async def _within(future: concurrent.futures.Future[T], what: str, allowed: float) -> T:
+    """The result of ``future`` (a thread's or another loop's), given up after ``allowed``.
+
+    Giving up cancels the future (``wrap_future`` passes the cancellation on): a coroutine
+    on the SDK's loop is cancelled there, a queued call never starts, and a call already
+    running on a thread goes on until its own HTTP timeout, its result ignored.
+
+    Raises:
+        TimeoutError: Naming ``what`` and the time allowed.
+    """
+    try:
+        return await asyncio.wait_for(asyncio.wrap_future(future), allowed)
+    except asyncio.TimeoutError:
+        msg = f"{what}: no answer from LangSmith within {allowed:g}s"
+        raise TimeoutError(msg) from None
+
+
+class _SdkLoop:
+    """One event loop, on a daemon thread, for every call to the SDK's async (v2) resources.
+
+    ``Client.runs`` uses an ``httpx.AsyncClient`` that the ``Client`` keeps, and its pooled
+    connections belong to the loop that opened them: on another loop (each
+    :meth:`LangSmithMonitor.run` has its own) a request fails with "Event loop is closed"
+    and is retried. Run on this loop only, the client's connections always match it.
+    """
+
+    _lock: ClassVar[threading.Lock] = threading.Lock()
+    _loop: ClassVar[tuple[int, asyncio.AbstractEventLoop] | None] = None
+
+    @classmethod
+    def get(cls) -> asyncio.AbstractEventLoop:
+        """The running loop, started on first use (and again in a forked child)."""
+        with cls._lock:
+            if cls._loop is None or cls._loop[0] != os.getpid():
+                loop = asyncio.new_event_loop()
+                threading.Thread(
+                    target=contextvars.Context().run,
+                    args=(loop.run_forever,),
+                    name="ragmetrics-langsmith-sdk",
+                    daemon=True,
+                ).start()
+                cls._loop = (os.getpid(), loop)
+            return cls._loop[1]
+
+
+def _version(text: str) -> tuple[int, ...]:
+    """A version's first three numbers (``"0.16.2-rc1"``: ``(0, 16, 2)``); ``()`` if none."""
+    return tuple(int(part) for part in re.findall(r"\d+", text)[:3])
+
+
+def _queries_v2(client: Client) -> bool:
+    """Whether the monitor reads runs through ``client.runs.query`` (see :class:`_RunReader`).
+
+    Reads ``/info`` once per client (the SDK keeps it): a blocking call, for an I/O thread.
+    """
+    if getattr(type(client), "runs", None) is None:
+        return False  # an SDK before runs.query
+    if not callable(getattr(client, "list_runs", None)):
+        return True  # an SDK after list_runs
+    info = client.info  # an empty version when /info could not be read
+    if not (info.instance_flags or {}).get("ch_query_enabled", True):
+        return True  # queries are served by SmithDB only, which list_runs cannot reach
+    return _version(info.version or "") >= _V2_MIN_VERSION
+
+
+def _run_from_v2(run: V2Run) -> Run:
+    """A v2 run as the ``langsmith.schemas.Run`` that ``list_runs`` gives (``_V2_SELECTS``).
+
+    ``run_type`` is lower case again, the parent is the last of ``parent_run_ids``, the
+    project is ``session_id``, and the metadata is ``extra["metadata"]`` as in v1.
+    """
+    from langsmith.schemas import Run
+
+    parents = run.parent_run_ids or []
+    extra = dict(run.extra or {})
+    if run.metadata is not None:
+        extra.setdefault("metadata", run.metadata)
+    fields: dict[str, Any] = {
+        "id": run.id,
+        "name": run.name,
+        "run_type": run.run_type.lower() if run.run_type else None,
+        "start_time": run.start_time,
+        "end_time": run.end_time,
+        "inputs": run.inputs or {},
+        "outputs": run.outputs,
+        "error": run.error,
+        "extra": extra,
+        "tags": run.tags,
+        "trace_id": run.trace_id or run.id,
+        "parent_run_id": parents[-1] if parents else None,
+        "session_id": run.project_id,
+    }
+    return Run(**{name: value for name, value in fields.items() if value is not None})
+
+
+async def _v2_page(fetch: Callable[[], Awaitable[V2Page]]) -> tuple[list[Run], V2Page]:
+    """One v2 page and its runs as ``list_runs`` gives them (on the SDK's loop)."""
+    page = await fetch()
+    return [_run_from_v2(run) for run in page.items], page
+
+
+def _take(runs: Iterator[Run], size: int) -> list[Run]:
+    """The next ``size`` runs of a ``list_runs`` listing (fewer at its end)."""
+    batch: list[Run] = []
+    for run in runs:
+        batch.append(run)
+        if len(batch) >= size:
+            break
+    return batch
+
+
+class _IO(Protocol):
+    """:meth:`LangSmithMonitor._io`: a blocking call on an I/O thread, within a time."""
+
+    def __call__(self, fn: Callable[[], T], what: str) -> Awaitable[T]: ...
+
+
+class _RunReader:
+    """Where the monitor reads runs: ``Client.runs.query`` (v2) when it can, else ``list_runs``.
+
+    The choice is made once, from the SDK and the client's ``/info``: v2 when the SDK has
+    ``Client.runs`` and the backend is 0.16 or later (or serves queries from SmithDB only);
+    ``list_runs`` (deprecated in langsmith 0.15, its warning silenced) with an older SDK, an
+    older (self-hosted) backend, or when ``/info`` could not be read.
+
+    Either way the monitor gets ``langsmith.schemas.Run`` objects with the same fields, a page
+    (at most ``_PAGE`` runs) at a time, and each request, a page or a read by id, has one
+    request timeout. v2 coroutines run on :class:`_SdkLoop`, awaited from the monitor's loop
+    and cancelled when their time is up; ``list_runs`` runs on the monitor's I/O threads.
+
+    Args:
+        client: The monitor's client (built on first use).
+        io: The monitor's I/O-thread call.
+        timeout: Seconds allowed per request.
+    """
+
+    def __init__(self, client: Callable[[], Client], io: _IO, timeout: float) -> None:
+        self._client = client
+        self._io = io
+        self._timeout = timeout
+        self._v2: bool | None = None
+
+    async def uses_v2(self) -> bool:
+        """Whether runs are read through ``client.runs.query`` (decided on first use).
+
+        Raises:
+            TimeoutError: ``/info`` took longer than a request timeout (decided next time).
+        """
+        if self._v2 is None:
+            client = self._client
+            self._v2 = await self._io(lambda: _queries_v2(client()), "reading LangSmith's version")
+        return self._v2
+
+    async def pages(self, project_id: UUID, since: datetime) -> AsyncGenerator[list[Run], None]:
+        """The project's retriever runs that started at ``since`` or later, page by page."""
+        if not await self.uses_v2():
+            runs = await self._io(partial(self._listing, project_id, since), "listing runs")
+            while batch := await self._io(partial(_take, runs, _PAGE), "listing runs"):
+                yield batch
+            return
+        query = partial(
+            self._query,
+            project_ids=[str(project_id)],
+            run_type="RETRIEVER",
+            min_start_time=since,
+            page_size=_PAGE,
+        )
+        batch, page = await self._on_sdk_loop(partial(_v2_page, query), "listing runs")
+        while True:
+            if batch:  # a page may come back empty with more after it
+                yield batch
+            if not page.has_next_page():
+                return
+            follow = partial(_v2_page, page.get_next_page)
+            batch, page = await self._on_sdk_loop(follow, "listing runs")
+
+    async def by_id(self, project_id: UUID, run_ids: list[str], what: str) -> dict[str, Run]:
+        """The runs of the project with these ids that LangSmith holds, by id."""
+        if not await self.uses_v2():
+            return await self._io(partial(self._listed, project_id, run_ids), what)
+        query = partial(
+            self._query,
+            project_ids=[str(project_id)],
+            ids=run_ids,
+            min_start_time=_BY_ID_SINCE,
+            page_size=max(1, min(len(run_ids), 1000)),
+        )
+        return await self._on_sdk_loop(partial(self._every_page, query), what)
+
+    async def _on_sdk_loop(self, make: Callable[[], Coroutine[Any, Any, T]], what: str) -> T:
+        """``make()`` run on the SDK's loop, awaited here for one request timeout."""
+        future = asyncio.run_coroutine_threadsafe(make(), _SdkLoop.get())
+        return await _within(future, what, self._timeout)
+
+    def _query(self, **query: Any) -> Awaitable[V2Page]:
+        """``client.runs.query`` with the fields the monitor reads; awaiting it reads a page."""
+        return self._client().runs.query(selects=_V2_SELECTS, **query)
+
+    @staticmethod
+    async def _every_page(query: Callable[[], Awaitable[V2Page]]) -> dict[str, Run]:
+        found: dict[str, Run] = {}
+        batch, page = await _v2_page(query)
+        while True:
+            found.update((str(run.id), run) for run in batch)
+            if not page.has_next_page():
+                return found
+            batch, page = await _v2_page(page.get_next_page)
+
+    def _listing(self, project_id: UUID, since: datetime) -> Iterator[Run]:
+        with warnings.catch_warnings():
+            # Deprecated in langsmith 0.15 for runs.query, which older backends lack.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return iter(
+                self._client().list_runs(
+                    project_id=project_id, run_type="retriever", start_time=since
+                )
+            )
+
+    def _listed(self, project_id: UUID, run_ids: list[str]) -> dict[str, Run]:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            found = self._client().list_runs(project_id=project_id, run_ids=run_ids)
+        return {str(run.id): run for run in found}
+
+
 class LangSmithMonitor:
     """Scores the retriever runs of a LangSmith project and posts feedback on them.
 
@@ -326,6 +585,7 @@ class LangSmithMonitor:
             lambda: self.client, name="LangSmithMonitor", max_retries=1, ingest_retries=3
         )
         self._project_id: UUID | None = None
+        self._runs = _RunReader(lambda: self.client, self._io, request_timeout)
         self._pool = DaemonThreadPool(name="ragmetrics-monitor-io", size=4)
         self._judge_pool = DaemonThreadPool(name="ragmetrics-monitor-judge")
         self._stop = threading.Event()
@@ -438,13 +698,16 @@ class LangSmithMonitor:
 
         ``allowed``: seconds the call may take (default: one request timeout).
         """
-        future = self._pool.submit(fn)
         allowed = self.request_timeout if allowed is None else allowed
-        try:
-            return await asyncio.wait_for(asyncio.wrap_future(future), allowed)
-        except asyncio.TimeoutError:
-            msg = f"{what}: no answer from LangSmith within {allowed:g}s"
-            raise TimeoutError(msg) from None
+        return await _within(self._pool.submit(fn), what, allowed)
+
+    @property
+    def _project(self) -> UUID:
+        """The project's id, read by the poll before any of its runs."""
+        if self._project_id is None:  # pragma: no cover - a wiring error
+            msg = "the project's runs were read before the project"
+            raise RuntimeError(msg)
+        return self._project_id
 
     def _window_start(self) -> datetime:
         if self._last_poll is None:
@@ -487,17 +750,14 @@ class LangSmithMonitor:
         inflight: set[asyncio.Task[None]] = set()
         listed: set[str] = set()
         try:
-            runs = await self._io(partial(self._open_listing, since), "listing runs")
-            while True:
-                batch = await self._io(partial(self._next_batch, runs), "listing runs")
-                if not batch:
-                    break
-                listed.update(str(run.id) for run in batch)
-                inflight.update(await self._batch(batch, checkpoint, gate))
-                while len(inflight) > _PAGE:
-                    _done, inflight = await asyncio.wait(
-                        inflight, return_when=asyncio.FIRST_COMPLETED
-                    )
+            async with contextlib.aclosing(self._runs.pages(self._project, since)) as pages:
+                async for batch in pages:
+                    listed.update(str(run.id) for run in batch)
+                    inflight.update(await self._batch(batch, checkpoint, gate))
+                    while len(inflight) > _PAGE:
+                        _done, inflight = await asyncio.wait(
+                            inflight, return_when=asyncio.FIRST_COMPLETED
+                        )
             await asyncio.gather(*inflight)
         except Exception as exc:  # the listing failed: its runs are listed again next time
             self.summary.errors.append(f"{type(exc).__name__}: {exc}")
@@ -512,7 +772,7 @@ class LangSmithMonitor:
     async def _revisit(self, run_ids: list[str], checkpoint: Checkpoint) -> None:
         """Read runs with unsent pairs again, by id, and settle what can be settled now."""
         try:
-            found = await self._io(partial(self._runs_by_id, run_ids), "reading runs")
+            found = await self._runs.by_id(self._project, run_ids, "reading runs")
         except Exception as exc:
             self.summary.errors.append(f"{type(exc).__name__}: {exc}")
             return
@@ -522,31 +782,6 @@ class LangSmithMonitor:
         gate = asyncio.Semaphore(self.max_concurrency)
         tasks = await self._batch(list(found.values()), checkpoint, gate, seen=True)
         await asyncio.gather(*tasks)
-
-    def _open_listing(self, since: datetime) -> Iterator[Run]:
-        with warnings.catch_warnings():
-            # list_runs() is deprecated in langsmith 0.15 (runs.query replaces it) but is
-            # the call every supported langsmith version has.
-            warnings.simplefilter("ignore", DeprecationWarning)
-            return iter(
-                self.client.list_runs(
-                    project_id=self._project_id, run_type="retriever", start_time=since
-                )
-            )
-
-    def _next_batch(self, runs: Iterator[Run], size: int = _PAGE) -> list[Run]:
-        batch: list[Run] = []
-        for run in runs:
-            batch.append(run)
-            if len(batch) >= size:
-                break
-        return batch
-
-    def _runs_by_id(self, run_ids: list[str]) -> dict[str, Run]:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            found = self.client.list_runs(project_id=self._project_id, run_ids=run_ids)
-            return {str(run.id): run for run in found}
 
     def _mine(self, batch: list[Run]) -> list[Run]:
         """The runs of a listed page that this worker scores (its shard, sampled in)."""
@@ -599,7 +834,7 @@ class LangSmithMonitor:
         )
         if missing:
             try:
-                roots = await self._io(partial(self._runs_by_id, missing), "reading root runs")
+                roots = await self._runs.by_id(self._project, missing, "reading root runs")
             except Exception as exc:  # these runs wait for the next round or poll
                 summary.errors.append(f"{type(exc).__name__}: {exc}")
                 roots = {}

@@ -12,6 +12,10 @@ logging feedback:
   ``attachment.<run_id>.<name>`` and ``feedback.<feedback_id>``.
 * ``POST /runs/batch``, ``POST /runs`` and ``PATCH /runs/<id>`` carry runs as JSON.
 * ``POST /feedback`` carries feedback as JSON (used when no ``trace_id`` is given).
+* Run queries: ``POST /runs/query`` (``Client.list_runs``, every version) and, on a backend
+  advertising ``V2_VERSION`` or later in ``/info``, ``POST /api/v2/runs/query``
+  (``Client.runs.query``): the same stored runs and filters, each with its own request and
+  answer shape and cursor (see :func:`v2_filters` and :meth:`LangSmithStub.v2_run`).
 * Projects: ``GET/POST /sessions``, ``GET/PATCH/DELETE /sessions/<id>``, with a
   stable id derived from the project name.
 
@@ -63,6 +67,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Mapping
 
 __all__ = [
+    "V2_VERSION",
     "LangSmithStub",
     "MultipartPart",
     "StubRequest",
@@ -73,6 +78,7 @@ __all__ = [
     "run_matches_query",
     "runs_page",
     "silent_server",
+    "v2_filters",
 ]
 
 _T = TypeVar("_T")
@@ -80,6 +86,9 @@ _T = TypeVar("_T")
 _NAMESPACE = uuid.UUID("6c0b8f5e-4f1e-4c43-9a55-0d5f3b7a1e10")
 TENANT_ID = uuid.uuid5(_NAMESPACE, "tenant")
 _SERVER_VERSION = "0.10.0"  # feedback batching needs >= 0.8.10
+V2_VERSION = "0.16.0"
+"""The first backend version serving ``POST /api/v2/runs/query`` (the SDK's minimum for
+``Client.runs``); an older ``version`` answers 404 there, as such a backend would."""
 _UUID_RE = r"[0-9a-fA-F-]{32,36}"
 
 
@@ -262,7 +271,8 @@ class LangSmithStub(LoopbackServer):
 
         Args:
             zstd: Advertise zstd run compression; defaults to "if zstandard is importable".
-            version: Server version reported by ``/info``.
+            version: Server version reported by ``/info``; from ``V2_VERSION`` on, the stub
+                also serves ``POST /api/v2/runs/query``.
         """
         super().__init__()
         self.zstd = _zstd_available() if zstd is None else zstd
@@ -280,7 +290,8 @@ class LangSmithStub(LoopbackServer):
         self._hung = 0
         self._release = threading.Event()
         self.page_size = 100
-        """Runs per ``/runs/query`` page (the query's ``limit`` lowers it)."""
+        """Runs per ``/runs/query`` page at most (the query's ``limit``, or v2 ``page_size``,
+        lowers it)."""
         self.feedback_needs_run = True
         """Answer 404 to ``POST /feedback`` about a run the stub does not hold (as LangSmith)."""
         self._hidden: dict[str, int] = {}
@@ -358,7 +369,7 @@ class LangSmithStub(LoopbackServer):
             self._hidden.clear()
 
     def hide_run(self, run_id: str | uuid.UUID, *, queries: int = 1) -> None:
-        """Leave a stored run out of the next ``queries`` ``/runs/query`` answers that match it.
+        """Leave a stored run out of the next ``queries`` run queries (v1 or v2) that match it.
 
         Stands for LangSmith's ingestion lag: a trace's runs become visible one by one.
         """
@@ -491,6 +502,7 @@ class LangSmithStub(LoopbackServer):
             ("POST", r"/runs/multipart", self._post_multipart),
             ("POST", r"/runs/batch", self._post_batch),
             ("POST", r"/runs/query", self._query_runs),
+            ("POST", r"/api/v2/runs/query", self._query_runs_v2),
             ("POST", r"/runs", self._post_run),
             ("PATCH", rf"/runs/(?P<id>{_UUID_RE})", self._patch_run),
             ("GET", rf"/runs/(?P<id>{_UUID_RE})", self._get_run),
@@ -652,23 +664,92 @@ class LangSmithStub(LoopbackServer):
                 return 404, {"detail": f"run {match['id']} not found"}
             return 200, self._run_view(run)
 
+    def _matching_runs(
+        self, filters: Mapping[str, Any], until: dt.datetime | None = None
+    ) -> tuple[list[dict[str, Any]], set[str]]:
+        """Views of the runs a query selects, in start order, and the ids hidden from it.
+
+        ``until``: runs that started after it are left out (v2's ``max_start_time``).
+        The caller holds the lock and calls :meth:`_query_over` once the query's last page
+        is answered.
+        """
+        views = [self._run_view(r) for r in self._runs.values()]
+        matching = [v for v in views if run_matches_query(v, filters)]
+        if until is not None:
+            matching = [v for v in matching if (_parse_time(v.get("start_time")) or until) <= until]
+        hidden = {v["id"] for v in matching if self._hidden.get(v["id"], 0) > 0}
+        selected = sorted(
+            (v for v in matching if v["id"] not in hidden),
+            key=lambda v: (str(v.get("start_time")), v["id"]),
+        )
+        return selected, hidden
+
+    def _query_over(self, hidden: set[str]) -> None:
+        """A query answered its last page: hidden runs count one answer without them."""
+        for run_id in hidden:
+            self._hidden[run_id] -= 1
+
     def _query_runs(self, req: StubRequest, _m: re.Match[str]) -> tuple[int, object]:
         """``/runs/query``: filters (see :func:`run_matches_query`) and cursor pagination."""
         body = req.body if isinstance(req.body, dict) else {}
         with self._lock:
-            views = [self._run_view(r) for r in self._runs.values()]
-            matching = [v for v in views if run_matches_query(v, body)]
-            hidden = {v["id"] for v in matching if self._hidden.get(v["id"], 0) > 0}
-            selected = sorted(
-                (v for v in matching if v["id"] not in hidden),
-                key=lambda v: (str(v.get("start_time")), v["id"]),
-            )
+            selected, hidden = self._matching_runs(body)
             page = runs_page(selected, body, self.page_size)
-            if page["cursors"]["next"] is None:  # the query is over: one answer without them
-                for run_id in hidden:
-                    self._hidden[run_id] -= 1
+            if page["cursors"]["next"] is None:
+                self._query_over(hidden)
         return 200, page
-        return 200, runs_page(selected, body, self.page_size)
+
+    @property
+    def serves_v2(self) -> bool:
+        """Whether the advertised ``version`` has ``POST /api/v2/runs/query``."""
+        return _version_key(self.version) >= _version_key(V2_VERSION)
+
+    def _query_runs_v2(self, req: StubRequest, _m: re.Match[str]) -> tuple[int, object]:
+        """``/api/v2/runs/query``: the v2 body (see :func:`v2_filters`), ``selects``, and
+        ``{"items": [...], "next_cursor": ...}`` pages with an opaque cursor."""
+        if not self.serves_v2:
+            return 404, {"detail": "Not Found"}
+        body = req.body if isinstance(req.body, dict) else {}
+        filters = v2_filters(body)
+        selects = _v2_selects(body.get("selects"))
+        size = body.get("page_size", 100)
+        if not isinstance(size, int) or not 1 <= size <= 1000:
+            raise _Route(422, {"detail": f"page_size must be 1 to 1000, got {size!r}"})
+        offset = _v2_offset(body.get("cursor"))
+        until = _parse_time(body.get("max_start_time")) or dt.datetime.now(dt.timezone.utc)
+        with self._lock:
+            selected, hidden = self._matching_runs(filters, until)
+            size = min(size, self.page_size)
+            page = selected[offset : offset + size]
+            more = offset + size < len(selected)
+            if not more:
+                self._query_over(hidden)
+            items = [self.v2_run(view, selects) for view in page]
+        return 200, {"items": items, "next_cursor": f"page-{offset + size}" if more else None}
+
+    def v2_run(self, view: Mapping[str, Any], selects: Iterable[str]) -> dict[str, Any]:
+        """A run as v2 answers it: only the selected fields, v2 names and values (lock held).
+
+        ``run_type`` and ``status`` are upper case, the parents are ``parent_run_ids`` (root
+        first), the project is ``project_id`` and the metadata is also a field of its own.
+        """
+        parents: list[str] = []
+        parent = view.get("parent_run_id")
+        while parent is not None and str(parent) not in parents:
+            parents.insert(0, str(parent))
+            parent = (self._runs.get(str(parent)) or {}).get("parent_run_id")
+        extra = view.get("extra") or {}
+        status = "ERROR" if view.get("error") else "SUCCESS" if view.get("end_time") else "PENDING"
+        fields = {
+            **{k: v for k, v in view.items() if k != "child_run_ids"},
+            "run_type": str(view.get("run_type")).upper(),
+            "status": status,
+            "parent_run_ids": parents,
+            "project_id": view.get("session_id"),
+            "metadata": extra.get("metadata") if isinstance(extra, dict) else None,
+            "is_root": view.get("parent_run_id") is None,
+        }
+        return {name.lower(): fields.get(name.lower()) for name in selects}
 
     # -------------------------------------------------------------- feedback
 
@@ -837,7 +918,7 @@ class LangSmithStub(LoopbackServer):
 
 
 # --------------------------------------------------------------------------- #
-# Run queries (``POST /runs/query``): filters and cursor pagination
+# Run queries (``POST /runs/query`` and ``/api/v2/runs/query``): filters and cursors
 # --------------------------------------------------------------------------- #
 
 
@@ -871,6 +952,74 @@ def run_matches_query(view: Mapping[str, Any], body: Mapping[str, Any]) -> bool:
     since = _parse_time(body.get("start_time"))
     started = _parse_time(view.get("start_time"))
     return since is None or (started is not None and started >= since)
+
+
+def v2_filters(body: Mapping[str, Any]) -> dict[str, Any]:
+    """A v2 query body's filters as the v1 ones :func:`run_matches_query` understands.
+
+    ``project_ids`` (required), ``ids``, ``trace_id``, ``is_root``, ``run_type`` (upper
+    case), ``has_error`` and ``min_start_time``, which defaults to a day ago as LangSmith's
+    does (so a run read by id needs a window that reaches back to it).
+
+    Raises:
+        _Route: 422 for a body LangSmith refuses (no ``project_ids``, an unknown run type).
+    """
+    if not body.get("project_ids"):
+        raise _Route(422, {"detail": "project_ids is required"})
+    run_type = body.get("run_type")
+    if run_type is not None and run_type not in _V2_RUN_TYPES:
+        raise _Route(422, {"detail": f"unknown run_type {run_type!r}"})
+    since = body.get("min_start_time")
+    if since is None:
+        since = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=1)).isoformat()
+    return {
+        "id": body.get("ids"),
+        "session": body.get("project_ids"),
+        "trace": body.get("trace_id"),
+        "is_root": body.get("is_root"),
+        "run_type": run_type.lower() if run_type is not None else None,
+        "error": body.get("has_error"),
+        "start_time": since,
+    }
+
+
+_V2_RUN_TYPES = ("TOOL", "CHAIN", "LLM", "RETRIEVER", "EMBEDDING", "PROMPT", "PARSER")
+
+
+def _v2_selects(selects: Any) -> list[str]:
+    """The fields a v2 query selects (only ``ID`` when none), checked against the API's enum.
+
+    Raises:
+        _Route: 422 naming a field the API does not know.
+    """
+    from typing import get_args
+
+    from langsmith.types.run_select_field import RunSelectField
+
+    chosen = list(selects or ["ID"])
+    unknown = [s for s in chosen if s not in get_args(RunSelectField)]
+    if unknown:
+        raise _Route(422, {"detail": f"unknown selects {unknown}"})
+    return chosen
+
+
+def _v2_offset(cursor: Any) -> int:
+    """The offset an opaque v2 cursor (``page-<offset>``) stands for.
+
+    Raises:
+        _Route: 400 for a cursor this stub did not hand out.
+    """
+    if cursor is None:
+        return 0
+    match = re.fullmatch(r"page-(\d+)", str(cursor))
+    if match is None:
+        raise _Route(400, {"detail": f"invalid cursor {cursor!r}"})
+    return int(match[1])
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    """``"0.16.2"`` as ``(0, 16, 2)`` for comparing versions."""
+    return tuple(int(part) for part in re.findall(r"\d+", version)[:3])
 
 
 def runs_page(

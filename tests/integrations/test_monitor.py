@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import re
 import threading
 import time
+import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -31,11 +33,12 @@ from langchain_ragmetrics.callbacks._sampling import is_sampled
 from langchain_ragmetrics.integrations.monitor import (
     LangSmithMonitor,
     MonitorSummary,
+    _RunReader,
     parse_shard,
     parse_since,
     shard_of,
 )
-from tests._support.langsmith_stub import LangSmithStub
+from tests._support.langsmith_stub import V2_VERSION, LangSmithStub, project_id_for, v2_filters
 from tests._support.openai_server import JudgeServer
 from tests._support.rag import FAST, RagApp, items_in, rag_app
 from tests._support.traces import trace_questions
@@ -46,6 +49,37 @@ CEILING_S = 15.0
 """Generous bound for 'did not hang' where LangSmith never answers."""
 RETRY_BACKOFF_S = 0.01
 """First retry round's delay in these tests (production waits 1 s, 2 s, 4 s)."""
+
+
+@pytest.fixture(params=["list_runs", "runs.query"])
+def langsmith_stub(request: pytest.FixtureRequest) -> Iterator[LangSmithStub]:
+    """The stub as a backend before 0.16 (the monitor lists runs with ``Client.list_runs``)
+    and as one serving v2 (``Client.runs.query``): each test here runs against both."""
+    version = V2_VERSION if request.param == "runs.query" else LangSmithStub().version
+    with LangSmithStub(version=version) as stub:
+        yield stub
+
+
+def make_client(stub: LangSmithStub, **options: Any) -> langsmith.Client:
+    """A real client of ``stub`` for the monitor, ``/info`` (its version) read while it is up.
+
+    Without its background tracing thread, which the monitor never uses (it reads runs and
+    posts feedback itself): built with a client, that thread reads ``/info`` on its own
+    schedule, and after a short test it did so once the stub had stopped, which printed
+    "Failed to get info" at exit. A failed read of ``/info`` fails here, loudly.
+    """
+    options.setdefault("auto_batch_tracing", False)
+    client = langsmith.Client(api_url=stub.url, api_key="test", **options)
+    assert client.info.version == stub.version
+    return client
+
+
+@pytest.fixture
+def langsmith_client(langsmith_stub: LangSmithStub) -> Iterator[langsmith.Client]:
+    """A real client of the stub, ``/info`` read (see :func:`make_client`); closed after."""
+    client = make_client(langsmith_stub)
+    yield client
+    client.close(timeout=5)
 
 
 @pytest.fixture
@@ -59,9 +93,29 @@ def quick_client(langsmith_stub: LangSmithStub) -> Iterator[langsmith.Client]:
     from langsmith.client import _default_retry_config
 
     retry = _default_retry_config().new(backoff_factor=0.001)
-    client = langsmith.Client(api_url=langsmith_stub.url, api_key="test", retry_config=retry)
+    client = make_client(langsmith_stub, retry_config=retry)
     yield client
     client.close(timeout=5)
+
+
+def listing(stub: LangSmithStub) -> str:
+    """``"METHOD /path"`` of the run query the monitor sends to this backend."""
+    return "POST /api/v2/runs/query" if stub.serves_v2 else "POST /runs/query"
+
+
+def run_queries(stub: LangSmithStub) -> list[dict[str, Any]]:
+    """The run queries the stub got, as v1 filters (``run_type``, ``id`` ...) and ``cursor``
+    (an offset), asserting they all went to the endpoint of its backend's version."""
+    v1 = [r.body for r in stub.requests_to("POST", "/runs/query")]
+    v2 = [r.body for r in stub.requests_to("POST", "/api/v2/runs/query")]
+    if not stub.serves_v2:
+        assert v2 == []
+        return v1
+    assert v1 == []
+    return [
+        {**v2_filters(body), "cursor": (body.get("cursor") or "").removeprefix("page-") or None}
+        for body in v2
+    ]
 
 
 def make_monitor(
@@ -138,12 +192,10 @@ def test_three_shards_cover_every_run_exactly_once_across_pages(
     for summary in summaries:
         assert summary.feedback_sent == summary.runs_seen
     cursors = [
-        r.body.get("cursor")
-        for r in langsmith_stub.requests_to("POST", "/runs/query")
-        if r.body.get("run_type") == "retriever"
+        q.get("cursor") for q in run_queries(langsmith_stub) if q.get("run_type") == "retriever"
     ]
-    assert cursors.count(None) == 3
-    assert "12" in cursors
+    # one listing per worker, four pages each (a query sent twice would be one more)
+    assert cursors == [None, "4", "8", "12"] * 3
     for summary, index in zip(summaries, range(3), strict=True):
         assert summary.shard == (index, 3)
 
@@ -272,11 +324,33 @@ def test_langsmith_500_on_listing_is_reported_not_raised(
     app: RagApp, langsmith_stub: LangSmithStub, quick_client: langsmith.Client, tmp_path: Path
 ) -> None:
     trace_questions(langsmith_stub, app.chain, PROJECT, range(2))
-    langsmith_stub.fail("POST /runs/query", 500, times=None)
+    langsmith_stub.fail(listing(langsmith_stub), 500, times=None)
     summary = make_monitor(app, quick_client, tmp_path).run()
     assert summary.runs_listed == 0
     assert summary.errors
     assert "500" in summary.errors[0]
+    run_queries(langsmith_stub)  # the listing went to this backend's endpoint
+
+
+def test_langsmith_429_on_listing_is_reported_then_listed_next_time(
+    app: RagApp, langsmith_stub: LangSmithStub, quick_client: langsmith.Client, tmp_path: Path
+) -> None:
+    """The SDK gives up on a 429 (after the retries of its own): the poll
+    reports it, lists nothing, and the next run lists it all."""
+    runs = trace_questions(langsmith_stub, app.chain, PROJECT, range(2))
+    langsmith_stub.fail(listing(langsmith_stub), 429, times=None)
+    started = time.monotonic()
+    summary = make_monitor(app, quick_client, tmp_path).run()
+    assert time.monotonic() - started < CEILING_S
+    assert (summary.runs_listed, summary.feedback_sent) == (0, 0)
+    assert len(summary.errors) == 1
+    assert "429" in summary.errors[0]
+    assert run_queries(langsmith_stub)  # to this backend's endpoint only
+    with langsmith_stub._lock:
+        langsmith_stub._fail_rules.clear()
+    again = make_monitor(app, quick_client, tmp_path).run()
+    assert again.feedback_sent == 2
+    assert set(stored(langsmith_stub)) == {r["id"] for r in runs}
 
 
 def test_feedback_500_leaves_pairs_for_the_next_run(
@@ -298,13 +372,37 @@ def test_langsmith_never_answering_hangs_nothing(
     app: RagApp, langsmith_stub: LangSmithStub, tmp_path: Path
 ) -> None:
     trace_questions(langsmith_stub, app.chain, PROJECT, range(2))
+    client = make_client(langsmith_stub, timeout_ms=60_000)
     langsmith_stub.latency = 60.0  # every request is held (released when the stub stops)
-    client = langsmith.Client(api_url=langsmith_stub.url, api_key="test", timeout_ms=60_000)
     started = time.monotonic()
     summary = make_monitor(app, client, tmp_path, request_timeout=0.5).run()
     assert time.monotonic() - started < CEILING_S
     assert summary.errors
     assert "within 0.5s" in summary.errors[0]
+    client.close(timeout=0)
+
+
+def test_a_listing_never_answered_hangs_nothing(
+    app: RagApp, langsmith_stub: LangSmithStub, tmp_path: Path
+) -> None:
+    """The run query alone never answers (the project is read): the poll gives up on it."""
+    runs = trace_questions(langsmith_stub, app.chain, PROJECT, range(2))
+    client = make_client(langsmith_stub, timeout_ms=60_000)
+    langsmith_stub.hang(listing(langsmith_stub))
+    started = time.monotonic()
+    try:
+        summary = make_monitor(app, client, tmp_path, request_timeout=0.5).run()
+        assert time.monotonic() - started < CEILING_S
+        assert langsmith_stub.hung == 1  # the one query, still held
+    finally:
+        langsmith_stub.release_hangs()
+        langsmith_stub.wait_for(lambda: langsmith_stub.hung == 0)
+    assert summary.errors == ["TimeoutError: listing runs: no answer from LangSmith within 0.5s"]
+    assert (summary.runs_listed, summary.feedback_sent) == (0, 0)
+    again = make_monitor(app, client, tmp_path, request_timeout=5.0).run()  # and it recovers
+    assert set(stored(langsmith_stub)) == {r["id"] for r in runs}
+    assert again.errors == []
+    client.close(timeout=5)
 
 
 def test_checkpoint_of_another_project_is_refused(
@@ -554,9 +652,8 @@ def test_follow_retries_unsent_pairs_whatever_their_age(
 
     runs = trace_questions(langsmith_stub, app.chain, PROJECT, range(2))
     langsmith_stub.fail("POST /feedback", 500, times=4)  # both tries of both pairs
-    client = langsmith.Client(
-        api_url=langsmith_stub.url, api_key="test", retry_config=Retry(total=0)
-    )  # no retries inside the SDK: the monitor's own are the ones under test
+    # no retries inside the SDK: the monitor's own are the ones under test
+    client = make_client(langsmith_stub, retry_config=Retry(total=0))
     worker = make_monitor(
         app, client, tmp_path, follow=True, poll_interval=0.05, lookback=timedelta(0)
     )
@@ -572,8 +669,8 @@ def test_follow_retries_unsent_pairs_whatever_their_age(
     assert summary.complete
     assert summary.feedback_failed == 2
     # later polls' windows start after both runs: they were read again by id
-    by_id = [r for r in langsmith_stub.requests_to("POST", "/runs/query") if r.body.get("id")]
-    assert {rid for r in by_id for rid in r.body["id"]} >= {r["id"] for r in runs}
+    by_id = [q for q in run_queries(langsmith_stub) if q.get("id")]
+    assert {rid for q in by_id for rid in q["id"]} >= {r["id"] for r in runs}
     assert set(stored(langsmith_stub)) == {r["id"] for r in runs}
     client.close(timeout=5)
 
@@ -587,7 +684,7 @@ def test_a_request_slower_than_its_timeout_leaves_no_gap_and_no_duplicate(
     runs = trace_questions(langsmith_stub, app.chain, PROJECT, range(3))
     # 5 s: a held request runs it out once; every other request, answered in milliseconds,
     # stays far inside it on a loaded machine too (a retry would change the counts below).
-    client = langsmith.Client(api_url=langsmith_stub.url, api_key="test", timeout_ms=(5000, 5000))
+    client = make_client(langsmith_stub, timeout_ms=(5000, 5000))
     if held == "GET /feedback/":  # reads happen for pairs a killed worker meant to send
         make_monitor(app, client, tmp_path).run()
         db = sqlite3.connect(tmp_path / "monitor.sqlite")
@@ -641,3 +738,119 @@ def test_a_checkpoint_under_home_is_the_users_home(
     monkeypatch.setenv("HOME", str(tmp_path))
     monitor = LangSmithMonitor(PROJECT, client=langsmith_client, checkpoint="~/c.sqlite")
     assert monitor.checkpoint_path == tmp_path / "c.sqlite"
+
+
+_READ_FIELDS = (
+    "id",
+    "name",
+    "run_type",
+    "trace_id",
+    "parent_run_id",
+    "session_id",
+    "start_time",
+    "end_time",
+    "inputs",
+    "outputs",
+    "error",
+    "tags",
+    "extra",
+)
+"""The fields of a run the monitor reads (and the ones ``langsmith.schemas.Run`` requires)."""
+
+
+def test_runs_query_gives_the_runs_list_runs_gives(app: RagApp, tmp_path: Path) -> None:
+    """On a v2 backend (which still answers list_runs), the monitor's reads through
+    ``runs.query``, paged and by id, give what ``list_runs`` gives, field for field."""
+    from langchain_ragmetrics._retrieval import Retrieval
+
+    with LangSmithStub(version=V2_VERSION) as stub:
+        runs = trace_questions(
+            stub, app.chain, PROJECT, range(5), metadata={"reference_context_ids": ["x"]}
+        )
+        stub.page_size = 2
+        client = make_client(stub)
+        project = UUID(project_id_for(PROJECT))
+        since = datetime.now(timezone.utc) - timedelta(hours=1)
+        roots = sorted({r["trace_id"] for r in runs})
+
+        async def thread(fn: Callable[[], Any], what: str) -> Any:
+            return await asyncio.to_thread(fn)
+
+        reader = _RunReader(lambda: client, thread, 5.0)
+
+        async def read() -> tuple[list[Any], dict[str, Any]]:
+            assert await reader.uses_v2()
+            listed = [run async for page in reader.pages(project, since) for run in page]
+            return listed, await reader.by_id(project, roots, "reading root runs")
+
+        listed, by_id = asyncio.run(read())
+        v2 = stub.requests_to("POST", "/api/v2/runs/query")
+        assert stub.requests_to("POST", "/runs/query") == []
+        assert [r.body.get("cursor") for r in v2] == [None, "page-2", "page-4"] * 2
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            old = {
+                str(r.id): r
+                for r in client.list_runs(
+                    project_id=project, run_type="retriever", start_time=since
+                )
+            }
+            old_roots = {str(r.id): r for r in client.list_runs(project_id=project, run_ids=roots)}
+        client.close(timeout=5)
+    assert sorted(str(r.id) for r in listed) == sorted(old) == sorted(r["id"] for r in runs)
+    assert sorted(by_id) == sorted(old_roots) == roots
+    for new, was in [(r, old[str(r.id)]) for r in listed] + [
+        (by_id[i], old_roots[i]) for i in roots
+    ]:
+        assert {f: getattr(new, f) for f in _READ_FIELDS} == {
+            f: getattr(was, f) for f in _READ_FIELDS
+        }
+        assert new.metadata == was.metadata == {**was.metadata, "reference_context_ids": ["x"]}
+    for run in listed:  # what the monitor scores, the same whichever way it was read
+        root, old_root = by_id[str(run.trace_id)], old_roots[str(run.trace_id)]
+        assert Retrieval.from_langsmith_run(run, root) == Retrieval.from_langsmith_run(
+            old[str(run.id)], old_root
+        )
+
+
+def test_traces_older_than_a_day_are_read_whole(
+    app: RagApp, langsmith_stub: LangSmithStub, langsmith_client: langsmith.Client, tmp_path: Path
+) -> None:
+    """v2 looks at the last day unless told otherwise: the roots (read by id) of traces that
+    started two days ago are found all the same."""
+    runs = trace_questions(langsmith_stub, app.chain, PROJECT, range(2))
+    begun = (datetime.now(timezone.utc) - timedelta(days=2)).isoformat()
+    with langsmith_stub._lock:
+        for run in langsmith_stub._runs.values():
+            run["start_time"] = begun
+    summary = make_monitor(app, langsmith_client, tmp_path, since="3d").run()
+    assert summary.complete, summary.render()
+    assert summary.feedback_sent == 2
+    assert set(stored(langsmith_stub)) == {r["id"] for r in runs}
+    reads = [q for q in run_queries(langsmith_stub) if q.get("id")]
+    assert {i for q in reads for i in q["id"]} == {r["trace_id"] for r in runs}
+
+
+def test_a_v2_backend_whose_info_cannot_be_read_is_listed_with_list_runs(
+    app: RagApp, tmp_path: Path
+) -> None:
+    """Without a version to go by, the monitor takes list_runs, which every backend that
+    answers it (all before SmithDB) serves."""
+    from langsmith.client import _default_retry_config
+
+    with LangSmithStub(version=V2_VERSION) as stub:
+        runs = trace_questions(stub, app.chain, PROJECT, range(2))
+        stub.fail("GET /info", 500, times=None)
+        retry = _default_retry_config().new(backoff_factor=0.001)
+        client = langsmith.Client(
+            api_url=stub.url, api_key="test", retry_config=retry, auto_batch_tracing=False
+        )  # the monitor reads /info first (no tracing thread reading it before)
+        summary = make_monitor(app, client, tmp_path).run()
+        assert client.info.version == ""  # the SDK keeps the failed read
+        client.close(timeout=5)
+        assert stub.requests_to("GET", "/info")
+        assert stub.requests_to("POST", "/api/v2/runs/query") == []
+        assert stub.requests_to("POST", "/runs/query")
+    assert summary.complete
+    assert summary.feedback_sent == 2
+    assert set(stored(stub)) == {r["id"] for r in runs}

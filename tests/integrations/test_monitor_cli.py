@@ -17,7 +17,7 @@ from langchain_ragmetrics._cli import ExitCode, main
 from langchain_ragmetrics._ids import feedback_id
 from langchain_ragmetrics.integrations import monitor
 from langchain_ragmetrics.integrations.monitor import LangSmithMonitor
-from tests._support.langsmith_stub import LangSmithStub
+from tests._support.langsmith_stub import V2_VERSION, LangSmithStub
 from tests._support.openai_server import JudgeServer
 from tests._support.rag import rag_app
 from tests._support.traces import trace_questions
@@ -154,7 +154,9 @@ def test_a_misspelled_project_exits_13(
     assert langsmith_stub.requests_to("POST", "/runs/query") == []  # nothing listed
 
 
+@pytest.mark.parametrize("version", [None, V2_VERSION], ids=["list_runs", "runs.query"])
 def test_exit_summary_and_code(
+    version: str | None,
     judge_server: JudgeServer,
     make_judge: JudgeFactory,
     langsmith_stub: LangSmithStub,
@@ -162,6 +164,8 @@ def test_exit_summary_and_code(
     cli_env: None,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
+    """The command's own client reads the server's version and lists with what it serves."""
+    langsmith_stub.version = version or langsmith_stub.version
     app = rag_app(judge_server, make_judge, max_retries=2)
     trace_questions(langsmith_stub, app.chain, PROJECT, range(4))
     code = main(monitor_args(tmp_path / "cp.sqlite", "--shard", "0/1", "--since", "1h"))
@@ -171,6 +175,8 @@ def test_exit_summary_and_code(
     assert "runs seen 4 (of 4 listed), scored 4" in out
     assert "results scored 4, failed 0, skipped 0" in out
     assert "feedback sent 4, failed 0" in out
+    v1, v2 = (langsmith_stub.requests_to("POST", p) for p in ("/runs/query", "/api/v2/runs/"))
+    assert (len(v1) > 0, len(v2) > 0) == ((False, True) if version else (True, False))
 
 
 def test_unreachable_langsmith_exits_with_error(
