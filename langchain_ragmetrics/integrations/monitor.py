@@ -612,8 +612,10 @@ class LangSmithMonitor:
                 allowed_methods=None,
                 raise_on_status=False,
             )
+            # No background tracing thread: the monitor traces nothing, and its feedback
+            # goes without a trace id, so nothing would ride its batches.
             self._client = read_environment_once(
-                Client(timeout_ms=(millis, millis), retry_config=retry)
+                Client(timeout_ms=(millis, millis), retry_config=retry, auto_batch_tracing=False)
             )
         return self._client
 

@@ -731,6 +731,20 @@ def test_options_of_the_wrong_kind_are_refused_when_built(
         LangSmithMonitor(PROJECT, client=langsmith_client, **{option: value})
 
 
+def test_the_default_client_starts_no_tracing_thread(
+    langsmith_stub: LangSmithStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The client the monitor builds has no tracing queue or thread (it traces nothing):
+    such a thread read ``/info`` on its own schedule, after the server was gone too."""
+    monkeypatch.setenv("LANGSMITH_ENDPOINT", langsmith_stub.url)
+    monkeypatch.setenv("LANGSMITH_API_KEY", "test")
+    before = {t.ident for t in threading.enumerate()}
+    client = LangSmithMonitor(PROJECT).client
+    assert client.tracing_queue is None
+    assert [t.name for t in threading.enumerate() if t.ident not in before] == []
+    client.close(timeout=5)
+
+
 def test_a_checkpoint_under_home_is_the_users_home(
     langsmith_client: langsmith.Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
