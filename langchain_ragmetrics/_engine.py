@@ -34,6 +34,7 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import merge_configs
 
 from langchain_ragmetrics._gate import Admission, Gate, admitted
+from langchain_ragmetrics._interrupts import DeferredInterrupt
 from langchain_ragmetrics._options import number_above_zero, whole_number
 from langchain_ragmetrics._schema import MetricResult, RagSample, Usage
 from langchain_ragmetrics._transient import transient_thread
@@ -523,23 +524,14 @@ class ScoringEngine:
         for _ in range(threads):
             spawn()
         taken: list[tuple[int, MetricResult | BaseException]] = []  # off the queue, not handed
+
+        def interrupted() -> None:  # Ctrl-C, deferred to the loop's top (see _interrupts)
+            batch.stop.set()
+            batch.outbox.put((-1, _WakeUpError()))
+
         try:
-            while True:
-                if batch.stop.is_set() or (stop is not None and stop.is_set()):
-                    self._deliver_finished(batch, deliver)
-                    return
-                if batch.finished and batch.outbox.empty():
-                    return
-                late, wait = batch.overdue()
-                for index, admission in late:
-                    if batch.settle(index, _JobTimeoutError()):
-                        admission.close()  # its slot goes to the next job
-                        batch.spare()
-                try:
-                    taken.append(batch.outbox.get(timeout=wait))
-                except queue.Empty:
-                    continue
-                self._hand_over(batch, deliver, taken)
+            with DeferredInterrupt(interrupted) as ctrl_c:
+                self._wait(batch, deliver, stop, taken, ctrl_c)
         except KeyboardInterrupt as interrupt:
             batch.stop.set()  # no new job starts
             if not getattr(interrupt, _FROM_CALLBACK, False):
@@ -548,6 +540,33 @@ class ScoringEngine:
             raise
         finally:
             batch.stop.set()
+
+    def _wait(
+        self,
+        batch: _Batch,
+        deliver: Callable[[int, MetricResult], None],
+        stop: threading.Event | None,
+        taken: list[tuple[int, MetricResult | BaseException]],
+        ctrl_c: DeferredInterrupt,
+    ) -> None:
+        """Deliver ``batch``'s results as they come, until it ends or is stopped."""
+        while True:
+            ctrl_c.check()  # between two deliveries: nothing in hand is lost
+            if batch.stop.is_set() or (stop is not None and stop.is_set()):
+                self._deliver_finished(batch, deliver)
+                return
+            if batch.finished and batch.outbox.empty():
+                return
+            late, wait = batch.overdue()
+            for index, admission in late:
+                if batch.settle(index, _JobTimeoutError()):
+                    admission.close()  # its slot goes to the next job
+                    batch.spare()
+            try:
+                taken.append(batch.outbox.get(timeout=wait))
+            except queue.Empty:
+                continue
+            self._hand_over(batch, deliver, taken)
 
     def _hand_over(
         self,

@@ -64,6 +64,7 @@ from multiprocessing.connection import Connection, wait
 from typing import TYPE_CHECKING, Any, Literal
 
 from langchain_ragmetrics._engine import Job, JobFeed, ScoringEngine
+from langchain_ragmetrics._interrupts import DeferredInterrupt
 from langchain_ragmetrics._schema import MetricResult, RagSample
 from langchain_ragmetrics._transient import is_transient, transient_thread
 
@@ -783,25 +784,28 @@ def score_in_processes(
     own = transient_thread(pool.run_own, name="ragmetrics-own")
     serving = transient_thread(pool.serve, name="ragmetrics-feed")
     try:
-        if pool.method == "fork":  # forked while this process is single-threaded: in ms
-            pool.start_workers()
-            if on_start is not None:
-                on_start()
-            own.start()
-        else:  # the parent's jobs are under way before the first worker is spawned
-            if on_start is not None:
-                on_start()
-            own.start()
-            pool.start_workers()
-        serving.start()
-        while len(received) < total and not stop.is_set():
-            try:
-                event = pool.events.get(timeout=_POLL_S)
-            except queue.Empty:
-                continue
-            if event[0] == "raise":
-                raise event[1]
-            record(*event[1:])
+        # Ctrl-C stops the loop between two results and is raised after it (see
+        # _interrupts): a result taken off the queue is always recorded.
+        with DeferredInterrupt(stop.set):
+            if pool.method == "fork":  # forked while this process is single-threaded: in ms
+                pool.start_workers()
+                if on_start is not None:
+                    on_start()
+                own.start()
+            else:  # the parent's jobs are under way before the first worker is spawned
+                if on_start is not None:
+                    on_start()
+                own.start()
+                pool.start_workers()
+            serving.start()
+            while len(received) < total and not stop.is_set():
+                try:
+                    event = pool.events.get(timeout=_POLL_S)
+                except queue.Empty:
+                    continue
+                if event[0] == "raise":
+                    raise event[1]
+                record(*event[1:])
     finally:
         pool.close(record)
         if serving.ident is not None:

@@ -345,6 +345,34 @@ def test_a_keyboard_interrupt_from_on_result_keeps_the_partial_results(
     assert not multiprocessing.active_children()
 
 
+def test_ctrl_c_while_a_result_is_recorded_loses_nothing(
+    judge_server: JudgeServer, make_judge: Callable[..., Any], start_method_used: str
+) -> None:
+    """Ctrl-C in the middle of recording a result (here in ``on_result``) lets the recording
+    end, then stops the run: every row the partial result holds as scored was seen by
+    ``on_result``. Before, the interrupt was raised mid-recording and that row was lost to
+    it (in ``ragmetrics evaluate``, between taking a result off the queue and keeping it)."""
+    judge_server.script = lexical_judge()
+    seen: list[int] = []
+
+    def record(row: int, _name: str, _result: MetricResult) -> None:
+        if not seen:
+            signal.raise_signal(signal.SIGINT)  # what the terminal's Ctrl-C sends
+        seen.append(row)
+
+    result = evaluate(
+        rows(40), [ContextRecall()], llm=make_judge(), workers=2, max_concurrency=2,
+        show_progress=False, on_result=record,
+    )  # fmt: skip
+    assert result.interrupted
+    scored = {i for i, r in enumerate(result.rows) if r.status("context_recall") == "scored"}
+    assert scored
+    assert sorted(seen) == sorted(scored)  # each once, none missing
+    assert "not_run" in [r.status("context_recall") for r in result.rows]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert not multiprocessing.active_children()
+
+
 @pytest.mark.parametrize(
     ("kwargs", "expected"),
     [
