@@ -340,6 +340,15 @@ async def _v2_page(fetch: Callable[[], Awaitable[V2Page]]) -> tuple[list[Run], V
     return [_run_from_v2(run) for run in page.items], page
 
 
+def _has_more(page: V2Page, cursor: str | None) -> bool:
+    """Whether a v2 page has a next one: by its cursor, not its items.
+
+    The SDK's ``has_next_page()`` is False for an empty page, but a page may come back
+    empty with runs after it; a cursor that repeats the last one ends the listing.
+    """
+    return bool(page.next_cursor) and page.next_cursor != cursor
+
+
 def _take(runs: Iterator[Run], size: int) -> list[Run]:
     """The next ``size`` runs of a ``list_runs`` listing (fewer at its end)."""
     batch: list[Run] = []
@@ -407,11 +416,13 @@ class _RunReader:
             page_size=_PAGE,
         )
         batch, page = await self._on_sdk_loop(partial(_v2_page, query), "listing runs")
+        cursor = None
         while True:
-            if batch:  # a page may come back empty with more after it
+            if batch:
                 yield batch
-            if not page.has_next_page():
+            if not _has_more(page, cursor):
                 return
+            cursor = page.next_cursor
             follow = partial(_v2_page, page.get_next_page)
             batch, page = await self._on_sdk_loop(follow, "listing runs")
 
@@ -441,10 +452,12 @@ class _RunReader:
     async def _every_page(query: Callable[[], Awaitable[V2Page]]) -> dict[str, Run]:
         found: dict[str, Run] = {}
         batch, page = await _v2_page(query)
+        cursor = None
         while True:
             found.update((str(run.id), run) for run in batch)
-            if not page.has_next_page():
+            if not _has_more(page, cursor):
                 return found
+            cursor = page.next_cursor
             batch, page = await _v2_page(page.get_next_page)
 
     def _listing(self, project_id: UUID, since: datetime) -> Iterator[Run]:

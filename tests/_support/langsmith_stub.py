@@ -294,6 +294,9 @@ class LangSmithStub(LoopbackServer):
         lowers it)."""
         self.feedback_needs_run = True
         """Answer 404 to ``POST /feedback`` about a run the stub does not hold (as LangSmith)."""
+        self.empty_v2_pages = 0
+        """v2 run queries answered with an empty page and a cursor before the runs, as a
+        server whose page scanned a stretch with no match (each cursor is a new one)."""
         self._hidden: dict[str, int] = {}
 
     # ------------------------------------------------------------- accessors
@@ -718,6 +721,9 @@ class LangSmithStub(LoopbackServer):
         offset = _v2_offset(body.get("cursor"))
         until = _parse_time(body.get("max_start_time")) or dt.datetime.now(dt.timezone.utc)
         with self._lock:
+            if self.empty_v2_pages > 0:
+                self.empty_v2_pages -= 1
+                return 200, {"items": [], "next_cursor": f"page-{offset}-{self.empty_v2_pages}"}
             selected, hidden = self._matching_runs(filters, until)
             size = min(size, self.page_size)
             page = selected[offset : offset + size]
@@ -1004,14 +1010,15 @@ def _v2_selects(selects: Any) -> list[str]:
 
 
 def _v2_offset(cursor: Any) -> int:
-    """The offset an opaque v2 cursor (``page-<offset>``) stands for.
+    """The offset an opaque v2 cursor (``page-<offset>``, after an empty page
+    ``page-<offset>-<n>``) stands for.
 
     Raises:
         _Route: 400 for a cursor this stub did not hand out.
     """
     if cursor is None:
         return 0
-    match = re.fullmatch(r"page-(\d+)", str(cursor))
+    match = re.fullmatch(r"page-(\d+)(?:-\d+)?", str(cursor))
     if match is None:
         raise _Route(400, {"detail": f"invalid cursor {cursor!r}"})
     return int(match[1])

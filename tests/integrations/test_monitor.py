@@ -845,6 +845,28 @@ def test_traces_older_than_a_day_are_read_whole(
     assert {i for q in reads for i in q["id"]} == {r["trace_id"] for r in runs}
 
 
+def test_an_empty_v2_page_with_a_cursor_does_not_end_the_listing(
+    app: RagApp, tmp_path: Path
+) -> None:
+    """v2 may answer a page with no run and a cursor to more (the SDK's ``has_next_page()``
+    is False then): the listing follows the cursor and every run is scored."""
+    with LangSmithStub(version=V2_VERSION) as stub:
+        runs = trace_questions(stub, app.chain, PROJECT, range(3))
+        stub.empty_v2_pages = 2
+        client = make_client(stub)
+        summary = make_monitor(app, client, tmp_path).run()
+        client.close(timeout=5)
+        assert summary.errors == []
+        assert summary.feedback_sent == 3
+        assert set(stored(stub)) == {r["id"] for r in runs}
+        listings = [
+            r.body.get("cursor")
+            for r in stub.requests_to("POST", "/api/v2/runs/query")
+            if r.body.get("run_type") == "RETRIEVER"
+        ]
+        assert listings == [None, "page-0-1", "page-0-0"]
+
+
 def test_a_v2_backend_whose_info_cannot_be_read_is_listed_with_list_runs(
     app: RagApp, tmp_path: Path
 ) -> None:
