@@ -526,8 +526,7 @@ class ScoringEngine:
         taken: list[tuple[int, MetricResult | BaseException]] = []  # off the queue, not handed
 
         def interrupted() -> None:  # Ctrl-C, deferred to the loop's top (see _interrupts)
-            batch.stop.set()
-            batch.outbox.put((-1, _WakeUpError()))
+            batch.outbox.put((-1, _WakeUpError()))  # SimpleQueue.put: safe in a handler
 
         try:
             with DeferredInterrupt(interrupted) as ctrl_c:

@@ -10,6 +10,7 @@ hand are recorded. A second Ctrl-C raises at once, as usual.
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from collections.abc import Callable
@@ -29,11 +30,13 @@ class DeferredInterrupt:
     nothing else is raised.
 
     Args:
-        on_interrupt: Called from the signal handler: stop starting work, wake the waiter.
-            It must not block (a ``threading.Event.set``, a ``SimpleQueue.put``).
+        on_interrupt: Called from the signal handler, to wake the waiting thread. It runs
+            on that thread, between any two of its bytecodes, so it must be safe to call
+            there: a ``queue.SimpleQueue.put`` is; a ``threading.Event.set`` is not (it
+            takes a lock the interrupted thread may hold).
     """
 
-    def __init__(self, on_interrupt: Callable[[], None]) -> None:
+    def __init__(self, on_interrupt: Callable[[], None] | None = None) -> None:
         self._on_interrupt = on_interrupt
         self._previous: Any = None
         self.pending = False
@@ -44,7 +47,9 @@ class DeferredInterrupt:
             threading.current_thread() is threading.main_thread()
             and signal.getsignal(signal.SIGINT) is signal.default_int_handler
         ):
-            self._previous = signal.signal(signal.SIGINT, self._handle)
+            # Kept first: a Ctrl-C right after the handler is installed restores it.
+            self._previous = signal.default_int_handler
+            signal.signal(signal.SIGINT, self._handle)
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -65,9 +70,20 @@ class DeferredInterrupt:
     def _handle(self, _signum: int, _frame: FrameType | None) -> None:
         self.pending = True
         self._restore()  # a second Ctrl-C is not deferred
-        self._on_interrupt()
+        if self._on_interrupt is not None:
+            self._on_interrupt()
 
     def _restore(self) -> None:
         if self._previous is not None:
             signal.signal(signal.SIGINT, self._previous)
             self._previous = None
+
+
+def _reset_in_child() -> None:
+    """A process forked during a run starts with Python's own Ctrl-C, not the run's."""
+    handler = signal.getsignal(signal.SIGINT)
+    if isinstance(getattr(handler, "__self__", None), DeferredInterrupt):
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+os.register_at_fork(after_in_child=_reset_in_child)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from types import FrameType
@@ -133,4 +134,17 @@ def test_an_error_leaving_the_block_is_not_replaced_by_the_ctrl_c() -> None:
 
     with pytest.raises(ValueError, match="the run's own error"):
         block()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_process_forked_during_a_run_gets_pythons_own_ctrl_c() -> None:
+    """A child forked while the run's handler is installed (from an ``on_result``, say)
+    would otherwise defer its first Ctrl-C to a run that is not its own, forever."""
+    with DeferredInterrupt():
+        assert signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+        pid = os.fork()
+        if pid == 0:  # the child: report, never return into pytest
+            os._exit(0 if signal.getsignal(signal.SIGINT) is signal.default_int_handler else 1)
+        _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

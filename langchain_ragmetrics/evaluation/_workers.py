@@ -786,7 +786,7 @@ def score_in_processes(
     try:
         # Ctrl-C stops the loop between two results and is raised after it (see
         # _interrupts): a result taken off the queue is always recorded.
-        with DeferredInterrupt(stop.set):
+        with DeferredInterrupt() as ctrl_c:
             if pool.method == "fork":  # forked while this process is single-threaded: in ms
                 pool.start_workers()
                 if on_start is not None:
@@ -798,7 +798,7 @@ def score_in_processes(
                 own.start()
                 pool.start_workers()
             serving.start()
-            while len(received) < total and not stop.is_set():
+            while len(received) < total and not stop.is_set() and not ctrl_c.pending:
                 try:
                     event = pool.events.get(timeout=_POLL_S)
                 except queue.Empty:
