@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import socket
 from collections.abc import Iterator
 from typing import Any
@@ -113,7 +114,52 @@ def test_ray_connects_when_the_address_answers(listening: str) -> None:
     assert ray.calls == [{"address": listening, "log_to_driver": False}]
 
 
-def test_a_local_ray_is_started_without_an_address() -> None:
+def test_a_local_ray_is_started_without_an_address(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
     ray = _Ray()
     start_ray(ray, None)
     assert ray.calls == [{"include_dashboard": False, "log_to_driver": False}]
+
+
+def test_the_cluster_ray_address_names_is_tried_too(
+    refusing: str, listening: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without an address, ``ray.init`` joins the cluster ``RAY_ADDRESS`` names (and retried
+    a refused one for minutes): that address is tried first as well."""
+    ray = _Ray()
+    monkeypatch.setenv("RAY_ADDRESS", refusing)
+    with pytest.raises(ConnectionError, match=f"nothing answers at {refusing} "):
+        start_ray(ray, None)
+    assert ray.calls == []
+    monkeypatch.setenv("RAY_ADDRESS", listening)
+    start_ray(ray, None)
+    assert ray.calls == [{"include_dashboard": False, "log_to_driver": False}]
+
+
+def test_the_time_allowed_is_for_every_address_of_the_host_together(
+    silent: str, listening: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A host name with several addresses gets one deadline, not one per address: the
+    first, silent, address takes it all, and the second is not tried (it would answer)."""
+    addresses = [_host_port(silent), _host_port(listening)]
+
+    def resolve(host: str, port: int, **_options: object) -> list[tuple[object, ...]]:
+        assert (host, port) == ("cluster.example", 6379)
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", a) for a in addresses]
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolve)
+    with pytest.raises(
+        ConnectionError, match=re.escape("nothing answered at cluster.example:6379 within 0.5 s")
+    ):
+        reach("cluster.example:6379", timeout=0.5)
+
+
+def test_a_name_that_does_not_resolve_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    def resolve(*_args: object, **_options: object) -> list[tuple[object, ...]]:
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolve)
+    with pytest.raises(
+        ConnectionError, match=r"nothing answers at nowhere.example:6379 \(gaierror"
+    ):
+        reach("nowhere.example:6379")

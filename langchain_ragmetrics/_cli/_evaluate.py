@@ -564,7 +564,14 @@ def _evaluate_on_ray(
     try:
         start_ray(ray, args.ray_address)
     except Exception as exc:  # Ray raises many kinds; each is reported alike
-        where = f"the Ray cluster at {args.ray_address}" if args.ray_address else "a local Ray"
+        env = os.environ.get("RAY_ADDRESS")
+        where = (
+            f"the Ray cluster at {args.ray_address}"
+            if args.ray_address
+            else f"the Ray cluster at {env} (RAY_ADDRESS)"
+            if env and env not in ("auto", "local")
+            else "a local Ray"
+        )
         error(f"cannot start or reach {where}, nothing was scored: {type(exc).__name__}: {exc}")
         return ExitCode.PREFLIGHT_FAILED
     try:

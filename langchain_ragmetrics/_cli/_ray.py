@@ -7,7 +7,9 @@ reported in seconds, by its address, before Ray is started.
 
 from __future__ import annotations
 
+import os
 import socket
+import time
 from typing import Any
 
 __all__ = ["CONNECT_TIMEOUT", "reach", "start_ray"]
@@ -33,6 +35,9 @@ def _host_port(address: str) -> tuple[str, int] | None:
 def reach(address: str, *, timeout: float = CONNECT_TIMEOUT) -> None:
     """Open and close one TCP connection to a Ray cluster's ``host:port`` address.
 
+    ``timeout`` bounds the connection attempts to all the addresses the host name resolves
+    to, together (the name lookup itself is the system resolver's).
+
     Raises:
         ConnectionError: Nothing accepted a connection there within ``timeout`` seconds
             (refused, unreachable, or no answer); the message names the address.
@@ -40,19 +45,40 @@ def reach(address: str, *, timeout: float = CONNECT_TIMEOUT) -> None:
     target = _host_port(address)
     if target is None:
         return
+    deadline = time.monotonic() + timeout
     try:
-        with socket.create_connection(target, timeout=timeout):
-            pass
-    except TimeoutError as exc:
-        msg = f"nothing answered at {address} within {timeout:g} s"
-        raise ConnectionError(msg) from exc
+        candidates = socket.getaddrinfo(*target, type=socket.SOCK_STREAM)
     except OSError as exc:
         msg = f"nothing answers at {address} ({type(exc).__name__}: {exc})"
         raise ConnectionError(msg) from exc
+    error: OSError = TimeoutError()
+    for family, kind, proto, _name, sockaddr in candidates:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        try:
+            with socket.socket(family, kind, proto) as sock:
+                sock.settimeout(left)
+                sock.connect(sockaddr)
+        except TimeoutError as exc:  # it had all the time left
+            error = exc
+            break
+        except OSError as exc:  # refused or unreachable: the next address may answer
+            error = exc
+            continue
+        return
+    if isinstance(error, TimeoutError):
+        msg = f"nothing answered at {address} within {timeout:g} s"
+    else:
+        msg = f"nothing answers at {address} ({type(error).__name__}: {error})"
+    raise ConnectionError(msg) from error
 
 
 def start_ray(ray: Any, address: str | None) -> None:
-    """Start a local Ray (``address`` None) or connect to the cluster at ``address``.
+    """Start a local Ray, or connect to the cluster at ``address`` (or at ``RAY_ADDRESS``).
+
+    Without ``address``, ``ray.init`` joins the cluster that ``RAY_ADDRESS`` names, if set;
+    that address is tried first too.
 
     Raises:
         ConnectionError: The cluster's address does not accept a connection (see
@@ -63,4 +89,5 @@ def start_ray(ray: Any, address: str | None) -> None:
         reach(address)
         ray.init(address=address, log_to_driver=False)
     else:
+        reach(os.environ.get("RAY_ADDRESS") or "auto")
         ray.init(include_dashboard=False, log_to_driver=False)

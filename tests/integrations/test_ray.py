@@ -219,16 +219,19 @@ def test_the_cli_runs_a_dataset_file_on_ray(
     assert header["ragmetrics_run"]["interrupted"] is False
 
 
-def evaluate_on_cluster(tmp_path: Path, address: str) -> subprocess.CompletedProcess[str]:
-    """``ragmetrics evaluate --ray-address address`` on one row, expected to end in checks."""
+def evaluate_on_cluster(
+    tmp_path: Path, address: str, *, from_env: bool = False
+) -> subprocess.CompletedProcess[str]:
+    """``ragmetrics evaluate --ray-address address`` (``from_env``: ``--ray`` with
+    ``RAY_ADDRESS=address``) on one row, expected to end in the checks."""
     from langchain_ragmetrics._cli import ExitCode
 
     data = tmp_path / "data.jsonl"
     data.write_text(json.dumps({"question": "q", "contexts": ["c"], "reference_contexts": ["c"]}))
+    where = ["--ray"] if from_env else ["--ray-address", address]
     proc = subprocess.run(
-        [*RAGMETRICS, "evaluate", str(data), "--metrics", "non_llm_context_recall",
-         "--ray-address", address],
-        env=clean_env(),
+        [*RAGMETRICS, "evaluate", str(data), "--metrics", "non_llm_context_recall", *where],
+        env=clean_env(RAY_ADDRESS=address) if from_env else clean_env(),
         capture_output=True,
         text=True,
         timeout=120,
@@ -257,10 +260,16 @@ def test_a_cluster_address_nothing_listens_on_ends_the_run_at_once(tmp_path: Pat
         closed.bind(("127.0.0.1", 0))
         address = f"127.0.0.1:{closed.getsockname()[1]}"
         proc = evaluate_on_cluster(tmp_path, address)
+        from_env = evaluate_on_cluster(tmp_path, address, from_env=True)
     assert (
         f"cannot start or reach the Ray cluster at {address}, nothing was scored: "
         f"ConnectionError: nothing answers at {address} (ConnectionRefusedError"
     ) in proc.stderr
+    # --ray alone joins the cluster RAY_ADDRESS names: the same check, the source named
+    assert (
+        f"cannot start or reach the Ray cluster at {address} (RAY_ADDRESS), nothing was "
+        f"scored: ConnectionError: nothing answers at {address} (ConnectionRefusedError"
+    ) in from_env.stderr
 
 
 @pytest.mark.parametrize(
