@@ -25,6 +25,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "_extract",
         "_gate",
         "_ids",
+        "_interrupts",
         "_links",
         "_options",
         "_otel",
