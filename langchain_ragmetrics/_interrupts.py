@@ -15,7 +15,6 @@ import signal
 import threading
 from collections.abc import Callable
 from types import FrameType
-from typing import Any
 
 __all__ = ["DeferredInterrupt"]
 
@@ -38,7 +37,6 @@ class DeferredInterrupt:
 
     def __init__(self, on_interrupt: Callable[[], None] | None = None) -> None:
         self._on_interrupt = on_interrupt
-        self._previous: Any = None
         self.pending = False
         """A Ctrl-C came and was not raised yet."""
 
@@ -47,8 +45,6 @@ class DeferredInterrupt:
             threading.current_thread() is threading.main_thread()
             and signal.getsignal(signal.SIGINT) is signal.default_int_handler
         ):
-            # Kept first: a Ctrl-C right after the handler is installed restores it.
-            self._previous = signal.default_int_handler
             signal.signal(signal.SIGINT, self._handle)
         return self
 
@@ -74,9 +70,9 @@ class DeferredInterrupt:
             self._on_interrupt()
 
     def _restore(self) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
-            self._previous = None
+        """Put Python's handler back, if ours is the one in place (only ever the default's)."""
+        if signal.getsignal(signal.SIGINT) == self._handle:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _reset_in_child() -> None:

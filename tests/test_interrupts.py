@@ -148,3 +148,17 @@ def test_a_process_forked_during_a_run_gets_pythons_own_ctrl_c() -> None:
         _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_handler_the_application_installs_during_the_run_is_kept() -> None:
+    """Leaving the block puts Python's handler back only where the run's own is in place."""
+
+    def own(_signum: int, _frame: FrameType | None) -> None:
+        pass
+
+    try:
+        with DeferredInterrupt():
+            signal.signal(signal.SIGINT, own)  # say, from an on_result callback
+        assert signal.getsignal(signal.SIGINT) is own
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
