@@ -415,16 +415,8 @@ class _RunReader:
             min_start_time=since,
             page_size=_PAGE,
         )
-        batch, page = await self._on_sdk_loop(partial(_v2_page, query), "listing runs")
-        cursor = None
-        while True:
-            if batch:
-                yield batch
-            if not _has_more(page, cursor):
-                return
-            cursor = page.next_cursor
-            follow = partial(_v2_page, page.get_next_page)
-            batch, page = await self._on_sdk_loop(follow, "listing runs")
+        async for batch in self._v2_pages(query, "listing runs"):
+            yield batch
 
     async def by_id(self, project_id: UUID, run_ids: list[str], what: str) -> dict[str, Run]:
         """The runs of the project with these ids that LangSmith holds, by id."""
@@ -437,7 +429,21 @@ class _RunReader:
             min_start_time=_BY_ID_SINCE,
             page_size=max(1, min(len(run_ids), 1000)),
         )
-        return await self._on_sdk_loop(partial(self._every_page, query), what)
+        return {str(run.id): run async for batch in self._v2_pages(query, what) for run in batch}
+
+    async def _v2_pages(
+        self, query: Callable[[], Awaitable[V2Page]], what: str
+    ) -> AsyncGenerator[list[Run], None]:
+        """A v2 query's runs, page by page, each page read within one request timeout."""
+        batch, page = await self._on_sdk_loop(partial(_v2_page, query), what)
+        cursor = None
+        while True:
+            if batch:
+                yield batch
+            if not _has_more(page, cursor):
+                return
+            cursor = page.next_cursor
+            batch, page = await self._on_sdk_loop(partial(_v2_page, page.get_next_page), what)
 
     async def _on_sdk_loop(self, make: Callable[[], Coroutine[Any, Any, T]], what: str) -> T:
         """``make()`` run on the SDK's loop, awaited here for one request timeout."""
@@ -447,18 +453,6 @@ class _RunReader:
     def _query(self, **query: Any) -> Awaitable[V2Page]:
         """``client.runs.query`` with the fields the monitor reads; awaiting it reads a page."""
         return self._client().runs.query(selects=_V2_SELECTS, **query)
-
-    @staticmethod
-    async def _every_page(query: Callable[[], Awaitable[V2Page]]) -> dict[str, Run]:
-        found: dict[str, Run] = {}
-        batch, page = await _v2_page(query)
-        cursor = None
-        while True:
-            found.update((str(run.id), run) for run in batch)
-            if not _has_more(page, cursor):
-                return found
-            cursor = page.next_cursor
-            batch, page = await _v2_page(page.get_next_page)
 
     def _listing(self, project_id: UUID, since: datetime) -> Iterator[Run]:
         with warnings.catch_warnings():
