@@ -205,7 +205,9 @@ def test_an_option_no_metric_has_is_refused() -> None:
     with pytest.raises(TypeError, match="no metric has the option"):
         metric_from_name("context_recall", lm="my-judge", langauge="ja")
     # An option some other metric has is dropped for one that lacks it: one set builds all.
-    assert metric_from_name("non_llm_context_recall", llm=None, retry=None) is not None
+    lexical = metric_from_name("non_llm_context_recall", llm=None, retry=None, threshold=0.9)
+    assert type(lexical).__name__ == "NonLLMContextRecall"
+    assert lexical.threshold == 0.9  # its own option applied, the others' dropped
 
 
 def test_unknown_metric_without_a_close_name_lists_them_all() -> None:
