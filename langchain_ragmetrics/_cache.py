@@ -41,6 +41,7 @@ __all__ = [
     "default_cache_path",
     "judge_endpoint",
     "judge_identity",
+    "reads_as_a_switch",
     "resolve_cache",
 ]
 
@@ -301,14 +302,42 @@ CacheLike = VerdictCache | str | os.PathLike[str] | bool | None
 """What ``cache=`` accepts: a VerdictCache, a file path, True (the default file) or None/False."""
 
 
+_SWITCH_WORDS = frozenset({"", "true", "false", "yes", "no", "on", "off", "0", "1", "none", "null"})
+
+
+def reads_as_a_switch(text: str) -> bool:
+    """True when ``text`` is blank or a switch word ("false", "off", "0", "none", any case).
+
+    Such a string, often read from an environment variable, means "cache or not", never a
+    file: taken as a path it would quietly create a cache file named ``false`` in the
+    working directory. A path with a folder part (``./false``) is never one.
+    """
+    return text.strip().lower() in _SWITCH_WORDS
+
+
 def resolve_cache(cache: CacheLike) -> VerdictCache | None:
-    """Turn a ``cache=`` option into a VerdictCache (or None for no caching)."""
+    """Turn a ``cache=`` option into a VerdictCache (or None for no caching).
+
+    Raises:
+        ValueError: ``cache`` is a string that is blank or reads as a switch (see
+            :func:`reads_as_a_switch`); the message names the option and the value.
+        TypeError: ``cache`` is none of the accepted kinds.
+    """
     if cache is None or cache is False:
         return None
     if cache is True:
         return VerdictCache()
     if isinstance(cache, VerdictCache):
         return cache
+    if isinstance(cache, str) and reads_as_a_switch(cache):
+        msg = f"`cache` must be True, False, None or a file path, got {cache!r}"
+        if cache.strip():
+            msg += ", which reads as a switch: pass cache=True, False or None to turn the "
+            msg += f"verdict cache on or off, or write {'./' + cache.strip()!r} if a file of "
+            msg += "that name is meant"
+        else:
+            msg += " (a blank string names no file): pass cache=False or None for no cache"
+        raise ValueError(msg)
     if isinstance(cache, (str, os.PathLike)):
         return VerdictCache(cache)
     msg = f"cache must be a VerdictCache, a path, True or None, got {type(cache).__name__}"

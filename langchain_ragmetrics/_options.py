@@ -1,23 +1,27 @@
-"""Checks of numeric options, one definition for the whole package.
+"""Checks of numeric and bool options, one definition for the whole package.
 
-Every option a user gives as a number (a timeout, a retry count, a concurrency) is checked by
-one of these before it is used, so bad input is refused when an object is built, by the
-option's name, with one wording everywhere. A bool is never a number here (``True`` is an
-``int`` to Python, never what a user meant), nor is a numeric string, NaN or infinity. NumPy
-scalars are numbers (``numbers.Integral`` / ``numbers.Real``), as they come out of pandas.
+Every option a user gives as a number (a timeout, a retry count, a concurrency) or as a switch
+(``follow``, ``include_answer``) is checked by one of these before it is used, so bad input is
+refused when an object is built, by the option's name, with one wording everywhere. A bool is
+never a number here (``True`` is an ``int`` to Python, never what a user meant), nor is a
+numeric string, NaN or infinity. A switch is only ``True`` or ``False``: a string such as
+``"no"`` is truthy, and 0 / 1 say nothing about what the user meant. NumPy scalars, as they
+come out of pandas, count: ``numpy.int64`` is a number and ``numpy.bool_`` a bool.
 """
 
 from __future__ import annotations
 
 import math
 import numbers
-from typing import TypeGuard
+import sys
+from typing import Literal, TypeGuard, overload
 
 from pydantic import BeforeValidator, ValidationInfo
 
 __all__ = [
     "AS_GIVEN",
     "finite_number",
+    "flag",
     "fraction",
     "number_above_zero",
     "number_at_least_zero",
@@ -102,3 +106,39 @@ def whole_number(name: str, value: object, *, minimum: int = 1) -> int:
         msg = f"`{name}` must be a whole number of at least {minimum}, got {value!r}"
         raise ValueError(msg)
     return int(value)
+
+
+def _numpy_bool(value: object) -> bool:
+    # Without numpy imported no value can be one of its bools, and importing it here would
+    # make ``import langchain_ragmetrics`` heavy.
+    numpy = sys.modules.get("numpy")
+    return numpy is not None and isinstance(value, numpy.bool_)
+
+
+@overload
+def flag(name: str, value: object, *, allow_none: Literal[False] = False) -> bool: ...
+
+
+@overload
+def flag(name: str, value: object, *, allow_none: bool) -> bool | None: ...
+
+
+def flag(name: str, value: object, *, allow_none: bool = False) -> bool | None:
+    """``value`` as a Python bool, checked: ``True`` or ``False`` (or a NumPy bool).
+
+    A switch given as ``"no"`` would be truthy, and 0 / 1 may be a count typed in the wrong
+    place, so neither is taken. With ``allow_none``, None passes as itself (the caller's
+    "decide for me").
+
+    Raises:
+        TypeError: It is not; the message names the option and the value.
+    """
+    if isinstance(value, bool):
+        return value
+    if _numpy_bool(value):
+        return bool(value)
+    if value is None and allow_none:
+        return None
+    allowed = "True, False or None" if allow_none else "True or False"
+    msg = f"`{name}` must be {allowed}, got {value!r}"
+    raise TypeError(msg)

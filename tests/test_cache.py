@@ -179,6 +179,63 @@ def test_resolve_cache_options(tmp_path: Path) -> None:
         resolve_cache(3)  # type: ignore[arg-type]
 
 
+SWITCH_WORDS = ["false", "FALSE", " no ", "Off", "0", "1", "true", "yes", "on", "None", "null"]
+REFUSED_CACHE_STRINGS = [
+    *(
+        (
+            word,
+            ", which reads as a switch: pass cache=True, False or None to turn the verdict "
+            f"cache on or off, or write {'./' + word.strip()!r} if a file of that name is meant",
+        )
+        for word in SWITCH_WORDS
+    ),
+    *(
+        (blank, " (a blank string names no file): pass cache=False or None for no cache")
+        for blank in ("", "   ", "\t\n")
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "ending"), REFUSED_CACHE_STRINGS)
+def test_a_switch_word_or_a_blank_is_no_cache_file(
+    text: str, ending: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``cache="false"`` (from an environment variable) used to create a file named false."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match=r"^`cache` must be") as info:
+        resolve_cache(text)
+    expected = f"`cache` must be True, False, None or a file path, got {text!r}{ending}"
+    assert str(info.value) == expected
+    with pytest.raises(ValueError, match=r"^`cache` must be") as via_evaluate:
+        evaluate(
+            [{"contexts": ["a"], "reference_contexts": ["a"]}],
+            ["non_llm_context_recall"],
+            cache=text,
+        )
+    assert str(via_evaluate.value) == expected
+    assert list(tmp_path.iterdir()) == []  # no cache file was made
+
+
+def test_a_file_named_like_a_switch_is_taken_with_its_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The way out the message names: a folder part, or a Path, is always a file path."""
+    monkeypatch.chdir(tmp_path)
+    cache = resolve_cache("./false")
+    assert cache is not None
+    assert cache.path.resolve() == tmp_path / "false"
+    assert (tmp_path / "false").is_file()
+    cache.close()
+    from_path = resolve_cache(Path("off"))
+    assert from_path is not None
+    assert from_path.path.resolve() == tmp_path / "off"
+    from_path.close()
+    named = resolve_cache("falsehoods.sqlite3")  # only the whole word is a switch
+    assert named is not None
+    assert named.path.name == "falsehoods.sqlite3"
+    named.close()
+
+
 def test_unusable_files_are_refused_with_a_clear_error(tmp_path: Path) -> None:
     garbage = tmp_path / "garbage.sqlite3"
     garbage.write_bytes(b"this is not a database" * 100)

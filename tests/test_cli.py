@@ -461,6 +461,42 @@ def test_unusable_cache_fails_preflight(
     assert judge.count() == 0
 
 
+@pytest.mark.parametrize("text", ["false", "0", " "])
+def test_a_cache_switch_word_is_a_usage_error_not_a_file(
+    judge: JudgeServer,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    text: str,
+) -> None:
+    """``--cache false`` used to create a cache file named false and score with it."""
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run(
+        capsys, "evaluate", str(EINSTEIN), "--metrics", "context_recall", "--cache", text
+    )
+    assert code == ExitCode.USAGE
+    assert out == ""
+    assert f"argument --cache: expected a file path, got {text!r}" in err
+    assert "use --no-cache to run without the cache" in err
+    assert (f"or write ./{text.strip()} for a file of that name" in err) == bool(text.strip())
+    assert judge.count() == 0
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_cache_file_named_like_a_switch_is_written_with_its_folder(
+    judge: JudgeServer,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    argv = ["evaluate", str(EINSTEIN), "--metrics", "context_recall", "--cache", "./false"]
+    code, out, err = run(capsys, *argv)
+    assert code == ExitCode.OK, err
+    assert "Verdict cache: 0 hits, 3 misses" in out
+    assert (tmp_path / "false").is_file()
+
+
 # --------------------------------------------------------------------------- convenience
 
 

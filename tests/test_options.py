@@ -1,4 +1,4 @@
-"""The numeric option checks every entry point shares, and a sample of the places that use them."""
+"""The numeric and bool option checks every entry point shares, and the places that use them."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from langchain_ragmetrics._breaker import CircuitBreaker
 from langchain_ragmetrics._engine import ScoringEngine
 from langchain_ragmetrics._options import (
     finite_number,
+    flag,
     fraction,
     number_above_zero,
     number_at_least_zero,
@@ -113,3 +114,41 @@ def test_numpy_scalars_are_numbers() -> None:
         whole_number("workers", np.bool_(True))
     with pytest.raises(ValueError, match="finite number"):
         finite_number("rate", np.float64("nan"))
+
+
+NOT_FLAGS: list[object] = ["no", "False", "", 0, 1, 0.0, None, [], [True]]
+
+
+@pytest.mark.parametrize("value", NOT_FLAGS)
+def test_flag_refuses_what_is_not_a_bool(value: object) -> None:
+    """A string is truthy whatever it says, and 0 / 1 may be a number typed in the wrong place."""
+    with pytest.raises(TypeError) as info:
+        flag("follow", value)
+    assert str(info.value) == f"`follow` must be True or False, got {value!r}"
+
+
+@pytest.mark.parametrize("value", [True, False])
+def test_flag_gives_the_bool_back(value: bool) -> None:
+    assert flag("follow", value) is value
+    assert flag("follow", value, allow_none=True) is value
+
+
+def test_flag_with_allow_none_takes_none_and_says_so_when_refusing() -> None:
+    assert flag("preflight", None, allow_none=True) is None
+    with pytest.raises(TypeError) as info:
+        flag("preflight", "no", allow_none=True)
+    assert str(info.value) == "`preflight` must be True, False or None, got 'no'"
+    with pytest.raises(TypeError, match=r"^`preflight` must be True or False, got None$"):
+        flag("preflight", None)
+
+
+def test_numpy_bools_are_bools() -> None:
+    """A switch read from a pandas frame is a NumPy bool, which is no ``bool`` subclass."""
+    import numpy as np
+
+    for value in (np.bool_(True), np.bool_(False)):
+        checked = flag("include_answer", value)
+        assert (checked, type(checked)) == (bool(value), bool)
+    assert flag("preflight", np.bool_(False), allow_none=True) is False
+    with pytest.raises(TypeError, match=r"`include_answer` must be True or False, got "):
+        flag("include_answer", np.int64(1))

@@ -148,7 +148,7 @@ def register(commands: Any) -> None:
     )
     checks.add_argument(
         "--cache",
-        type=Path,
+        type=_cache_file,
         default=None,
         metavar="PATH",
         help="verdict cache file (default: ragmetrics/verdicts.sqlite3 under the user's cache "
@@ -159,6 +159,17 @@ def register(commands: Any) -> None:
     )
     _add_batch_options(evaluate)
     evaluate.set_defaults(handler=_evaluate_command)
+
+
+def _cache_file(text: str) -> Path:
+    """An argparse type: the ``--cache`` file, refused when blank or a switch word ("false")."""
+    from langchain_ragmetrics._cache import reads_as_a_switch
+
+    if reads_as_a_switch(text):
+        hint = f", or write ./{text.strip()} for a file of that name" if text.strip() else ""
+        msg = f"expected a file path, got {text!r}: use --no-cache to run without the cache{hint}"
+        raise argparse.ArgumentTypeError(msg)
+    return Path(text)
 
 
 def _add_batch_options(parser: argparse.ArgumentParser) -> None:
@@ -589,7 +600,8 @@ def _evaluate_on_ray(
             num_actors=args.workers if isinstance(args.workers, int) else 2,
             max_concurrency=args.concurrency,
             timeout=args.timeout,
-            cache=None if cache is None else str(cache.path),
+            # the Path, not its text: "./0" prints as "0", which evaluate_ray would refuse
+            cache=None if cache is None else cache.path,
         ).take_all()
     finally:
         ray.shutdown()

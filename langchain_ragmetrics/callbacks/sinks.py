@@ -21,7 +21,7 @@ from typing import IO, Any
 from typing_extensions import override
 
 from langchain_ragmetrics._errors import SinkSkipError, SinkUnavailableError
-from langchain_ragmetrics._options import whole_number
+from langchain_ragmetrics._options import flag, whole_number
 from langchain_ragmetrics._retrieval import OnlineResult
 
 __all__ = [
@@ -236,13 +236,9 @@ class JsonlSink(BaseSink):
         include_contexts: bool = False,
         include_answer: bool = False,
     ) -> None:
-        for name, flag in (
-            ("include_contexts", include_contexts),
-            ("include_answer", include_answer),
-        ):
-            if not isinstance(flag, bool):  # "no" would write the documents
-                msg = f"`{name}` must be True or False, got {flag!r}"
-                raise TypeError(msg)
+        # Checked as bools: "no" is truthy and would write the documents it means to leave out.
+        include_contexts = flag("include_contexts", include_contexts)
+        include_answer = flag("include_answer", include_answer)
         self.path = Path(path).expanduser()
         if self.path.is_dir():
             msg = f"JsonlSink: {self.path} is a directory, expected a file path"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
@@ -24,6 +25,7 @@ DEFAULT_MAX_REQUESTS_PER_FILE = 50_000
 DEFAULT_MAX_BYTES_PER_FILE = 200 * 1024 * 1024
 """OpenAI's limit on the size of one batch input file (200 MB)."""
 _MILLION = 1_000_000
+_HOURS = re.compile(r"[1-9][0-9]*h")
 
 
 def default_state_dir() -> Path:
@@ -65,7 +67,9 @@ class BatchOptions(BaseModel):
     cancel: bool = False
     """Cancel this evaluation's running batches, then score what they completed."""
     completion_window: str = "24h"
-    """The completion window asked of the service (OpenAI offers ``24h``)."""
+    """The completion window asked of the service, a whole number of hours written like
+    ``"24h"`` (OpenAI offers ``24h``); checked here, since the service refuses a bad one only
+    after the input file is uploaded."""
     request_timeout: Annotated[float, AS_GIVEN] = Field(default=600.0, gt=0)
     """Seconds one file or batch request to the service may take (uploads can be large)."""
     input_price: Annotated[float | None, AS_GIVEN] = Field(default=None, ge=0)
@@ -78,6 +82,15 @@ class BatchOptions(BaseModel):
     on_report: Callable[[BatchReport], Any] | None = Field(default=None, exclude=True)
     """Called with the :class:`BatchReport` when the run ends; without it the report is
     written to stderr (unless ``show_progress=False``)."""
+
+    @field_validator("completion_window", mode="before")
+    @classmethod
+    def _hours(cls, value: object) -> object:
+        # Before pydantic's own str check, so a number (24) gets this message too.
+        if not isinstance(value, str) or _HOURS.fullmatch(value) is None:
+            msg = f"`completion_window` must be a number of hours written like '24h', got {value!r}"
+            raise ValueError(msg)
+        return value
 
     @field_validator("state_dir", mode="after")
     @classmethod

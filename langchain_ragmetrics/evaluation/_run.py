@@ -18,6 +18,7 @@ from langchain_ragmetrics._dataset import (
 )
 from langchain_ragmetrics._engine import Job, ScoringEngine
 from langchain_ragmetrics._errors import JudgeSetupError
+from langchain_ragmetrics._options import flag
 from langchain_ragmetrics._progress import Progress
 from langchain_ragmetrics._schema import _ALIASES, MetricResult
 from langchain_ragmetrics._text import check_language
@@ -381,25 +382,24 @@ def _preflight(run: _Run) -> None:
     )
 
 
-def _batch_options(batch_api: object, preflight: object) -> BatchOptions | None:
-    """``batch_api`` checked: None for direct calls, else the Batch API's options.
+def _run_mode(batch_api: object, preflight: object) -> tuple[BatchOptions | None, bool | None]:
+    """The run's mode, checked: the Batch API's options (None: direct calls) and ``preflight``.
 
-    ``preflight`` is checked alongside: True, False or None (the default for the mode).
+    ``preflight`` comes back as a Python bool (a NumPy bool is unwrapped), or None for the
+    mode's default.
 
     Raises:
         TypeError: ``batch_api`` is neither a bool nor a :class:`BatchOptions` (``None`` or
             ``0`` would otherwise have turned on a run that takes hours), or ``preflight``
             is not a bool or None (``"no"`` would have sent the pre-flight request).
     """
-    if preflight is not None and not isinstance(preflight, bool):
-        msg = f"`preflight` must be True, False or None, got {preflight!r}"
-        raise TypeError(msg)
+    checked = flag("preflight", preflight, allow_none=True)
     if batch_api is False:
-        return None
+        return None, checked
     if batch_api is True:
-        return BatchOptions()
+        return BatchOptions(), checked
     if isinstance(batch_api, BatchOptions):
-        return batch_api
+        return batch_api, checked
     msg = f"`batch_api` must be True, False or BatchOptions(...), got {batch_api!r}"
     raise TypeError(msg)
 
@@ -467,7 +467,8 @@ def evaluate(
         cache: Verdict cache for the LLM-judged metrics that have none: a
             :class:`~langchain_ragmetrics.VerdictCache`, a file path, or True for the default
             file under the user's cache directory. An unchanged re-run then makes no judge
-            call; ``result.usage`` counts ``cache_hits`` and ``cache_misses``.
+            call; ``result.usage`` counts ``cache_hits`` and ``cache_misses``. A string that
+            is blank or reads as a switch (``"false"``, ``"0"``) is refused, not made a file.
         preflight: Send each judge one tiny structured request before scoring, so an
             unreachable or unsuitable judge fails at once (a judge without tool calling /
             structured output is always refused up front, without a call). Default (None):
@@ -494,9 +495,9 @@ def evaluate(
             the service refused a file or a batch.
         ValueError: ``workers`` is not ``"auto"`` or a number of at least 1, or (a number
             above 1) a metric, its judge or the config's callbacks cannot be sent to another
-            process.
+            process; or ``cache`` is a blank string or one that reads as a switch.
     """
-    options = _batch_options(batch_api, preflight)
+    options, preflight = _run_mode(batch_api, preflight)
     run = _prepare(
         dataset,
         metrics,
@@ -547,7 +548,7 @@ async def aevaluate(
     Cancelling the awaiting task cancels the unfinished jobs and propagates as usual; a
     KeyboardInterrupt raised by ``on_result`` returns the partial result instead.
     """
-    options = _batch_options(batch_api, preflight)
+    options, preflight = _run_mode(batch_api, preflight)
     run = _prepare(
         dataset,
         metrics,

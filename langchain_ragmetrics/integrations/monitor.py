@@ -59,7 +59,7 @@ from langchain_ragmetrics._langsmith_feedback import (
     FeedbackItem,
     read_environment_once,
 )
-from langchain_ragmetrics._options import number_above_zero, whole_number
+from langchain_ragmetrics._options import flag, number_above_zero, whole_number
 from langchain_ragmetrics._retrieval import OnlineResult, QuestionFrom, Retrieval, score_retrieval
 from langchain_ragmetrics._schema import Usage
 from langchain_ragmetrics._threads import DaemonThreadPool
@@ -560,9 +560,7 @@ class LangSmithMonitor:
         self.question_from = shared.question_from
         self.max_concurrency = shared.max_concurrency
         self.request_timeout = request_timeout
-        if not isinstance(follow, bool):  # "no" would poll, and pay, forever
-            msg = f"`follow` must be True or False, got {follow!r}"
-            raise TypeError(msg)
+        follow = flag("follow", follow)  # "no" is truthy: it would poll, and pay, forever
         if not isinstance(lookback, timedelta):
             msg = f"`lookback` must be a timedelta of at least 0, got {lookback!r}"
             raise TypeError(msg)

@@ -37,6 +37,8 @@ from langchain_ragmetrics.metrics import BaseRagMetric
 from langchain_ragmetrics.metrics._judge import DEFAULT_JUDGE_MODEL, DEFAULT_JUDGE_TIMEOUT
 
 if TYPE_CHECKING:
+    import os
+
     import pyarrow as pa
     import ray.data
 
@@ -162,7 +164,7 @@ def evaluate_ray(
     rate_limit_per_minute: float | None = None,
     timeout: float | None = None,
     batch_size: int = 64,
-    cache: str | None = None,
+    cache: str | os.PathLike[str] | None = None,
     num_cpus: float = 1,
 ) -> ray.data.Dataset:
     """Score a Ray dataset of samples; returns a (lazy) dataset with one result row per input row.

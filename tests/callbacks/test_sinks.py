@@ -243,6 +243,19 @@ def test_logging_sink_keeps_text_that_cannot_be_encoded(tmp_path: Path) -> None:
     assert "'reason': 'broken \\\\ud800 text'" in line
 
 
+def test_jsonl_sink_flags_from_pandas_are_plain_bools(tmp_path: Path) -> None:
+    """A NumPy bool, as a pandas frame gives it, is taken and kept as a Python bool."""
+    import numpy as np
+
+    sink = JsonlSink(
+        tmp_path / "s.jsonl",
+        include_contexts=np.bool_(True),  # type: ignore[arg-type]
+        include_answer=np.bool_(False),  # type: ignore[arg-type]
+    )
+    assert (sink.include_contexts, type(sink.include_contexts)) == (True, bool)
+    assert (sink.include_answer, type(sink.include_answer)) == (False, bool)
+
+
 def test_escape_unencodable_leaves_encodable_values_alone() -> None:
     from langchain_ragmetrics.callbacks.sinks import escape_unencodable
 
@@ -258,6 +271,9 @@ def test_sink_options_of_the_wrong_kind_are_refused_when_built(tmp_path: Path) -
         JsonlSink(tmp_path / "s.jsonl", include_contexts="no")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="`include_answer` must be True or False, got 0"):
         JsonlSink(tmp_path / "s.jsonl", include_answer=0)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="`include_answer` must be True or False, got 'yes'"):
+        # the flags are checked first: the missing folder is not what is reported
+        JsonlSink(tmp_path / "nowhere" / "s.jsonl", include_answer="yes")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"`logger` must be a logging\.Logger or its name"):
         LoggingSink(5)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="`level` must be a logging level"):

@@ -637,3 +637,17 @@ def test_batch_options_are_numbers_as_given(option: str, value: object) -> None:
     infinite poll interval never polled again."""
     with pytest.raises(ValueError, match=f"`{option}` must be a finite number"):
         BatchOptions(**{option: value})
+
+
+@pytest.mark.parametrize("value", ["24", "1d", "24H", "0h", "024h", " 24h", "24h\n", "", 24, None])
+def test_a_completion_window_not_in_hours_is_refused_before_any_upload(value: object) -> None:
+    """Before, any string was accepted and the service refused the batch after the upload."""
+    with pytest.raises(ValueError, match="`completion_window` must be") as info:
+        BatchOptions(completion_window=value)  # type: ignore[arg-type]
+    assert f"must be a number of hours written like '24h', got {value!r}" in str(info.value)
+
+
+def test_a_completion_window_in_hours_is_kept() -> None:
+    assert BatchOptions().completion_window == "24h"
+    assert BatchOptions(completion_window="48h").completion_window == "48h"
+    assert BatchOptions(completion_window="1h").completion_window == "1h"

@@ -190,6 +190,23 @@ def test_field_missing_in_some_rows_fails_those_rows_only() -> None:
     ]
 
 
+def test_a_numpy_preflight_comes_back_as_a_plain_bool() -> None:
+    """With the Batch API the pre-flight is skipped only for ``preflight is False``: a NumPy
+    False (from a pandas frame) must come back as Python's False, not be taken as "on"."""
+    import numpy as np
+
+    from langchain_ragmetrics.evaluation import BatchOptions
+    from langchain_ragmetrics.evaluation._run import _run_mode
+
+    options, preflight = _run_mode(True, np.bool_(False))
+    assert isinstance(options, BatchOptions)
+    assert preflight is False
+    assert _run_mode(False, np.bool_(True)) == (None, True)
+    assert _run_mode(False, None) == (None, None)
+    with pytest.raises(TypeError, match=r"^`preflight` must be True, False or None, got 1$"):
+        _run_mode(False, 1)
+
+
 def test_bad_rows_and_unknown_metrics_raise_before_scoring() -> None:
     with pytest.raises(UnknownMetricError, match="known metrics: context_entity_recall, "):
         evaluate([{"question": "q"}], ["context_recal"])

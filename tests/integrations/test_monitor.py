@@ -734,6 +734,21 @@ def test_options_of_the_wrong_kind_are_refused_when_built(
         LangSmithMonitor(PROJECT, client=langsmith_client, **{option: value})
 
 
+def test_follow_read_from_pandas_is_taken_as_a_plain_bool(
+    langsmith_client: langsmith.Client, tmp_path: Path
+) -> None:
+    """A NumPy bool is no ``bool`` subclass, yet it is the switch a pandas frame gives."""
+    import numpy as np
+
+    monitor = LangSmithMonitor(
+        PROJECT,
+        client=langsmith_client,
+        follow=np.bool_(False),  # type: ignore[arg-type]
+        checkpoint=tmp_path / "c.db",
+    )
+    assert (monitor.follow, type(monitor.follow)) == (False, bool)
+
+
 def test_the_default_client_starts_no_tracing_thread(
     langsmith_stub: LangSmithStub, monkeypatch: pytest.MonkeyPatch
 ) -> None:
