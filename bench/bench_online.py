@@ -157,6 +157,7 @@ def _servers() -> tuple[JudgeServer, LangSmithStub]:
     judge, stub = JudgeServer(BenchJudge(), latency=JUDGE_LATENCY), LangSmithStub()
     # The prod config sends feedback about runs nothing traced (it has no tracer attached).
     stub.feedback_needs_run = False
+    stub.create_project("default")  # the project its feedback goes to, as if traced before
     return judge, stub
 
 

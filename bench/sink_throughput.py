@@ -1,9 +1,9 @@
 """How many results a second the LangSmith feedback sink delivers, one at a time or several.
 
-Each score the sink delivers is two round trips to LangSmith: the feedback ``POST`` and the
-``DELETE`` of a stale error feedback of the same pair (404 when there is none, the usual
-case). Sent one at a time, a round trip of ``latency`` caps the sink at
-``1 / (2 * latency)`` scores a second, whatever the machine: 5 a second at 100 ms. This
+Each score the sink delivers is one round trip to LangSmith, the feedback ``POST`` (a
+second one, the ``DELETE`` of a stale error, only follows a score whose pair this sink sent
+an error for: none here). Sent one at a time, a round trip of ``latency`` caps the sink at
+``1 / latency`` scores a second, whatever the machine: 10 a second at 100 ms. This
 script measures the sink's outbox (the thread that hands results to ``emit``, the same one
 the callback handler uses) delivering distinct scores to the loopback LangSmith stub, which
 answers each request after ``--latency`` seconds, with ``max_concurrency`` 1 and the
@@ -133,11 +133,13 @@ def main(argv: list[str] | None = None) -> None:
             f"{total} of {args.results * len(rows)} | {sum(row['errors'] for row in rows)} | "
             f"{sum(row['dropped'] for row in rows)} |"
         )
-    ceiling = 1 / (2 * args.latency) if args.latency > 0 else float("inf")
+    ones = runs[1]  # one at a time: each score is its round trips, back to back
+    per_score = sum(row["requests"] for row in ones) / max(1, sum(r["delivered"] for r in ones))
+    ceiling = 1 / (per_score * args.latency) if args.latency > 0 else float("inf")
     print(
-        f"one at a time the ceiling is 1 / (2 x {args.latency * 1000:.0f} ms) = {ceiling:.1f} "
-        f"scores/s; max_concurrency={default}: {rates[default]:.1f} scores/s "
-        f"({rates[default] / rates[1]:.2f}x one at a time)"
+        f"one at a time the ceiling is 1 / ({per_score:.2f} requests x "
+        f"{args.latency * 1000:.0f} ms) = {ceiling:.1f} scores/s; max_concurrency={default}: "
+        f"{rates[default]:.1f} scores/s ({rates[default] / rates[1]:.2f}x one at a time)"
     )
 
 

@@ -8,8 +8,9 @@ so the rules live here once:
   feedback of an id) and counts as delivered; because errors never use the score's id, a
   409 on a score always means that score is there.
 * **Convergence.** After a score is accepted, the error feedback of the same pair is
-  deleted, so a later success replaces an earlier error. An error is not posted when a
-  score for the pair is already there.
+  deleted, so a later success replaces an earlier error; a sender that knows no error of
+  the pair was posted (the online sink, which remembers the errors it sent) skips that
+  request. An error is not posted when a score for the pair is already there.
 * **Not ingested yet.** LangSmith answers 404 to feedback on a run it has not ingested yet
   (ingestion is asynchronous; the SDK retries exactly that error). It is retried with
   backoff and is not a breaker failure: LangSmith answered.
@@ -262,14 +263,19 @@ class FeedbackClient:
         self,
         item: FeedbackItem,
         *,
-        session_id: uuid.UUID | None,
+        session_id: uuid.UUID | Callable[[], uuid.UUID] | None,
         after_post: Callable[[], None] | None = None,
+        clear_stale_error: bool = True,
     ) -> Literal["sent", "superseded"]:
         """Deliver ``item`` (a retried or repeated send never duplicates).
 
         Returns ``"superseded"`` when ``item`` is an error and the pair already has a
-        score (nothing was posted), else ``"sent"``. ``after_post`` runs between the POST
+        score (nothing was posted), else ``"sent"``. ``session_id`` may be a function,
+        called at each try (it may raise ``LangSmithNotFoundError`` while the project is
+        not there yet, retried as a run not ingested yet). ``after_post`` runs between the POST
         and the clean-up of a stale error (a test hook for a worker killed there).
+        ``clear_stale_error=False`` skips that clean-up, a request per score, for a sender
+        that knows no error feedback of the pair was posted.
 
         Raises:
             SinkUnavailableError: The breaker is open.
@@ -281,7 +287,7 @@ class FeedbackClient:
         self._call(lambda: self._post(kwargs, session_id))
         if after_post is not None:
             after_post()
-        if not item.failed:
+        if clear_stale_error and not item.failed:
             stale = error_feedback_id(item.key_run_id, item.metric)
             self._call(lambda: self._delete(stale))
         return "sent"
@@ -311,12 +317,15 @@ class FeedbackClient:
 
     # ------------------------------------------------------------------ requests
 
-    def _post(self, kwargs: dict[str, Any], session_id: uuid.UUID | None) -> bool:
+    def _post(
+        self, kwargs: dict[str, Any], session_id: uuid.UUID | Callable[[], uuid.UUID] | None
+    ) -> bool:
         from langsmith.utils import LangSmithConflictError
 
+        session = session_id() if callable(session_id) else session_id
         # A 409 means LangSmith has this id already: an earlier try got through.
         with contextlib.suppress(LangSmithConflictError):
-            self.client.create_feedback(**kwargs, session_id=session_id, stop_after_attempt=1)
+            self.client.create_feedback(**kwargs, session_id=session, stop_after_attempt=1)
         return True
 
     def _delete(self, id_: uuid.UUID) -> bool:

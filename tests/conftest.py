@@ -8,9 +8,15 @@ import signal
 
 import pytest
 
-from tests._support.fixtures import judge_server, langsmith_client, langsmith_stub, make_judge
+from tests._support.fixtures import (
+    judge_server,
+    langsmith_client,
+    langsmith_env,
+    langsmith_stub,
+    make_judge,
+)
 
-__all__ = ["judge_server", "langsmith_client", "langsmith_stub", "make_judge"]
+__all__ = ["judge_server", "langsmith_client", "langsmith_env", "langsmith_stub", "make_judge"]
 
 pytest_plugins = ["pytester"]  # runs pytest in-process where a test checks our own hooks
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import threading
-import time
+from collections import OrderedDict
 from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any, Literal
 from uuid import UUID
@@ -29,7 +29,7 @@ from langchain_ragmetrics._langsmith_feedback import (
 )
 from langchain_ragmetrics._options import number_above_zero, whole_number
 from langchain_ragmetrics._retrieval import OnlineResult
-from langchain_ragmetrics.callbacks._stats import FailureLog, logger
+from langchain_ragmetrics.callbacks._stats import logger
 from langchain_ragmetrics.callbacks.sinks import BaseSink, SinkUnavailableError
 
 if TYPE_CHECKING:
@@ -37,7 +37,8 @@ if TYPE_CHECKING:
 
 __all__ = ["LangSmithFeedbackSink"]
 
-_PROJECT_RETRY_SECONDS = 30.0
+_REMEMBERED_ERRORS = 4096
+"""Pairs whose error feedback a sink remembers sending (the most recent ones)."""
 
 
 def _env(name: str) -> str | None:
@@ -70,14 +71,18 @@ class LangSmithFeedbackSink(BaseSink):
     default ``langsmith.Client``), feedback with a trace id rides its batches, and a
     result counts as delivered once handed to that client.
 
-    The project id (``session_id``) is resolved once, on the sink's thread, from
-    ``project_name`` (default: ``LANGSMITH_PROJECT`` or "default"); while it cannot be
-    found it is retried every 30 s and feedback goes without it meanwhile.
+    Feedback goes to the project the runs are traced to (``session_id``, which LangSmith
+    requires of feedback on a run): ``project_name``, default ``LANGSMITH_PROJECT`` or
+    "default", looked up on the sink's threads and kept once found. A project LangSmith does
+    not hold yet is waited for like a run not ingested yet (its first traces create it), and
+    a result whose project never appears fails with an error that names it.
 
-    Each feedback is one or two round trips to LangSmith (the score, then the removal of a
-    stale error), so up to ``max_concurrency`` results are sent at once: one at a time, a
-    100 ms round trip would cap the sink at about 5 scores a second. Results of the same
-    (run, metric) pair are still sent one after another, in order.
+    A score is one round trip to LangSmith. The sink remembers the pairs it sent an error
+    for (its last 4,096 errors), and a later score of such a pair also removes that error: a
+    second round trip, only then. An error is two (a read, so that it never lands beside a
+    score, then the post). Up to ``max_concurrency`` results are sent at once: one at a
+    time, a 100 ms round trip would cap the sink at about 10 scores a second. Results of the
+    same (run, metric) pair are still sent one after another, in order.
 
     Args:
         client: A ``langsmith.Client``; default: built from the environment on first use.
@@ -128,8 +133,10 @@ class LangSmithFeedbackSink(BaseSink):
         )
         self._project_id: UUID | None = None
         self._project_lock = threading.Lock()  # one lookup at a time, the others wait for it
-        self._next_project_attempt = 0.0
-        self._failures = FailureLog()
+        self._lookups = 0  # project lookups ended, so that the sends waiting share a miss
+        self._missed = False  # the last one ended with "no such project"
+        self._errors_sent: OrderedDict[tuple[int, str], None] = OrderedDict()
+        self._errors_lock = threading.Lock()
         self.disabled_reason: str | None = None
         # Read now, not through langsmith.utils.get_env_var: that caches per process.
         self._api_key = _env("API_KEY")
@@ -197,23 +204,41 @@ class LangSmithFeedbackSink(BaseSink):
         return str(get_tracer_project())
 
     def project_id(self) -> UUID | None:
-        """The project id, resolved once (retried every 30 s while it cannot be found)."""
-        if self._project_id is not None or time.monotonic() < self._next_project_attempt:
+        """The id of the project feedback goes to (None while it cannot be found)."""
+        try:
+            return self.session_id()
+        except Exception:  # no such project yet, or LangSmith did not answer
+            return None
+
+    def session_id(self) -> UUID:
+        """The project's id: looked up, once for all the sends waiting, and kept once found.
+
+        Raises:
+            langsmith.utils.LangSmithNotFoundError: LangSmith has no such project (yet):
+                the sends retry it as they retry a run not ingested yet.
+            Exception: The lookup's own failure (LangSmith down, a refused key).
+        """
+        if self._project_id is not None:
             return self._project_id
+        lookups = self._lookups
         with self._project_lock:
-            if self._project_id is not None or time.monotonic() < self._next_project_attempt:
-                return self._project_id  # another thread's lookup just ended
             name = self._project_name()
-            try:
-                self._project_id = self.delivery.resolve_project(name)
-            except Exception as exc:
-                self._next_project_attempt = time.monotonic() + _PROJECT_RETRY_SECONDS
-                self._failures.report(
-                    "project",
-                    f"LangSmithFeedbackSink: cannot resolve project {name!r} "
-                    f"({type(exc).__name__}: {exc}); sending feedback without session_id",
-                )
-            return self._project_id
+            if self._project_id is not None:
+                return self._project_id  # another thread's lookup just found it
+            if self._lookups == lookups or not self._missed:  # no miss to share: look
+                from langsmith.utils import LangSmithNotFoundError
+
+                self._missed = False
+                try:
+                    project = self.client.read_project(project_name=name)
+                except LangSmithNotFoundError:
+                    self._missed = True
+                else:
+                    self._project_id = UUID(str(project.id))
+                    return self._project_id
+                finally:
+                    self._lookups += 1
+            raise _missing_project(name)
 
     def feedback_item(self, item: OnlineResult) -> FeedbackItem | None:
         """The feedback for a result (None for skipped results)."""
@@ -237,9 +262,26 @@ class LangSmithFeedbackSink(BaseSink):
         feedback = self.feedback_item(item)
         if feedback is None:
             return
-        self.delivery.requests.refuse_if_open()  # before the project lookup, too
-        session_id = self.project_id()
-        self.delivery.send(feedback, session_id=session_id)
+        self.delivery.requests.refuse_if_open()
+        erred = self._error_sent(feedback)
+        self.delivery.send(feedback, session_id=self.session_id, clear_stale_error=erred)
+
+    def _error_sent(self, feedback: FeedbackItem) -> bool:
+        """Whether this sink sent an error for the pair (an error is noted before it goes).
+
+        Only then can a score leave a stale error behind, so only then does it cost the
+        request that removes it. An error is noted before it is sent: a send that failed
+        may still have landed.
+        """
+        pair = (feedback.key_run_id.int, feedback.metric)
+        with self._errors_lock:
+            if not feedback.failed:
+                return pair in self._errors_sent
+            self._errors_sent[pair] = None
+            self._errors_sent.move_to_end(pair)
+            if len(self._errors_sent) > _REMEMBERED_ERRORS:
+                self._errors_sent.popitem(last=False)
+            return True
 
     @override
     def order_key(self, item: OnlineResult) -> Hashable:
@@ -257,3 +299,13 @@ class LangSmithFeedbackSink(BaseSink):
         self.flush(timeout)
         if self._owns_client and self._client is not None:
             self._client.close(timeout=timeout)
+
+
+def _missing_project(name: str) -> Exception:
+    """The error of a project LangSmith does not hold: retried as "not there yet"."""
+    from langsmith.utils import LangSmithNotFoundError
+
+    return LangSmithNotFoundError(
+        f"LangSmith has no project {name!r} (yet): feedback goes to the project the runs are "
+        "traced to; set LangSmithFeedbackSink(project_name=...) or LANGSMITH_PROJECT to it"
+    )

@@ -65,6 +65,15 @@ def langsmith_stub() -> Iterator[LangSmithStub]:
 
 
 @pytest.fixture
+def langsmith_env(langsmith_stub: LangSmithStub, monkeypatch: pytest.MonkeyPatch) -> LangSmithStub:
+    """``langsmith_stub``, with ``LANGSMITH_ENDPOINT`` / ``LANGSMITH_API_KEY`` pointing at it
+    (what a sink that builds its own client reads)."""
+    monkeypatch.setenv("LANGSMITH_ENDPOINT", langsmith_stub.url)
+    monkeypatch.setenv("LANGSMITH_API_KEY", "test")
+    return langsmith_stub
+
+
+@pytest.fixture
 def langsmith_client(langsmith_stub: LangSmithStub) -> Iterator[langsmith.Client]:
     """A real ``langsmith.Client`` talking to ``langsmith_stub``; flushed and closed after."""
     client = langsmith.Client(api_url=langsmith_stub.url, api_key="test")

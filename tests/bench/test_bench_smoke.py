@@ -374,28 +374,31 @@ def test_sink_throughput_delivers_every_score_in_both_configs() -> None:
     assert [row[1].strip() for row in rows] == ["1", "16"]
     for row in rows:
         assert float(row[2]) > 0
-        assert row[4].strip() == "2.00"  # the POST and the stale error's DELETE, per score
+        assert row[4].strip() == "1.00"  # the POST; no DELETE: the sink sent no error
         assert row[5].strip() == "24 of 24"
         assert (row[6].strip(), row[7].strip()) == ("0", "0")
     assert "max_concurrency=16:" in lines[-1]
 
 
-def test_sink_request_cpu_measures_both_sessions_with_both_environments() -> None:
+def test_sink_request_cpu_measures_each_cut_with_both_environments() -> None:
     lines = script_lines(
         "sink_request_cpu.py", "--results", "6", "--rounds", "2", "--extra-env", "5"
     )
     assert (
         lines[0] == "command: python bench/sink_request_cpu.py --results 6 --rounds 2 --extra-env 5"
     )
-    rows = [line.split("|") for line in lines if re.match(r"\| \d+ \| read ", line)]
-    assert [row[2].strip() for row in rows] == [
-        "read once (now)",
-        "read per request (before)",
+    rows = [line.split("|") for line in lines if re.match(r"\| \d+ \| (now|DELETE)", line)]
+    sides = [row[2].strip() for row in rows]
+    assert [side.split(":")[0].split(" (")[0] for side in sides] == [
+        "now",
+        "DELETE after every score",
+        "DELETE after every score, environment read per request",
     ] * 2
     counts = [int(row[1]) for row in rows]
-    assert counts[2] == counts[0] + 5  # the second pass has the extra variables
+    assert counts[3] == counts[0] + 5  # the second pass has the extra variables
     for row in rows:
         assert float(row[3]) > 0
-        assert row[5].strip() == "2.00"  # the POST and the stale error's DELETE, per score
         assert (row[6].strip(), row[7].strip()) == ("0", "12")
-    assert lines[-1].startswith(f"{counts[2]} variables: ")
+    # the POST alone now; the POST and the stale error's DELETE on the sides before the cut
+    assert [row[5].strip() for row in rows] == ["1.00", "2.00", "2.00"] * 2
+    assert lines[-1].startswith(f"{counts[3]} variables: no DELETE after a score ")

@@ -1,5 +1,6 @@
 """LangSmith feedback through the real ``langsmith.Client`` against the loopback stub."""
 
+import threading
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -21,6 +22,7 @@ from langchain_ragmetrics._ids import feedback_id
 from tests._support.langsmith_stub import LangSmithStub, project_id_for
 from tests._support.openai_server import JudgeServer, reply_error
 from tests._support.rag import FAST, online_handler, question, rag_app, rag_router
+from tests._support.sink_checks import run_item
 
 JudgeFactory = Callable[..., ChatOpenAI]
 
@@ -80,6 +82,7 @@ def test_feedback_on_the_root_run(
     langsmith_stub: LangSmithStub,
 ) -> None:
     app = rag_app(judge_server, make_judge)
+    project = langsmith_stub.create_project("app")  # the app has traced to it before
     sink = LangSmithFeedbackSink(langsmith_client, run="root", project_name="app")
     root = uuid.uuid4()
     with online_handler(app.llm, sinks=[sink]) as handler:
@@ -87,6 +90,7 @@ def test_feedback_on_the_root_run(
         assert handler.flush(10)
     (feedback,) = langsmith_stub.feedback()
     assert feedback["run_id"] == feedback["trace_id"] == str(root)
+    assert feedback["session_id"] == project
 
 
 def test_failed_results_are_flagged_and_skipped_ones_not_sent(
@@ -99,6 +103,7 @@ def test_failed_results_are_flagged_and_skipped_ones_not_sent(
     judge_server.script = rag_router(RelevantSentences=lambda req: reply_error(500))
     metrics = [ContextRelevance(llm=app.llm, retry=FAST.model_copy(update={"max_retries": 0}))]
     metrics.append(ContextRecall(llm=app.llm))  # no reference: skipped
+    langsmith_stub.create_project("app")  # the app has traced to it before
     sink = LangSmithFeedbackSink(langsmith_client, project_name="app")
     with online_handler(app.llm, metrics=metrics, sinks=[sink]) as handler:
         app.chain.invoke(question(1), config={"callbacks": [handler]})
@@ -141,6 +146,7 @@ def test_without_a_trace_id_feedback_is_posted_directly(
 ) -> None:
     app = rag_app(judge_server, make_judge)
     langsmith_stub.feedback_needs_run = False  # the run is never traced here
+    langsmith_stub.create_project("app")  # the app has traced to it before
     sink = LangSmithFeedbackSink(langsmith_client, project_name="app")
     with online_handler(app.llm, sinks=[sink]) as handler:
         monitored = app.chain.with_config(callbacks=[handler])
@@ -154,27 +160,111 @@ def test_without_a_trace_id_feedback_is_posted_directly(
     assert "trace_id" not in feedback or feedback["trace_id"] is None
 
 
-def test_project_lookup_failure_is_retried_later_and_not_fatal(
+def test_a_project_not_there_yet_is_waited_for_and_feedback_never_goes_without_it(
     judge_server: JudgeServer,
     make_judge: JudgeFactory,
     langsmith_client: langsmith.Client,
     langsmith_stub: LangSmithStub,
     recwarn: pytest.WarningsRecorder,
 ) -> None:
+    """LangSmith requires the project of feedback on a run: a project its first traces have
+    not created yet is looked up again, with backoff, as a run not ingested yet."""
     app = rag_app(judge_server, make_judge)
-    langsmith_stub.fail("GET /sessions", 404, times=None)  # the project does not exist yet
-    sink = LangSmithFeedbackSink(langsmith_client, project_name="app")
+    project = langsmith_stub.create_project("app")
+    langsmith_stub.fail("GET /sessions", 404, times=2)  # the first two lookups: not there yet
+    sink = LangSmithFeedbackSink(langsmith_client, project_name="app", backoff=0.01)
     with online_handler(app.llm, sinks=[sink]) as handler:
         app.chain.invoke(question(1), config={"callbacks": [handler]})
         assert handler.flush(10)
         assert handler.stats.sink_errors == 0
-    assert any(
-        issubclass(w.category, langsmith.utils.LangSmithWarning) and "session_id" in str(w.message)
-        for w in recwarn
-    )
+    lookups = [r.status for r in langsmith_stub.requests_to("GET", "/sessions")]
+    assert lookups == [404, 404, 200]
     (feedback,) = langsmith_stub.feedback()
-    assert feedback.get("session_id") is None
-    assert sink.project_id() is None  # still within the retry interval: no new lookup
+    assert feedback["session_id"] == project
+    assert sink.project_id() == uuid.UUID(project)  # kept: no further lookup
+    assert len(langsmith_stub.requests_to("GET", "/sessions")) == 3
+    assert not [w for w in recwarn if "session_id" in str(w.message)]
+    assert not sink.breaker.is_open
+
+
+def test_a_project_that_never_appears_fails_the_result_by_its_name(
+    langsmith_env: LangSmithStub,
+) -> None:
+    langsmith_env.feedback_needs_run = False
+    sink = LangSmithFeedbackSink(
+        project_name="nowhere", backoff=0.01, ingest_retries=2, failure_threshold=1
+    )
+    with pytest.raises(langsmith.utils.LangSmithNotFoundError, match="no project 'nowhere'"):
+        sink.emit(run_item(uuid.uuid4()))
+    assert len(langsmith_env.requests_to("GET", "/sessions")) == 3  # 1 + ingest_retries
+    assert langsmith_env.requests_to("POST", "/feedback") == []  # never without a project
+    assert not sink.breaker.is_open  # LangSmith answered: not an outage
+    assert sink.project_id() is None
+    sink.close(5)
+
+
+class _CountingLock:
+    """A lock that counts the threads that asked for it (a deterministic view of waiters)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.asked = 0
+        self._count_lock = threading.Lock()
+
+    def __enter__(self) -> None:
+        with self._count_lock:
+            self.asked += 1
+        self._lock.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
+
+
+def test_the_sends_waiting_on_a_lookup_share_its_miss(langsmith_env: LangSmithStub) -> None:
+    """Three sends at once, no project: one lookup, and all three told "not there yet"."""
+    sink = LangSmithFeedbackSink(project_name="nowhere", timeout=30)
+    lock = _CountingLock()
+    sink._project_lock = lock  # type: ignore[assignment]
+    langsmith_env.hang("GET /sessions")  # the first lookup is held until all three wait
+    outcomes: list[BaseException] = []
+
+    def look() -> None:
+        try:
+            sink.session_id()
+        except Exception as exc:
+            outcomes.append(exc)
+
+    threads = [threading.Thread(target=look) for _ in range(3)]
+    threads[0].start()
+    langsmith_env.wait_for(lambda: langsmith_env.hung == 1)
+    for thread in threads[1:]:
+        thread.start()
+    langsmith_env.wait_for(lambda: lock.asked == 3)
+    langsmith_env.release_hangs()
+    for thread in threads:
+        thread.join(30)
+    assert len(langsmith_env.requests_to("GET", "/sessions")) == 1
+    assert len(outcomes) == 3
+    assert all(isinstance(e, langsmith.utils.LangSmithNotFoundError) for e in outcomes)
+    # a later send (after its backoff) looks again
+    with pytest.raises(langsmith.utils.LangSmithNotFoundError):
+        sink.session_id()
+    assert len(langsmith_env.requests_to("GET", "/sessions")) == 2
+    sink.close(5)
+
+
+def test_a_failed_project_lookup_is_an_outage_for_the_breaker(langsmith_env: LangSmithStub) -> None:
+    langsmith_env.create_project("app")
+    langsmith_env.fail("GET /sessions", 500, times=None)
+    sink = LangSmithFeedbackSink(
+        project_name="app", backoff=0.01, max_retries=1, failure_threshold=2
+    )
+    with pytest.raises(langsmith.utils.LangSmithError):
+        sink.emit(run_item(uuid.uuid4()))
+    assert [r.status for r in langsmith_env.requests_to("GET", "/sessions")] == [500, 500]
+    assert sink.breaker.is_open
+    assert langsmith_env.requests_to("POST", "/feedback") == []
+    sink.close(5)
 
 
 def test_bad_run_option() -> None:

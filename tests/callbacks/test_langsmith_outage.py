@@ -25,6 +25,7 @@ from langchain_ragmetrics import (
     LangSmithFeedbackSink,
 )
 from langchain_ragmetrics._ids import feedback_id
+from langchain_ragmetrics._langsmith_feedback import error_feedback_id
 from tests._support.langsmith_stub import LangSmithStub, refused_url, silent_server
 from tests._support.openai_server import JudgeServer
 from tests._support.rag import FAST, online_handler, question, rag_app
@@ -34,6 +35,12 @@ from tests._support.sink_checks import run_item as item
 JudgeFactory = Callable[..., ChatOpenAI]
 TRACES = 8
 FAULTS = ("500", "429", "hang", "refused", "silent")
+
+
+@pytest.fixture(autouse=True)
+def _project(langsmith_stub: LangSmithStub) -> None:
+    """The project the runs are traced to exists (the app has traced to it before)."""
+    langsmith_stub.create_project("app")
 
 
 @contextlib.contextmanager
@@ -124,15 +131,12 @@ def test_langsmith_down_never_holds_scoring_or_the_other_sinks(
 def test_a_transient_failure_is_retried_without_duplicates(
     judge_server: JudgeServer,
     make_judge: JudgeFactory,
-    langsmith_stub: LangSmithStub,
-    monkeypatch: pytest.MonkeyPatch,
+    langsmith_env: LangSmithStub,
 ) -> None:
     app = rag_app(judge_server, make_judge)
-    langsmith_stub.feedback_needs_run = False  # these runs are never traced here
-    monkeypatch.setenv("LANGSMITH_ENDPOINT", langsmith_stub.url)
-    monkeypatch.setenv("LANGSMITH_API_KEY", "test")
-    langsmith_stub.fail("POST /feedback", 500, times=1)
-    langsmith_stub.fail("POST /feedback", 429, times=1)
+    langsmith_env.feedback_needs_run = False  # these runs are never traced here
+    langsmith_env.fail("POST /feedback", 500, times=1)
+    langsmith_env.fail("POST /feedback", 429, times=1)
     sink = LangSmithFeedbackSink(project_name="app", timeout=5, max_retries=2, backoff=0.01)
     roots = [uuid.uuid4() for _ in range(3)]
     with online_handler(app.llm, sinks=[sink]) as handler:
@@ -141,43 +145,36 @@ def test_a_transient_failure_is_retried_without_duplicates(
         assert handler.flush(30)
         figures = handler.stats.sinks["LangSmithFeedbackSink"]
     assert (figures.delivered, figures.errors, figures.dropped) == (3, 0, 0)
-    records = langsmith_stub.feedback_records()
+    records = langsmith_env.feedback_records()
     assert len(records) == 3  # sent directly by the client the sink built, once each
     assert {transport for transport, _ in records} == {"POST /feedback"}
     assert {p["trace_id"] for _, p in records} == {str(r) for r in roots}
     for _, payload in records:  # the stable id: (retriever run, metric)
         assert payload["id"] == str(feedback_id(payload["run_id"], payload["key"]))
-    assert len(langsmith_stub.requests_to("POST", "/feedback")) == 5  # 2 failed + 3
+    assert len(langsmith_env.requests_to("POST", "/feedback")) == 5  # 2 failed + 3
 
 
-def test_a_duplicate_id_counts_as_delivered(
-    langsmith_stub: LangSmithStub, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    langsmith_stub.feedback_needs_run = False  # these runs are never traced here
-    monkeypatch.setenv("LANGSMITH_ENDPOINT", langsmith_stub.url)
-    monkeypatch.setenv("LANGSMITH_API_KEY", "test")
+def test_a_duplicate_id_counts_as_delivered(langsmith_env: LangSmithStub) -> None:
+    langsmith_env.feedback_needs_run = False  # these runs are never traced here
     sink = outage_sink(timeout=30)
     result = item(uuid.uuid4())
     sink.emit(result)
     sink.emit(result)  # e.g. a retry after the first answer was lost: LangSmith says 409
-    assert [r.status for r in langsmith_stub.requests_to("POST", "/feedback")] == [200, 409]
-    assert len(langsmith_stub.feedback()) == 1
+    assert [r.status for r in langsmith_env.requests_to("POST", "/feedback")] == [200, 409]
+    assert len(langsmith_env.feedback()) == 1
     assert not sink.breaker.is_open
     sink.close(5)
 
 
 def test_the_breaker_pauses_then_resumes(
-    langsmith_stub: LangSmithStub,
-    monkeypatch: pytest.MonkeyPatch,
+    langsmith_env: LangSmithStub,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     from langchain_ragmetrics.callbacks import SinkUnavailableError
 
-    langsmith_stub.feedback_needs_run = False  # these runs are never traced here
-    monkeypatch.setenv("LANGSMITH_ENDPOINT", langsmith_stub.url)
-    monkeypatch.setenv("LANGSMITH_API_KEY", "test")
+    langsmith_env.feedback_needs_run = False  # these runs are never traced here
     sink = LangSmithFeedbackSink(project_name="app", max_retries=0, failure_threshold=2)
-    langsmith_stub.fail("POST /feedback", 500, times=2)
+    langsmith_env.fail("POST /feedback", 500, times=2)
     with caplog.at_level(logging.WARNING, logger="langchain_ragmetrics"):
         for _ in range(2):
             with pytest.raises(Exception, match="500"):
@@ -192,21 +189,19 @@ def test_the_breaker_pauses_then_resumes(
     messages = [r.getMessage() for r in caplog.records]
     assert sum("failed requests in a row" in m for m in messages) == 1
     assert sum("sending resumed" in m for m in messages) == 1
-    assert len(langsmith_stub.feedback()) == 1
+    assert len(langsmith_env.feedback()) == 1
     sink.close(5)
 
 
 def test_skipped_results_are_not_sent_and_failed_ones_are_flagged(
-    langsmith_stub: LangSmithStub, monkeypatch: pytest.MonkeyPatch
+    langsmith_env: LangSmithStub,
 ) -> None:
-    langsmith_stub.feedback_needs_run = False  # these runs are never traced here
-    monkeypatch.setenv("LANGSMITH_ENDPOINT", langsmith_stub.url)
-    monkeypatch.setenv("LANGSMITH_API_KEY", "test")
+    langsmith_env.feedback_needs_run = False  # these runs are never traced here
     sink = outage_sink(timeout=30)
     sink.emit(item(uuid.uuid4(), score=None))  # not assessable: nothing to send
     sink.emit(item(uuid.uuid4(), score=float("nan")))  # NaN without error: a skip too
     sink.emit(item(uuid.uuid4(), score=float("nan"), error="JudgeError: boom"))
-    (feedback,) = langsmith_stub.feedback()
+    (feedback,) = langsmith_env.feedback()
     assert feedback["error"] is True
     assert feedback.get("score") is None
     assert feedback["comment"] == "error: JudgeError: boom"
@@ -243,14 +238,12 @@ def test_without_an_api_key_the_sink_disables_itself_with_one_warning(
 
 
 def test_the_default_breaker_opens_at_the_fifth_failure_in_a_row(
-    langsmith_stub: LangSmithStub, monkeypatch: pytest.MonkeyPatch
+    langsmith_env: LangSmithStub,
 ) -> None:
     from langchain_ragmetrics.callbacks import SinkUnavailableError
 
-    monkeypatch.setenv("LANGSMITH_ENDPOINT", langsmith_stub.url)
-    monkeypatch.setenv("LANGSMITH_API_KEY", "test")
-    langsmith_stub.create_project("app")
-    langsmith_stub.fail("POST /feedback", 500, times=None)
+    langsmith_env.create_project("app")
+    langsmith_env.fail("POST /feedback", 500, times=None)
     sink = LangSmithFeedbackSink(project_name="app", max_retries=0)  # default threshold
     for _ in range(4):
         with pytest.raises(Exception, match="500"):
@@ -261,29 +254,27 @@ def test_the_default_breaker_opens_at_the_fifth_failure_in_a_row(
     assert sink.breaker.is_open  # the fifth is
     with pytest.raises(SinkUnavailableError, match="circuit open"):
         sink.emit(item(uuid.uuid4()))
-    assert len(langsmith_stub.requests_to("POST", "/feedback")) == 5
+    assert len(langsmith_env.requests_to("POST", "/feedback")) == 5
     sink.close(5)
 
 
 def test_feedback_on_a_run_not_ingested_yet_is_retried_and_not_a_breaker_failure(
-    langsmith_stub: LangSmithStub, monkeypatch: pytest.MonkeyPatch
+    langsmith_env: LangSmithStub,
 ) -> None:
-    monkeypatch.setenv("LANGSMITH_ENDPOINT", langsmith_stub.url)
-    monkeypatch.setenv("LANGSMITH_API_KEY", "test")
     sink = LangSmithFeedbackSink(
         project_name="app", max_retries=0, failure_threshold=1, backoff=0.01, ingest_retries=4
     )
     run_id = uuid.uuid4()
-    with langsmith_stub._lock:  # the run, which LangSmith will have ingested after three 404s
-        langsmith_stub._runs[str(run_id)] = {"id": str(run_id)}
-    langsmith_stub.fail("POST /feedback", 404, times=3)
+    with langsmith_env._lock:  # the run, which LangSmith will have ingested after three 404s
+        langsmith_env._runs[str(run_id)] = {"id": str(run_id)}
+    langsmith_env.fail("POST /feedback", 404, times=3)
     sink.emit(item(run_id))
-    statuses = [r.status for r in langsmith_stub.requests_to("POST", "/feedback")]
+    statuses = [r.status for r in langsmith_env.requests_to("POST", "/feedback")]
     assert statuses == [404, 404, 404, 200]
     assert not sink.breaker.is_open  # a threshold of 1, and still closed: 404 is an answer
-    assert len(langsmith_stub.held_feedback()) == 1
+    assert len(langsmith_env.held_feedback()) == 1
     # past ingest_retries, the 404 is the pair's failure (still not the breaker's)
-    langsmith_stub.fail("POST /feedback", 404, times=None)
+    langsmith_env.fail("POST /feedback", 404, times=None)
     with pytest.raises(langsmith.utils.LangSmithNotFoundError):
         sink.emit(item(uuid.uuid4()))
     assert not sink.breaker.is_open
@@ -291,24 +282,82 @@ def test_feedback_on_a_run_not_ingested_yet_is_retried_and_not_a_breaker_failure
 
 
 def test_a_later_score_replaces_an_earlier_error_and_never_the_reverse(
-    langsmith_stub: LangSmithStub, monkeypatch: pytest.MonkeyPatch
+    langsmith_env: LangSmithStub,
 ) -> None:
-    monkeypatch.setenv("LANGSMITH_ENDPOINT", langsmith_stub.url)
-    monkeypatch.setenv("LANGSMITH_API_KEY", "test")
-    langsmith_stub.feedback_needs_run = False  # these runs are never traced here
+    langsmith_env.feedback_needs_run = False  # these runs are never traced here
     sink = outage_sink(timeout=30)
     first, second = uuid.uuid4(), uuid.uuid4()
     sink.emit(item(first, score=float("nan"), error="TimeoutError: judge"))
     sink.emit(item(first, score=0.75))  # e.g. the monitor or a retry scored it later
     sink.emit(item(second, score=0.25))
     sink.emit(item(second, score=float("nan"), error="TimeoutError: judge"))  # stale error
-    held = {f["run_id"]: f for f in langsmith_stub.held_feedback()}
-    assert len(langsmith_stub.held_feedback()) == 2
+    held = {f["run_id"]: f for f in langsmith_env.held_feedback()}
+    assert len(langsmith_env.held_feedback()) == 2
     assert (held[str(first)]["score"], held[str(first)].get("error")) == (0.75, None)
     assert (held[str(second)]["score"], held[str(second)].get("error")) == (0.25, None)
     assert held[str(first)]["id"] == str(feedback_id(first, "context_relevance"))
     # the stale error of the second was never posted: a score was already there
-    assert len(langsmith_stub.requests_to("POST", "/feedback")) == 3
+    assert len(langsmith_env.requests_to("POST", "/feedback")) == 3
+    sink.close(5)
+
+
+def test_a_score_is_one_request_unless_the_sink_sent_an_error_for_its_pair(
+    langsmith_env: LangSmithStub,
+) -> None:
+    """No DELETE after a score of a pair this sink never erred on: one round trip, not two."""
+    langsmith_env.feedback_needs_run = False  # these runs are never traced here
+    sink = outage_sink(timeout=30)
+    sink.project_id()  # resolved first, so only feedback requests are counted below
+    before = len(langsmith_env.requests)
+    scored = [uuid.uuid4() for _ in range(5)]
+    for run_id in scored:
+        sink.emit(item(run_id, score=0.5))
+    sent = langsmith_env.requests[before:]
+    assert [(r.method, r.path.split("?")[0]) for r in sent] == [("POST", "/feedback")] * 5
+    # an error, then a score of the same pair: that score removes the error it replaces
+    erred = uuid.uuid4()
+    sink.emit(item(erred, score=float("nan"), error="TimeoutError: judge"))
+    sink.emit(item(erred, score=0.75))
+    deletes = langsmith_env.requests_to("DELETE", "/feedback")
+    assert [r.path.split("?")[0] for r in deletes] == [
+        f"/feedback/{error_feedback_id(erred, 'context_relevance')}"
+    ]
+    held = [(f["run_id"], f["score"]) for f in langsmith_env.held_feedback()]
+    assert sorted(held) == sorted([(str(r), 0.5) for r in scored] + [(str(erred), 0.75)])
+    sink.close(5)
+
+
+def test_an_error_whose_post_failed_is_still_removed_by_a_later_score(
+    langsmith_env: LangSmithStub,
+) -> None:
+    """A failed send may have landed (a lost answer): the pair is noted before it goes."""
+    langsmith_env.feedback_needs_run = False
+    sink = LangSmithFeedbackSink(project_name="app", max_retries=0, failure_threshold=10)
+    run_id = uuid.uuid4()
+    langsmith_env.fail("POST /feedback", 500, times=1)
+    with pytest.raises(langsmith.utils.LangSmithError):
+        sink.emit(item(run_id, score=float("nan"), error="TimeoutError: judge"))
+    sink.emit(item(run_id, score=0.75))
+    assert len(langsmith_env.requests_to("DELETE", "/feedback")) == 1
+    sink.close(5)
+
+
+def test_the_sink_remembers_its_most_recent_errors_only(
+    langsmith_env: LangSmithStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bounded memory: past its size the oldest pair is forgotten, the newest kept."""
+    from langchain_ragmetrics.callbacks import langsmith_feedback
+
+    monkeypatch.setattr(langsmith_feedback, "_REMEMBERED_ERRORS", 3)
+    langsmith_env.feedback_needs_run = False
+    sink = outage_sink(timeout=30)
+    runs = [uuid.uuid4() for _ in range(4)]
+    for run_id in runs:
+        sink.emit(item(run_id, score=float("nan"), error="TimeoutError: judge"))
+    for run_id in runs:
+        sink.emit(item(run_id, score=0.75))
+    deleted = {r.path.split("?")[0] for r in langsmith_env.requests_to("DELETE", "/feedback")}
+    assert deleted == {f"/feedback/{error_feedback_id(r, 'context_relevance')}" for r in runs[1:]}
     sink.close(5)
 
 
@@ -338,23 +387,21 @@ def test_a_refused_key_fails_at_once_and_pauses_sending(
 
 @pytest.mark.parametrize("status", [400, 422])
 def test_a_rejected_feedback_fails_at_once_and_langsmith_counts_as_up(
-    status: int, langsmith_stub: LangSmithStub, monkeypatch: pytest.MonkeyPatch
+    status: int, langsmith_env: LangSmithStub
 ) -> None:
     """A request LangSmith rejects cannot pass on a retry; LangSmith answered, so no outage."""
-    langsmith_stub.feedback_needs_run = False
-    monkeypatch.setenv("LANGSMITH_ENDPOINT", langsmith_stub.url)
-    monkeypatch.setenv("LANGSMITH_API_KEY", "test")
-    langsmith_stub.fail("POST /feedback", status, times=2)
+    langsmith_env.feedback_needs_run = False
+    langsmith_env.fail("POST /feedback", status, times=2)
     sink = LangSmithFeedbackSink(
         project_name="app", max_retries=3, backoff=0.01, failure_threshold=1
     )
     for emitted in (1, 2):
         with pytest.raises(langsmith.utils.LangSmithError, match=str(status)):
             sink.emit(item(uuid.uuid4()))
-        assert len(langsmith_stub.requests_to("POST", "/feedback")) == emitted  # no retry
+        assert len(langsmith_env.requests_to("POST", "/feedback")) == emitted  # no retry
     assert not sink.breaker.is_open  # a threshold of 1, and still closed
     sink.emit(item(uuid.uuid4()))  # the next one is accepted
-    assert len(langsmith_stub.feedback()) == 1
+    assert len(langsmith_env.feedback()) == 1
     sink.close(5)
 
 
