@@ -43,6 +43,7 @@ import os
 import re
 import threading
 import warnings
+import weakref
 from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Iterator, Sequence
 from datetime import datetime, timedelta, timezone
 from functools import partial
@@ -257,31 +258,56 @@ async def _within(future: concurrent.futures.Future[T], what: str, allowed: floa
 
 
 class _SdkLoop:
-    """One event loop, on a daemon thread, for every call to the SDK's async (v2) resources.
+    """One event loop, on a daemon thread, per client, for its async (v2) resources.
 
     ``Client.runs`` uses an ``httpx.AsyncClient`` that the ``Client`` keeps, and its pooled
     connections belong to the loop that opened them: on another loop (each
     :meth:`LangSmithMonitor.run` has its own) a request fails with "Event loop is closed"
-    and is retried. Run on this loop only, the client's connections always match it.
+    and is retried. Run on its client's loop only, a client's connections always match it.
+    The loop lives as long as its client: when the client is garbage collected, the loop
+    stops and its thread ends (nothing of it outlives what the user holds).
     """
 
     _lock: ClassVar[threading.Lock] = threading.Lock()
-    _loop: ClassVar[tuple[int, asyncio.AbstractEventLoop] | None] = None
+    _loops: ClassVar[weakref.WeakKeyDictionary[Client, _LoopThread]] = weakref.WeakKeyDictionary()
 
     @classmethod
-    def get(cls) -> asyncio.AbstractEventLoop:
-        """The running loop, started on first use (and again in a forked child)."""
+    def of(cls, client: Client) -> asyncio.AbstractEventLoop:
+        """``client``'s running loop, started on first use (and again in a forked child)."""
         with cls._lock:
-            if cls._loop is None or cls._loop[0] != os.getpid():
-                loop = asyncio.new_event_loop()
-                threading.Thread(
-                    target=contextvars.Context().run,
-                    args=(loop.run_forever,),
-                    name="ragmetrics-langsmith-sdk",
-                    daemon=True,
-                ).start()
-                cls._loop = (os.getpid(), loop)
-            return cls._loop[1]
+            held = cls._loops.get(client)
+            if held is None or held.pid != os.getpid():
+                held = _LoopThread()
+                cls._loops[client] = held
+                weakref.finalize(client, held.stop)
+            return held.loop
+
+
+class _LoopThread:
+    """An event loop running on its own daemon thread until :meth:`stop`."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(
+            target=contextvars.Context().run,
+            args=(self._run,),
+            name="ragmetrics-langsmith-sdk",
+            daemon=True,
+        )
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.loop.run_forever()
+        finally:
+            self.loop.close()
+
+    def stop(self) -> None:
+        """Stop the loop (its thread then ends); a no-op in another process or once closed."""
+        if self.pid == os.getpid() and not self.loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # closed meanwhile
+                self.loop.call_soon_threadsafe(self.loop.stop)
 
 
 def _version(text: str) -> tuple[int, ...]:
@@ -447,7 +473,7 @@ class _RunReader:
 
     async def _on_sdk_loop(self, make: Callable[[], Coroutine[Any, Any, T]], what: str) -> T:
         """``make()`` run on the SDK's loop, awaited here for one request timeout."""
-        future = asyncio.run_coroutine_threadsafe(make(), _SdkLoop.get())
+        future = asyncio.run_coroutine_threadsafe(make(), _SdkLoop.of(self._client()))
         return await _within(future, what, self._timeout)
 
     def _query(self, **query: Any) -> Awaitable[V2Page]:

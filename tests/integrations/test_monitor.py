@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import inspect
 import re
 import threading
@@ -34,6 +35,7 @@ from langchain_ragmetrics.integrations.monitor import (
     LangSmithMonitor,
     MonitorSummary,
     _RunReader,
+    _SdkLoop,
     parse_shard,
     parse_since,
     shard_of,
@@ -843,6 +845,48 @@ def test_runs_query_gives_the_runs_list_runs_gives(app: RagApp, tmp_path: Path) 
         assert Retrieval.from_langsmith_run(run, root) == Retrieval.from_langsmith_run(
             old[str(run.id)], old_root
         )
+
+
+def _list_v2(client: langsmith.Client) -> list[Any]:
+    """The project's runs, listed once through ``runs.query`` (on the client's SDK loop)."""
+
+    async def thread(fn: Callable[[], Any], what: str) -> Any:
+        return await asyncio.to_thread(fn)
+
+    reader = _RunReader(lambda: client, thread, 5.0)
+    since = datetime.now(timezone.utc) - timedelta(hours=1)
+
+    async def read() -> list[Any]:
+        assert await reader.uses_v2()
+        project = UUID(project_id_for(PROJECT))
+        return [run async for page in reader.pages(project, since) for run in page]
+
+    return asyncio.run(read())
+
+
+def test_the_sdk_loop_is_its_clients_and_ends_with_it() -> None:
+    """v2 calls run on one loop per client (its async pool belongs to it); when the client
+    is garbage collected the loop stops and its thread ends: nothing outlives the client."""
+    with LangSmithStub(version=V2_VERSION) as stub:
+        client, other = make_client(stub), make_client(stub)
+        assert _list_v2(client) == []  # a real query, on the client's loop
+        assert len(stub.requests_to("POST", "/api/v2/runs/query")) == 1
+        held = _SdkLoop._loops[client]
+        assert _SdkLoop.of(client) is held.loop  # the same client: the same loop
+        assert _SdkLoop.of(other) is not held.loop  # another client: its own
+        other_held = _SdkLoop._loops[other]
+        client.close(timeout=5)
+        del client
+        gc.collect()
+        held.thread.join(10)
+        assert not held.thread.is_alive()
+        assert held.loop.is_closed()
+        assert other_held.thread.is_alive()  # the other client's loop is untouched
+        other.close(timeout=5)
+        del other
+        gc.collect()
+        other_held.thread.join(10)
+        assert not other_held.thread.is_alive()
 
 
 def test_traces_older_than_a_day_are_read_whole(
