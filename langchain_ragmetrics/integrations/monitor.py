@@ -42,6 +42,7 @@ import hashlib
 import os
 import re
 import threading
+import time
 import warnings
 import weakref
 from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Iterator, Sequence
@@ -74,7 +75,7 @@ from langchain_ragmetrics.metrics._base import BaseRagMetric
 if TYPE_CHECKING:
     from langsmith import Client
     from langsmith.pagination import AsyncItemsCursorPostPagination
-    from langsmith.schemas import Run
+    from langsmith.schemas import LangSmithInfo, Run
     from langsmith.types.run import Run as V2Run
     from langsmith.types.run_select_field import RunSelectField
 
@@ -91,6 +92,8 @@ LangSmith read or send failed, or a judge failure waits for its next attempt."""
 _PAGE = 100  # runs read from the listing at a time
 _V2_MIN_VERSION = (0, 16, 0)
 """The first LangSmith backend serving ``POST /api/v2/runs/query`` (``Client.runs.query``)."""
+_INFO_RETRY_SECONDS = 60.0
+"""How long an unreadable ``/info`` is taken as "version unknown" before it is read again."""
 _V2_SELECTS: list[RunSelectField] = [
     "ID",
     "NAME",
@@ -315,19 +318,41 @@ def _version(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in re.findall(r"\d+", text)[:3])
 
 
-def _queries_v2(client: Client) -> bool:
+def _queries_v2(client: Client, *, read_again: bool = False) -> bool | None:
     """Whether the monitor reads runs through ``client.runs.query`` (see :class:`_RunReader`).
 
-    Reads ``/info`` once per client (the SDK keeps it): a blocking call, for an I/O thread.
+    Reads ``/info`` once per client (the SDK keeps it, a failed read too); with
+    ``read_again``, a failed read is tried again here. A blocking call, for an I/O thread.
+
+    Returns:
+        None when the backend's version is unknown (``/info`` could not be read).
     """
     if getattr(type(client), "runs", None) is None:
         return False  # an SDK before runs.query
     if not callable(getattr(client, "list_runs", None)):
         return True  # an SDK after list_runs
     info = client.info  # an empty version when /info could not be read
+    if not info.version and read_again:
+        info = _read_info(client) or info
     if not (info.instance_flags or {}).get("ch_query_enabled", True):
         return True  # queries are served by SmithDB only, which list_runs cannot reach
-    return _version(info.version or "") >= _V2_MIN_VERSION
+    if not info.version:
+        return None
+    return _version(info.version) >= _V2_MIN_VERSION
+
+
+def _read_info(client: Client) -> LangSmithInfo | None:
+    """The backend's ``/info``, read again (None when it still cannot be read)."""
+    from langsmith.schemas import LangSmithInfo
+
+    try:
+        response = client.request_with_retries(
+            "GET", "/info", headers={"Accept": "application/json"}
+        )
+        response.raise_for_status()
+        return LangSmithInfo(**response.json())
+    except Exception:
+        return None
 
 
 def _run_from_v2(run: V2Run) -> Run:
@@ -394,10 +419,13 @@ class _IO(Protocol):
 class _RunReader:
     """Where the monitor reads runs: ``Client.runs.query`` (v2) when it can, else ``list_runs``.
 
-    The choice is made once, from the SDK and the client's ``/info``: v2 when the SDK has
+    The choice is made from the SDK and the client's ``/info``: v2 when the SDK has
     ``Client.runs`` and the backend is 0.16 or later (or serves queries from SmithDB only);
-    ``list_runs`` (deprecated in langsmith 0.15, its warning silenced) with an older SDK, an
-    older (self-hosted) backend, or when ``/info`` could not be read.
+    ``list_runs`` (deprecated in langsmith 0.15, its warning silenced) with an older SDK or
+    an older (self-hosted) backend. Once known, it is kept. While ``/info`` cannot be read
+    the monitor lists with ``list_runs`` (every backend before SmithDB serves it) and reads
+    ``/info`` again at most every minute, so a SmithDB-only backend whose first read failed
+    is not listed with ``list_runs`` for good.
 
     Either way the monitor gets ``langsmith.schemas.Run`` objects with the same fields, a page
     (at most ``_PAGE`` runs) at a time, and each request, a page or a read by id, has one
@@ -415,6 +443,7 @@ class _RunReader:
         self._io = io
         self._timeout = timeout
         self._v2: bool | None = None
+        self._next_read: float | None = None  # when /info is read again (None: not read yet)
 
     async def uses_v2(self) -> bool:
         """Whether runs are read through ``client.runs.query`` (decided on first use).
@@ -422,9 +451,19 @@ class _RunReader:
         Raises:
             TimeoutError: ``/info`` took longer than a request timeout (decided next time).
         """
-        if self._v2 is None:
-            client = self._client
-            self._v2 = await self._io(lambda: _queries_v2(client()), "reading LangSmith's version")
+        if self._v2 is not None:
+            return self._v2
+        now = time.monotonic()
+        if self._next_read is not None and now < self._next_read:
+            return False  # version unknown: list_runs until /info is read again
+        client, again = self._client, self._next_read is not None
+        decided = await self._io(
+            lambda: _queries_v2(client(), read_again=again), "reading LangSmith's version"
+        )
+        if decided is None:
+            self._next_read = time.monotonic() + _INFO_RETRY_SECONDS
+            return False
+        self._v2 = decided
         return self._v2
 
     async def pages(self, project_id: UUID, since: datetime) -> AsyncGenerator[list[Run], None]:

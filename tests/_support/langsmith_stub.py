@@ -392,6 +392,11 @@ class LangSmithStub(LoopbackServer):
         with self._lock:
             self._fail_rules.append(_FailRule(prefix, status, times))
 
+    def stop_failing(self, prefix: str) -> None:
+        """Drop the :meth:`fail` rules of exactly this prefix: those requests are answered."""
+        with self._lock:
+            self._fail_rules = [rule for rule in self._fail_rules if rule.prefix != prefix]
+
     def wait_for(
         self, predicate: Callable[[], _T], timeout: float = 60.0, interval: float = 0.02
     ) -> _T:

@@ -929,20 +929,28 @@ def test_an_empty_v2_page_with_a_cursor_does_not_end_the_listing(
         assert listings == [None, "page-0-1", "page-0-0"]
 
 
+def _client_of_an_unreadable_info(stub: LangSmithStub) -> langsmith.Client:
+    """A client of ``stub``, whose ``/info`` answers 500 from now on (retried fast).
+
+    No tracing thread reads ``/info`` before the monitor does: its read is the first.
+    """
+    from langsmith.client import _default_retry_config
+
+    stub.fail("GET /info", 500, times=None)
+    retry = _default_retry_config().new(backoff_factor=0.001)
+    return langsmith.Client(
+        api_url=stub.url, api_key="test", retry_config=retry, auto_batch_tracing=False
+    )
+
+
 def test_a_v2_backend_whose_info_cannot_be_read_is_listed_with_list_runs(
     app: RagApp, tmp_path: Path
 ) -> None:
     """Without a version to go by, the monitor takes list_runs, which every backend that
     answers it (all before SmithDB) serves."""
-    from langsmith.client import _default_retry_config
-
     with LangSmithStub(version=V2_VERSION) as stub:
         runs = trace_questions(stub, app.chain, PROJECT, range(2))
-        stub.fail("GET /info", 500, times=None)
-        retry = _default_retry_config().new(backoff_factor=0.001)
-        client = langsmith.Client(
-            api_url=stub.url, api_key="test", retry_config=retry, auto_batch_tracing=False
-        )  # the monitor reads /info first (no tracing thread reading it before)
+        client = _client_of_an_unreadable_info(stub)
         summary = make_monitor(app, client, tmp_path).run()
         assert client.info.version == ""  # the SDK keeps the failed read
         client.close(timeout=5)
@@ -951,4 +959,35 @@ def test_a_v2_backend_whose_info_cannot_be_read_is_listed_with_list_runs(
         assert stub.requests_to("POST", "/runs/query")
     assert summary.complete
     assert summary.feedback_sent == 2
+    assert set(stored(stub)) == {r["id"] for r in runs}
+
+
+def test_an_unreadable_info_is_read_again_and_the_monitor_moves_to_v2(
+    app: RagApp, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The SDK keeps a failed ``/info`` read for the client's life; the monitor reads it
+    again (at most every minute, here at once), so once LangSmith answers it a backend
+    serving v2 is listed with ``runs.query``, not with ``list_runs`` for good."""
+    from langchain_ragmetrics.integrations import monitor as monitor_module
+
+    monkeypatch.setattr(monitor_module, "_INFO_RETRY_SECONDS", 0.0)
+    with LangSmithStub(version=V2_VERSION) as stub:
+        runs = trace_questions(stub, app.chain, PROJECT, range(2))
+        client = _client_of_an_unreadable_info(stub)
+        monitor = make_monitor(app, client, tmp_path)
+        first = monitor.run()
+        assert stub.requests_to("POST", "/runs/query")  # version unknown: list_runs
+        assert stub.requests_to("POST", "/api/v2/runs/query") == []
+        stub.stop_failing("GET /info")
+        listed_before = len(stub.requests_to("POST", "/runs/query"))
+        second = monitor.run()
+        assert client.info.version == ""  # the SDK still holds its failed read
+        assert [r.status for r in stub.requests_to("GET", "/info")][-1] == 200
+        assert stub.requests_to("POST", "/api/v2/runs/query")  # read again: v2
+        assert len(stub.requests_to("POST", "/runs/query")) == listed_before
+        client.close(timeout=5)
+    assert first.complete, first.render()
+    assert second.complete, second.render()
+    assert first.feedback_sent == 2
+    assert second.runs_already_scored == 2
     assert set(stored(stub)) == {r["id"] for r in runs}
