@@ -34,7 +34,7 @@ import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from typing_extensions import override
 
@@ -56,6 +56,8 @@ __all__ = [
     "read_environment_once",
     "source_info",
 ]
+
+T = TypeVar("T")
 
 DEFAULT_FAILURE_THRESHOLD = 5
 """Failed requests in a row that open the breaker, for the sink and the monitor alike."""
@@ -270,9 +272,10 @@ class FeedbackClient:
         """Deliver ``item`` (a retried or repeated send never duplicates).
 
         Returns ``"superseded"`` when ``item`` is an error and the pair already has a
-        score (nothing was posted), else ``"sent"``. ``session_id`` may be a function,
-        called at each try (it may raise ``LangSmithNotFoundError`` while the project is
-        not there yet, retried as a run not ingested yet). ``after_post`` runs between the POST
+        score (nothing was posted), else ``"sent"``. ``session_id`` may be a function that
+        looks the project up: it is called first, under the same rules as a request with
+        a retry budget of its own (``LangSmithNotFoundError`` while the project is not there
+        yet is retried as a run not ingested yet). ``after_post`` runs between the POST
         and the clean-up of a stale error (a test hook for a worker killed there).
         ``clear_stale_error=False`` skips that clean-up, a request per score, for a sender
         that knows no error feedback of the pair was posted.
@@ -281,10 +284,11 @@ class FeedbackClient:
             SinkUnavailableError: The breaker is open.
             Exception: The failure that ended the last try.
         """
+        session = self._call(session_id) if callable(session_id) else session_id
         if item.failed and self.holds_score(item.key_run_id, item.metric):
             return "superseded"
         kwargs = item.kwargs()
-        self._call(lambda: self._post(kwargs, session_id))
+        self._call(lambda: self._post(kwargs, session))
         if after_post is not None:
             after_post()
         if clear_stale_error and not item.failed:
@@ -317,15 +321,12 @@ class FeedbackClient:
 
     # ------------------------------------------------------------------ requests
 
-    def _post(
-        self, kwargs: dict[str, Any], session_id: uuid.UUID | Callable[[], uuid.UUID] | None
-    ) -> bool:
+    def _post(self, kwargs: dict[str, Any], session_id: uuid.UUID | None) -> bool:
         from langsmith.utils import LangSmithConflictError
 
-        session = session_id() if callable(session_id) else session_id
         # A 409 means LangSmith has this id already: an earlier try got through.
         with contextlib.suppress(LangSmithConflictError):
-            self.client.create_feedback(**kwargs, session_id=session, stop_after_attempt=1)
+            self.client.create_feedback(**kwargs, session_id=session_id, stop_after_attempt=1)
         return True
 
     def _delete(self, id_: uuid.UUID) -> bool:
@@ -344,10 +345,10 @@ class FeedbackClient:
             return False
         return True
 
-    def _call(self, request: Callable[[], bool]) -> bool:
+    def _call(self, request: Callable[[], T]) -> T:
         """One request under the shared retry, 404 and breaker rules, the SDK's logs quiet."""
 
-        def quietly() -> bool:
+        def quietly() -> T:
             with _quiet_sdk():
                 return request()
 

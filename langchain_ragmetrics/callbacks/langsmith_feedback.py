@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any, Literal
@@ -29,7 +30,7 @@ from langchain_ragmetrics._langsmith_feedback import (
 )
 from langchain_ragmetrics._options import number_above_zero, whole_number
 from langchain_ragmetrics._retrieval import OnlineResult
-from langchain_ragmetrics.callbacks._stats import logger
+from langchain_ragmetrics.callbacks._stats import FailureLog, logger
 from langchain_ragmetrics.callbacks.sinks import BaseSink, SinkUnavailableError
 
 if TYPE_CHECKING:
@@ -37,6 +38,8 @@ if TYPE_CHECKING:
 
 __all__ = ["LangSmithFeedbackSink"]
 
+_MAX_MISS_WAIT = 30.0
+"""The longest a "no such project" answer is taken as still true (it doubles from backoff)."""
 _REMEMBERED_ERRORS = 4096
 """Pairs whose error feedback a sink remembers sending (the most recent ones)."""
 
@@ -58,9 +61,9 @@ class LangSmithFeedbackSink(BaseSink):
     details, usage and the retrieval. It is attached to the retriever run (``run="retriever"``)
     or to the trace's root run (``run="root"``), with ``trace_id`` and a stable
     ``feedback_id`` (from the retriever run id and the metric key). Failed results are sent
-    with ``error=True`` and no score under an id of their own, and are replaced by the score
-    when a later try succeeds; skipped results (nothing to assess) are not sent. Feedback on
-    a run LangSmith has not ingested yet (404) is retried with backoff, up to
+    with ``error=True`` and no score under an id of their own; a later score of the pair
+    sent through this sink replaces it; skipped results (nothing to assess) are not sent.
+    Feedback on a run LangSmith has not ingested yet (404) is retried with backoff, up to
     ``ingest_retries`` times, without counting against the breaker.
 
     Without ``client``, the sink builds its own from the environment (``LANGSMITH_API_KEY``,
@@ -74,8 +77,9 @@ class LangSmithFeedbackSink(BaseSink):
     Feedback goes to the project the runs are traced to (``session_id``, which LangSmith
     requires of feedback on a run): ``project_name``, default ``LANGSMITH_PROJECT`` or
     "default", looked up on the sink's threads and kept once found. A project LangSmith does
-    not hold yet is waited for like a run not ingested yet (its first traces create it), and
-    a result whose project never appears fails with an error that names it.
+    not hold yet is waited for like a run not ingested yet (its first traces create it), with
+    one warning, and a result whose project never appears fails with an error that names
+    it; a "no such project" answer holds for a window that doubles with each miss.
 
     A score is one round trip to LangSmith. The sink remembers the pairs it sent an error
     for (its last 4,096 errors), and a later score of such a pair also removes that error: a
@@ -93,7 +97,8 @@ class LangSmithFeedbackSink(BaseSink):
         failure_threshold: Failed requests in a row that open the circuit breaker.
         cooldown: Seconds the breaker stays open before one send is tried again.
         backoff: First retry delay in seconds (doubled each retry, at most 8 s).
-        ingest_retries: Retries of feedback on a run LangSmith has not ingested yet (404).
+        ingest_retries: Retries of feedback on a run LangSmith has not ingested yet (404),
+            and, apart, of the lookup of a project it does not hold yet.
         max_concurrency: Results sent at once (each on a thread of the sink's outbox).
     """
 
@@ -133,8 +138,11 @@ class LangSmithFeedbackSink(BaseSink):
         )
         self._project_id: UUID | None = None
         self._project_lock = threading.Lock()  # one lookup at a time, the others wait for it
-        self._lookups = 0  # project lookups ended, so that the sends waiting share a miss
-        self._missed = False  # the last one ended with "no such project"
+        self._lookups = 0  # project lookups ended (a send that waited on one sees it ended)
+        self._lookup_failed = False  # the last one got no answer (an outage, not a miss)
+        self._missing_until = 0.0  # until then "no such project" holds without a request
+        self._miss_wait = 0.0
+        self._failures = FailureLog()
         self._errors_sent: OrderedDict[tuple[int, str], None] = OrderedDict()
         self._errors_lock = threading.Lock()
         self.disabled_reason: str | None = None
@@ -204,41 +212,70 @@ class LangSmithFeedbackSink(BaseSink):
         return str(get_tracer_project())
 
     def project_id(self) -> UUID | None:
-        """The id of the project feedback goes to (None while it cannot be found)."""
+        """The id of the project feedback goes to (None while it cannot be found).
+
+        A lookup when none is known (within a "no such project" window, none is made).
+        """
         try:
             return self.session_id()
         except Exception:  # no such project yet, or LangSmith did not answer
             return None
 
     def session_id(self) -> UUID:
-        """The project's id: looked up, once for all the sends waiting, and kept once found.
+        """The project's id, looked up and kept once found.
+
+        One lookup at a time: a send that waited on a lookup which got no answer does not
+        send another at once, it is told to try again after its backoff. A "no such project"
+        answer is taken as true, without a request, for a while that doubles with each miss
+        (from ``backoff`` up to 30 s), so a missing project costs a lookup per window, not a
+        lookup per result.
 
         Raises:
-            langsmith.utils.LangSmithNotFoundError: LangSmith has no such project (yet):
-                the sends retry it as they retry a run not ingested yet.
-            Exception: The lookup's own failure (LangSmith down, a refused key).
+            langsmith.utils.LangSmithNotFoundError: No such project (yet), or the lookup this
+                send waited on got no answer: retried as a run not ingested yet.
+            SinkUnavailableError: The breaker opened while this send waited.
+            Exception: This send's own lookup failed (LangSmith down, a refused key).
         """
         if self._project_id is not None:
             return self._project_id
         lookups = self._lookups
         with self._project_lock:
-            name = self._project_name()
             if self._project_id is not None:
                 return self._project_id  # another thread's lookup just found it
-            if self._lookups == lookups or not self._missed:  # no miss to share: look
-                from langsmith.utils import LangSmithNotFoundError
+            self.delivery.requests.refuse_if_open()  # opened while this send waited
+            name = self._project_name()
+            if self._lookups != lookups and self._lookup_failed:
+                raise _unresolved(name, "the lookup this send waited on got no answer")
+            if time.monotonic() < self._missing_until:
+                raise _unresolved(name, "LangSmith has no such project (yet)")
+            return self._look_up(name)
 
-                self._missed = False
-                try:
-                    project = self.client.read_project(project_name=name)
-                except LangSmithNotFoundError:
-                    self._missed = True
-                else:
-                    self._project_id = UUID(str(project.id))
-                    return self._project_id
-                finally:
-                    self._lookups += 1
-            raise _missing_project(name)
+    def _look_up(self, name: str) -> UUID:
+        """One lookup of project ``name`` (under the project lock)."""
+        from langsmith.utils import LangSmithNotFoundError
+
+        self._lookup_failed = False
+        try:
+            project = self.client.read_project(project_name=name)
+        except LangSmithNotFoundError as exc:
+            self._miss_wait = min(_MAX_MISS_WAIT, max(self.backoff, 2 * self._miss_wait))
+            self._missing_until = time.monotonic() + self._miss_wait
+            self._failures.report(
+                "project",
+                f"LangSmithFeedbackSink: LangSmith has no project {name!r} (yet); feedback "
+                "waits for it (the app's first traces create it). If the runs are traced to "
+                "another project, set LangSmithFeedbackSink(project_name=...) or "
+                "LANGSMITH_PROJECT to it",
+            )
+            raise _unresolved(name, "LangSmith has no such project (yet)") from exc
+        except Exception:
+            self._lookup_failed = True
+            raise
+        finally:
+            self._lookups += 1
+        self._miss_wait = 0.0
+        self._project_id = UUID(str(project.id))
+        return self._project_id
 
     def feedback_item(self, item: OnlineResult) -> FeedbackItem | None:
         """The feedback for a result (None for skipped results)."""
@@ -264,7 +301,13 @@ class LangSmithFeedbackSink(BaseSink):
             return
         self.delivery.requests.refuse_if_open()
         erred = self._error_sent(feedback)
-        self.delivery.send(feedback, session_id=self.session_id, clear_stale_error=erred)
+        # Known: the id itself (no call through the retry rules, which would count an
+        # answer nobody gave); else the lookup, tried first under those rules.
+        session = self._project_id or self.session_id
+        self.delivery.send(feedback, session_id=session, clear_stale_error=erred)
+        if erred and not feedback.failed:  # the error it sent is gone: nothing to remember
+            with self._errors_lock:
+                self._errors_sent.pop((feedback.key_run_id.int, feedback.metric), None)
 
     def _error_sent(self, feedback: FeedbackItem) -> bool:
         """Whether this sink sent an error for the pair (an error is noted before it goes).
@@ -301,11 +344,11 @@ class LangSmithFeedbackSink(BaseSink):
             self._client.close(timeout=timeout)
 
 
-def _missing_project(name: str) -> Exception:
-    """The error of a project LangSmith does not hold: retried as "not there yet"."""
+def _unresolved(name: str, why: str) -> Exception:
+    """The error of a project not known yet: retried as "not there yet", not an outage."""
     from langsmith.utils import LangSmithNotFoundError
 
     return LangSmithNotFoundError(
-        f"LangSmith has no project {name!r} (yet): feedback goes to the project the runs are "
+        f"project {name!r} not found: {why}. Feedback goes to the project the runs are "
         "traced to; set LangSmithFeedbackSink(project_name=...) or LANGSMITH_PROJECT to it"
     )

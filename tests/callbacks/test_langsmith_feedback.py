@@ -19,6 +19,7 @@ from langchain_ragmetrics import (
     LangSmithFeedbackSink,
 )
 from langchain_ragmetrics._ids import feedback_id
+from langchain_ragmetrics.callbacks import langsmith_feedback
 from tests._support.langsmith_stub import LangSmithStub, project_id_for
 from tests._support.openai_server import JudgeServer, reply_error
 from tests._support.rag import FAST, online_handler, question, rag_app, rag_router
@@ -166,9 +167,11 @@ def test_a_project_not_there_yet_is_waited_for_and_feedback_never_goes_without_i
     langsmith_client: langsmith.Client,
     langsmith_stub: LangSmithStub,
     recwarn: pytest.WarningsRecorder,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """LangSmith requires the project of feedback on a run: a project its first traces have
     not created yet is looked up again, with backoff, as a run not ingested yet."""
+    monkeypatch.setattr(langsmith_feedback, "_MAX_MISS_WAIT", 0.0)  # every retry looks
     app = rag_app(judge_server, make_judge)
     project = langsmith_stub.create_project("app")
     langsmith_stub.fail("GET /sessions", 404, times=2)  # the first two lookups: not there yet
@@ -189,17 +192,51 @@ def test_a_project_not_there_yet_is_waited_for_and_feedback_never_goes_without_i
 
 def test_a_project_that_never_appears_fails_the_result_by_its_name(
     langsmith_env: LangSmithStub,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    monkeypatch.setattr(langsmith_feedback, "_MAX_MISS_WAIT", 0.0)  # every retry looks
     langsmith_env.feedback_needs_run = False
     sink = LangSmithFeedbackSink(
         project_name="nowhere", backoff=0.01, ingest_retries=2, failure_threshold=1
     )
-    with pytest.raises(langsmith.utils.LangSmithNotFoundError, match="no project 'nowhere'"):
+    with pytest.raises(langsmith.utils.LangSmithNotFoundError, match="'nowhere' not found"):
         sink.emit(run_item(uuid.uuid4()))
     assert len(langsmith_env.requests_to("GET", "/sessions")) == 3  # 1 + ingest_retries
     assert langsmith_env.requests_to("POST", "/feedback") == []  # never without a project
     assert not sink.breaker.is_open  # LangSmith answered: not an outage
     assert sink.project_id() is None
+    warned = [r for r in caplog.records if r.levelname == "WARNING" and "'nowhere'" in r.message]
+    assert len(warned) == 1  # its own warning, once, naming the project and the option
+    assert "project_name=" in warned[0].message
+    sink.close(5)
+
+
+def test_a_missing_project_costs_a_lookup_per_window_not_per_result(
+    langsmith_env: LangSmithStub,
+) -> None:
+    """A burst of results for a project LangSmith lacks: one lookup, then none until the
+    window ends; the window doubles with each miss (from ``backoff``, at most 30 s)."""
+    langsmith_env.feedback_needs_run = False
+    sink = LangSmithFeedbackSink(project_name="nowhere", backoff=4.0, ingest_retries=0)
+    for _ in range(5):
+        with pytest.raises(langsmith.utils.LangSmithNotFoundError, match="no such project"):
+            sink.emit(run_item(uuid.uuid4()))
+    assert len(langsmith_env.requests_to("GET", "/sessions")) == 1
+    windows = [sink._miss_wait]
+    for _ in range(4):
+        sink._missing_until = 0.0  # the window is over
+        assert sink.project_id() is None
+        windows.append(sink._miss_wait)
+    assert windows == [4.0, 8.0, 16.0, 30.0, 30.0]
+    assert len(langsmith_env.requests_to("GET", "/sessions")) == 5  # one per window
+    langsmith_env.create_project("nowhere")
+    sink._missing_until = 0.0
+    assert sink.project_id() is not None  # found: kept, and the window starts over
+    assert sink._miss_wait == 0.0
+    sink.emit(run_item(uuid.uuid4()))
+    assert len(langsmith_env.requests_to("GET", "/sessions")) == 6
+    assert len(langsmith_env.requests_to("POST", "/feedback")) == 1
     sink.close(5)
 
 
@@ -220,36 +257,85 @@ class _CountingLock:
         self._lock.release()
 
 
-def test_the_sends_waiting_on_a_lookup_share_its_miss(langsmith_env: LangSmithStub) -> None:
-    """Three sends at once, no project: one lookup, and all three told "not there yet"."""
-    sink = LangSmithFeedbackSink(project_name="nowhere", timeout=30)
+def _three_lookups_at_once(
+    stub: LangSmithStub, sink: LangSmithFeedbackSink, *, then: Callable[[], None]
+) -> list[BaseException]:
+    """Three threads ask ``sink`` for its project while the first one's lookup is held;
+    ``then`` runs once all three wait, before the lookup is let go. Their errors, in order."""
     lock = _CountingLock()
     sink._project_lock = lock  # type: ignore[assignment]
-    langsmith_env.hang("GET /sessions")  # the first lookup is held until all three wait
-    outcomes: list[BaseException] = []
+    stub.hang("GET /sessions")
+    outcomes: list[BaseException | None] = [None] * 3
 
-    def look() -> None:
+    def look(i: int) -> None:
         try:
             sink.session_id()
         except Exception as exc:
-            outcomes.append(exc)
+            outcomes[i] = exc
 
-    threads = [threading.Thread(target=look) for _ in range(3)]
+    threads = [threading.Thread(target=look, args=(i,)) for i in range(3)]
     threads[0].start()
-    langsmith_env.wait_for(lambda: langsmith_env.hung == 1)
+    stub.wait_for(lambda: stub.hung == 1)
     for thread in threads[1:]:
         thread.start()
-    langsmith_env.wait_for(lambda: lock.asked == 3)
-    langsmith_env.release_hangs()
+    stub.wait_for(lambda: lock.asked == 3)
+    then()
+    stub.release_hangs()
     for thread in threads:
         thread.join(30)
+    assert all(e is not None for e in outcomes)
+    return [e for e in outcomes if e is not None]
+
+
+def test_the_sends_waiting_on_a_lookup_share_its_miss(langsmith_env: LangSmithStub) -> None:
+    """Three sends at once, no project: one lookup, and all three told "not there yet"."""
+    sink = LangSmithFeedbackSink(project_name="nowhere", timeout=30)
+    outcomes = _three_lookups_at_once(langsmith_env, sink, then=lambda: None)
     assert len(langsmith_env.requests_to("GET", "/sessions")) == 1
-    assert len(outcomes) == 3
     assert all(isinstance(e, langsmith.utils.LangSmithNotFoundError) for e in outcomes)
-    # a later send (after its backoff) looks again
+    sink._missing_until = 0.0  # once its window is over, a later send looks again
     with pytest.raises(langsmith.utils.LangSmithNotFoundError):
         sink.session_id()
     assert len(langsmith_env.requests_to("GET", "/sessions")) == 2
+    sink.close(5)
+
+
+def test_the_sends_waiting_on_a_failed_lookup_do_not_each_send_one(
+    langsmith_env: LangSmithStub,
+) -> None:
+    """A lookup that gets no answer fails its own send (an outage, for the breaker); the
+    sends that waited on it are told to try again after their backoff, without a request:
+    a hung LangSmith does not cost one timeout per waiting send, one after another."""
+    langsmith_env.create_project("app")
+    sink = LangSmithFeedbackSink(project_name="app", timeout=30)
+    outcomes = _three_lookups_at_once(
+        langsmith_env, sink, then=lambda: langsmith_env.fail("GET /sessions", 500, times=1)
+    )
+    assert [r.status for r in langsmith_env.requests_to("GET", "/sessions")] == [500]
+    first, *waiters = outcomes
+    assert not isinstance(first, langsmith.utils.LangSmithNotFoundError)
+    assert "500" in str(first)
+    for waiter in waiters:
+        assert isinstance(waiter, langsmith.utils.LangSmithNotFoundError)
+        assert "waited on got no answer" in str(waiter)
+    assert sink.project_id() is not None  # the next send looks itself, and finds it
+    assert len(langsmith_env.requests_to("GET", "/sessions")) == 2
+    sink.close(5)
+
+
+def test_a_send_that_waited_while_the_breaker_opened_sends_nothing(
+    langsmith_env: LangSmithStub,
+) -> None:
+    from langchain_ragmetrics.callbacks import SinkUnavailableError
+
+    sink = LangSmithFeedbackSink(project_name="app", timeout=30, failure_threshold=1)
+
+    def open_breaker() -> None:
+        sink.breaker.failure()
+
+    outcomes = _three_lookups_at_once(langsmith_env, sink, then=open_breaker)
+    assert len(langsmith_env.requests_to("GET", "/sessions")) == 1
+    assert all(isinstance(e, SinkUnavailableError) for e in outcomes[1:])
     sink.close(5)
 
 

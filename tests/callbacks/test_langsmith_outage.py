@@ -108,7 +108,7 @@ def test_langsmith_down_never_holds_scoring_or_the_other_sinks(
     )
     assert stats.sinks["JsonlSink"].delivered == TRACES
     assert stats.sinks["InMemorySink"].delivered == TRACES
-    # The outage in numbers: 3 failed requests (the project lookup and the first sends)
+    # The outage in numbers: 3 failed requests (project lookups, since every route fails)
     # opened the breaker; every later result was dropped at once, not piled up. Sends are
     # concurrent, so a few may have been under way when it opened: each of those fails
     # (an error) or is refused at its retry (dropped), never more than the sink's lanes.
@@ -124,8 +124,11 @@ def test_langsmith_down_never_holds_scoring_or_the_other_sinks(
     if fault in ("500", "429"):
         assert langsmith_stub.feedback() == []
         # No new request once open: at most the threshold's, plus those already under way.
-        sent = langsmith_stub.requests_to("POST", "/feedback")
-        assert len(sent) <= feedback.breaker.threshold - 1 + lanes
+        # The project is never found, so no feedback is posted: the lookups are the requests.
+        assert langsmith_stub.requests_to("POST", "/feedback") == []
+        sent = langsmith_stub.requests_to("GET", "/sessions")
+        assert feedback.breaker.threshold <= len(sent) <= feedback.breaker.threshold - 1 + lanes
+        assert {r.status for r in sent} == {int(fault)}
 
 
 def test_a_transient_failure_is_retried_without_duplicates(
@@ -324,6 +327,7 @@ def test_a_score_is_one_request_unless_the_sink_sent_an_error_for_its_pair(
     ]
     held = [(f["run_id"], f["score"]) for f in langsmith_env.held_feedback()]
     assert sorted(held) == sorted([(str(r), 0.5) for r in scored] + [(str(erred), 0.75)])
+    assert not sink._errors_sent  # its error is gone: nothing left to remember
     sink.close(5)
 
 
