@@ -1,20 +1,23 @@
 """Retrievers called by tools (agentic RAG) and streams closed early.
 
-The agent is LangGraph's prebuilt ReAct agent with ``create_retriever_tool``, driven by the
-real ``ChatOpenAI`` against the loopback server, which scripts the tool calls.
+The agents are LangChain's ``create_agent`` (LangChain 1.x) and LangGraph's prebuilt ReAct
+agent (``create_react_agent``, deprecated for the former but still what many apps run), each
+with ``create_retriever_tool``, driven by the real ``ChatOpenAI`` against the loopback server,
+which scripts the tool calls.
 """
 
 import asyncio
 import re
+import warnings
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
-from langchain_core.tools import create_retriever_tool, tool
+from langchain_core.tools import BaseTool, create_retriever_tool, tool
 from langchain_openai import ChatOpenAI
 from langgraph.graph import END, START, MessagesState, StateGraph
-from langgraph.prebuilt import create_react_agent
 
 from langchain_ragmetrics import InMemorySink, OnlineResult
 from tests._support.openai_server import JudgeRequest, JudgeServer, Reply
@@ -42,21 +45,40 @@ def agent_script(req: JudgeRequest) -> Reply | str:
     return f"Final answer about {' '.join(asked)}."
 
 
+def langchain_agent(llm: ChatOpenAI, tools: list[BaseTool]) -> Any:
+    """LangChain 1.x's agent (a LangGraph graph under the hood)."""
+    from langchain.agents import create_agent
+
+    return create_agent(llm, tools)
+
+
+def langgraph_react_agent(llm: ChatOpenAI, tools: list[BaseTool]) -> Any:
+    """LangGraph's prebuilt ReAct agent (its deprecation in favour of the above silenced)."""
+    from langgraph.prebuilt import create_react_agent
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return create_react_agent(llm, tools)
+
+
 def results(handler: Any) -> list[OnlineResult]:
     sink = handler.sinks[0]
     assert isinstance(sink, InMemorySink)
     return sink.results
 
 
-def test_retrievals_made_by_a_prebuilt_react_agent_belong_to_the_request(
-    judge_server: JudgeServer, make_judge: JudgeFactory
+@pytest.mark.parametrize("build", [langchain_agent, langgraph_react_agent])
+def test_retrievals_made_by_an_agent_belong_to_the_request(
+    build: Callable[[ChatOpenAI, list[BaseTool]], Any],
+    judge_server: JudgeServer,
+    make_judge: JudgeFactory,
 ) -> None:
     app = rag_app(judge_server, make_judge)
     judge_server.script = rag_router(**{TOOL: agent_script})
     retriever_tool = create_retriever_tool(
         make_retriever(corpus(30)), TOOL, "Search the facts about an item."
     )
-    agent = create_react_agent(app.llm, [retriever_tool])
+    agent = build(app.llm, [retriever_tool])
     with online_handler(app.llm) as handler:
         one = agent.invoke(
             {"messages": [HumanMessage(question(3))]}, config={"callbacks": [handler]}
