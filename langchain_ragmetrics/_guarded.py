@@ -15,6 +15,10 @@ they live here once. Each failed request is sorted by the caller's ``classify`` 
 * ``"failed"``: no answer, refused connection, 5xx, 429. Retried ``max_retries`` times with
   jittered exponential backoff, each counted as a failure.
 
+A ``_CountedFailureError`` is a failure the one who raised it has already told the breaker
+about (a lookup shared by several sends: counted once, by the lookup): it is retried like
+``"failed"`` when it says it may be, and raised at once otherwise, the breaker untouched.
+
 After ``failure_threshold`` failures in a row the breaker opens and every call is refused
 with :class:`~langchain_ragmetrics._errors.SinkUnavailableError` for ``cooldown`` seconds,
 with one warning when it opens and one when the server answers again. ``close()`` cuts every
@@ -46,7 +50,13 @@ from langchain_ragmetrics._errors import SinkUnavailableError
 from langchain_ragmetrics._options import number_above_zero, number_at_least_zero, whole_number
 from langchain_ragmetrics._threads import DaemonThreadPool
 
-__all__ = ["MAX_BACKOFF_SECONDS", "Failure", "GuardedRequests", "classify_status", "http_status"]
+__all__ = [
+    "MAX_BACKOFF_SECONDS",
+    "Failure",
+    "GuardedRequests",
+    "classify_status",
+    "http_status",
+]
 
 T = TypeVar("T")
 Failure = Literal["not_found", "rejected", "refused", "failed"]
@@ -56,6 +66,19 @@ MAX_BACKOFF_SECONDS = 8.0
 """The longest wait between two tries of a request."""
 
 logger = logging.getLogger("langchain_ragmetrics")
+
+
+class _CountedFailureError(Exception):
+    """A failure the breaker was already told about: retried (if ``retryable``), not counted.
+
+    Args:
+        message: What failed (the cause is chained by ``raise ... from``).
+        retryable: Whether a later try may succeed (no answer, 5xx), or not (a refused key).
+    """
+
+    def __init__(self, message: str, *, retryable: bool) -> None:
+        super().__init__(message)
+        self.retryable = retryable
 
 
 class _NoAnswerError(TimeoutError):
@@ -164,12 +187,16 @@ class GuardedRequests:
         *,
         classify: Callable[[Exception], Failure],
         landed: Callable[[], T | None] | None = None,
+        tells_breaker: bool = False,
     ) -> T:
         """``request()``'s result, tried under this object's rules.
 
         Args:
             request: The request.
             classify: Sorts a request's error (see the module docstring).
+            tells_breaker: ``request`` tells the breaker about the server's answers itself
+                (a lookup shared by several callers, which may answer from memory): this
+                call then retries and waits as usual but counts nothing.
             landed: For a request that must not be stored twice: after a try that may have
                 reached the server (no answer, 5xx, a lost reply), this looks for what it
                 stored and returns it, or None; only then is the request sent again. It runs
@@ -195,10 +222,17 @@ class GuardedRequests:
                 value = self._run(request)
             except SinkUnavailableError:
                 raise  # closed while it ran: nothing to retry
+            except _CountedFailureError as exc:  # the breaker knows already
+                if not exc.retryable or failures >= self.max_retries:
+                    raise
+                self._pause(_jitter(self.delay(failures)), exc)
+                failures += 1
+                continue
             except Exception as exc:
                 kind = classify(exc)
                 if kind == "not_found":
-                    self.answered()
+                    if not tells_breaker:
+                        self.answered()
                     now = time.monotonic()
                     if deadline is None and self.not_found_wait is not None:
                         deadline = now + self.not_found_wait
@@ -212,16 +246,18 @@ class GuardedRequests:
                     misses += 1
                     continue
                 if kind == "rejected":
-                    self.answered()
+                    if not tells_breaker:
+                        self.answered()
                     raise
-                opened = self.failed()
+                opened = False if tells_breaker else self.failed()
                 if kind == "refused" or opened or failures >= self.max_retries:
                     raise
                 uncertain = True
                 self._pause(_jitter(self.delay(failures)), exc)
                 failures += 1
                 continue
-            self.answered()
+            if not tells_breaker:
+                self.answered()
             return value
 
     def delay(self, attempt: int) -> float:

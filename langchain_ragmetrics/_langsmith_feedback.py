@@ -284,7 +284,8 @@ class FeedbackClient:
             SinkUnavailableError: The breaker is open.
             Exception: The failure that ended the last try.
         """
-        session = self._call(session_id) if callable(session_id) else session_id
+        # A lookup tells the breaker itself (it may answer from memory): counted there only.
+        session = self._call(session_id, tells_breaker=True) if callable(session_id) else session_id
         if item.failed and self.holds_score(item.key_run_id, item.metric):
             return "superseded"
         kwargs = item.kwargs()
@@ -345,14 +346,16 @@ class FeedbackClient:
             return False
         return True
 
-    def _call(self, request: Callable[[], T]) -> T:
+    def _call(self, request: Callable[[], T], *, tells_breaker: bool = False) -> T:
         """One request under the shared retry, 404 and breaker rules, the SDK's logs quiet."""
 
         def quietly() -> T:
             with _quiet_sdk():
                 return request()
 
-        return self.requests.call(quietly, classify=classify_langsmith_error)
+        return self.requests.call(
+            quietly, classify=classify_langsmith_error, tells_breaker=tells_breaker
+        )
 
 
 def classify_langsmith_error(exc: Exception) -> Failure:

@@ -11,7 +11,13 @@ from typing import Any
 import pytest
 
 from langchain_ragmetrics._errors import SinkUnavailableError
-from langchain_ragmetrics._guarded import Failure, GuardedRequests, classify_status, http_status
+from langchain_ragmetrics._guarded import (
+    Failure,
+    GuardedRequests,
+    _CountedFailureError,
+    classify_status,
+    http_status,
+)
 
 WAIT_S = 10.0
 """Generous bound for 'did not hang'."""
@@ -207,6 +213,28 @@ def test_a_rejected_request_fails_at_once_and_the_server_counts_as_up() -> None:
             guard.call(request, classify=_classify)
         assert len(tries) == 1
     assert not guard.breaker.is_open
+
+
+def test_a_counted_failure_is_retried_if_it_may_be_and_never_touches_the_breaker() -> None:
+    """Its raiser told the breaker already: not counted again, not taken as an answer."""
+    guard = _guard(max_retries=2, failure_threshold=2, request_timeout=None)
+    guard.failed()  # one failure in a row, as the lookup that raised it counted
+    retryable = (_CountedFailureError(f"lookup failed {i}", retryable=True) for i in range(5))
+    request, tries = _failing(*retryable)
+    with pytest.raises(_CountedFailureError, match="lookup failed 2"):
+        guard.call(request, classify=_classify)
+    assert len(tries) == 3  # one try and max_retries retries
+    assert not guard.breaker.is_open  # not counted: still one failure in a row
+    request, tries = _failing(_CountedFailureError("key refused", retryable=False))
+    with pytest.raises(_CountedFailureError, match="key refused"):
+        guard.call(request, classify=_classify)
+    assert len(tries) == 1
+    request, tries = _failing(_CountedFailureError("blip", retryable=True), then="ok")
+    assert guard.call(request, classify=_classify) == "ok"
+    guard.failed()  # the count was reset only by that real answer, not by the failures
+    assert not guard.breaker.is_open
+    guard.failed()
+    assert guard.breaker.is_open
 
 
 def test_not_found_is_retried_up_to_its_count_and_keeps_the_breaker_closed() -> None:

@@ -22,10 +22,12 @@ from uuid import UUID
 from typing_extensions import override
 
 from langchain_ragmetrics._breaker import CircuitBreaker
+from langchain_ragmetrics._guarded import _CountedFailureError
 from langchain_ragmetrics._langsmith_feedback import (
     DEFAULT_FAILURE_THRESHOLD,
     FeedbackClient,
     FeedbackItem,
+    classify_langsmith_error,
     read_environment_once,
 )
 from langchain_ragmetrics._options import number_above_zero, whole_number
@@ -39,7 +41,8 @@ if TYPE_CHECKING:
 __all__ = ["LangSmithFeedbackSink"]
 
 _MAX_MISS_WAIT = 30.0
-"""The longest a "no such project" answer is taken as still true (it doubles from backoff)."""
+"""The longest a "no such project" answer is taken as still true (it doubles from backoff,
+and never outlasts half the span of one result's retries: the result looks again)."""
 _REMEMBERED_ERRORS = 4096
 """Pairs whose error feedback a sink remembers sending (the most recent ones)."""
 
@@ -139,7 +142,7 @@ class LangSmithFeedbackSink(BaseSink):
         self._project_id: UUID | None = None
         self._project_lock = threading.Lock()  # one lookup at a time, the others wait for it
         self._lookups = 0  # project lookups ended (a send that waited on one sees it ended)
-        self._lookup_failed = False  # the last one got no answer (an outage, not a miss)
+        self._lookup_error: _CountedFailureError | None = None  # how the last one failed
         self._missing_until = 0.0  # until then "no such project" holds without a request
         self._miss_wait = 0.0
         self._failures = FailureLog()
@@ -224,17 +227,19 @@ class LangSmithFeedbackSink(BaseSink):
     def session_id(self) -> UUID:
         """The project's id, looked up and kept once found.
 
-        One lookup at a time: a send that waited on a lookup which got no answer does not
-        send another at once, it is told to try again after its backoff. A "no such project"
-        answer is taken as true, without a request, for a while that doubles with each miss
-        (from ``backoff`` up to 30 s), so a missing project costs a lookup per window, not a
-        lookup per result.
+        One lookup at a time. A lookup LangSmith did not answer is counted once by the
+        breaker, inside the lookup, and the sends that waited on it are told the same
+        without a request of their own (they retry after their backoff). A "no such
+        project" answer is taken as true, without a request, for a window that doubles
+        with each miss (from ``backoff``; at most 30 s and half the span of one result's
+        retries), so a missing project costs a lookup per window, not one per result.
 
         Raises:
-            langsmith.utils.LangSmithNotFoundError: No such project (yet), or the lookup this
-                send waited on got no answer: retried as a run not ingested yet.
-            SinkUnavailableError: The breaker opened while this send waited.
-            Exception: This send's own lookup failed (LangSmith down, a refused key).
+            langsmith.utils.LangSmithNotFoundError: No such project (yet): retried as a run
+                not ingested yet.
+            _CountedFailureError: The lookup (this send's or the one it waited on) failed;
+                the breaker has counted it.
+            SinkUnavailableError: The breaker is open.
         """
         if self._project_id is not None:
             return self._project_id
@@ -244,21 +249,27 @@ class LangSmithFeedbackSink(BaseSink):
                 return self._project_id  # another thread's lookup just found it
             self.delivery.requests.refuse_if_open()  # opened while this send waited
             name = self._project_name()
-            if self._lookups != lookups and self._lookup_failed:
-                raise _unresolved(name, "the lookup this send waited on got no answer")
+            failed = self._lookup_error
+            if self._lookups != lookups and failed is not None:
+                retryable = failed.retryable
+                raise _CountedFailureError(f"{failed} (waited on)", retryable=retryable) from failed
             if time.monotonic() < self._missing_until:
                 raise _unresolved(name, "LangSmith has no such project (yet)")
             return self._look_up(name)
 
     def _look_up(self, name: str) -> UUID:
-        """One lookup of project ``name`` (under the project lock)."""
+        """One lookup of project ``name`` (under the project lock), told to the breaker."""
         from langsmith.utils import LangSmithNotFoundError
 
-        self._lookup_failed = False
+        self._lookup_error = None
+        requests = self.delivery.requests
         try:
             project = self.client.read_project(project_name=name)
         except LangSmithNotFoundError as exc:
-            self._miss_wait = min(_MAX_MISS_WAIT, max(self.backoff, 2 * self._miss_wait))
+            requests.answered()
+            tries = requests.not_found_retries or 0
+            cap = min(_MAX_MISS_WAIT, self.backoff * (2**tries - 1) / 2)
+            self._miss_wait = min(cap, max(self.backoff, 2 * self._miss_wait))
             self._missing_until = time.monotonic() + self._miss_wait
             self._failures.report(
                 "project",
@@ -268,11 +279,21 @@ class LangSmithFeedbackSink(BaseSink):
                 "LANGSMITH_PROJECT to it",
             )
             raise _unresolved(name, "LangSmith has no such project (yet)") from exc
-        except Exception:
-            self._lookup_failed = True
-            raise
+        except Exception as exc:
+            kind = classify_langsmith_error(exc)
+            opened = False
+            if kind == "rejected":
+                requests.answered()
+            else:
+                opened = requests.failed()
+            self._lookup_error = _CountedFailureError(
+                f"the lookup of project {name!r} failed: {type(exc).__name__}: {exc}",
+                retryable=kind == "failed" and not opened,  # as a request that opens it
+            )
+            raise self._lookup_error from exc
         finally:
             self._lookups += 1
+        requests.answered()
         self._miss_wait = 0.0
         self._project_id = UUID(str(project.id))
         return self._project_id

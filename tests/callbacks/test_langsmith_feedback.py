@@ -212,31 +212,40 @@ def test_a_project_that_never_appears_fails_the_result_by_its_name(
     sink.close(5)
 
 
+class _Clock:
+    """A monotonic clock the test moves by hand (the sink's windows read it)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
 def test_a_missing_project_costs_a_lookup_per_window_not_per_result(
-    langsmith_env: LangSmithStub,
+    langsmith_env: LangSmithStub, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A burst of results for a project LangSmith lacks: one lookup, then none until the
-    window ends; the window doubles with each miss (from ``backoff``, at most 30 s)."""
-    langsmith_env.feedback_needs_run = False
-    sink = LangSmithFeedbackSink(project_name="nowhere", backoff=4.0, ingest_retries=0)
+    """Results for a project LangSmith lacks: one lookup, then none until the window ends;
+    the window doubles with each miss, from ``backoff`` to half a result's retry span."""
+    clock = _Clock()
+    monkeypatch.setattr(langsmith_feedback, "time", clock)
+    sink = LangSmithFeedbackSink(project_name="nowhere", backoff=4.0, ingest_retries=4)
     for _ in range(5):
-        with pytest.raises(langsmith.utils.LangSmithNotFoundError, match="no such project"):
-            sink.emit(run_item(uuid.uuid4()))
-    assert len(langsmith_env.requests_to("GET", "/sessions")) == 1
-    windows = [sink._miss_wait]
-    for _ in range(4):
-        sink._missing_until = 0.0  # the window is over
         assert sink.project_id() is None
-        windows.append(sink._miss_wait)
-    assert windows == [4.0, 8.0, 16.0, 30.0, 30.0]
+    assert len(langsmith_env.requests_to("GET", "/sessions")) == 1
+    windows = [4.0]
+    for _ in range(4):
+        clock.now += windows[-1] - 0.001  # just inside the window: no lookup
+        assert sink.project_id() is None
+        clock.now += 0.001  # its end: one lookup, one more miss
+        assert sink.project_id() is None
+        windows.append(sink._missing_until - clock.now)
+    assert windows == [4.0, 8.0, 16.0, 30.0, 30.0]  # 30: 4 x (2**4 - 1) / 2, and the cap
     assert len(langsmith_env.requests_to("GET", "/sessions")) == 5  # one per window
     langsmith_env.create_project("nowhere")
-    sink._missing_until = 0.0
-    assert sink.project_id() is not None  # found: kept, and the window starts over
-    assert sink._miss_wait == 0.0
-    sink.emit(run_item(uuid.uuid4()))
+    clock.now += 30.0
+    assert sink.project_id() is not None  # found: kept
     assert len(langsmith_env.requests_to("GET", "/sessions")) == 6
-    assert len(langsmith_env.requests_to("POST", "/feedback")) == 1
     sink.close(5)
 
 
@@ -303,39 +312,59 @@ def test_the_sends_waiting_on_a_lookup_share_its_miss(langsmith_env: LangSmithSt
 def test_the_sends_waiting_on_a_failed_lookup_do_not_each_send_one(
     langsmith_env: LangSmithStub,
 ) -> None:
-    """A lookup that gets no answer fails its own send (an outage, for the breaker); the
-    sends that waited on it are told to try again after their backoff, without a request:
-    a hung LangSmith does not cost one timeout per waiting send, one after another."""
+    """A lookup that gets no answer is one failure for the breaker, counted by the lookup;
+    the sends that waited on it are told so without a request of their own (they retry
+    after their backoff), and without telling the breaker anything either way."""
+    from langchain_ragmetrics._guarded import _CountedFailureError
+
     langsmith_env.create_project("app")
-    sink = LangSmithFeedbackSink(project_name="app", timeout=30)
+    sink = LangSmithFeedbackSink(project_name="app", timeout=30, failure_threshold=2)
     outcomes = _three_lookups_at_once(
         langsmith_env, sink, then=lambda: langsmith_env.fail("GET /sessions", 500, times=1)
     )
     assert [r.status for r in langsmith_env.requests_to("GET", "/sessions")] == [500]
+    assert all(isinstance(e, _CountedFailureError) and e.retryable for e in outcomes)
     first, *waiters = outcomes
-    assert not isinstance(first, langsmith.utils.LangSmithNotFoundError)
     assert "500" in str(first)
-    for waiter in waiters:
-        assert isinstance(waiter, langsmith.utils.LangSmithNotFoundError)
-        assert "waited on got no answer" in str(waiter)
-    assert sink.project_id() is not None  # the next send looks itself, and finds it
-    assert len(langsmith_env.requests_to("GET", "/sessions")) == 2
+    assert all("waited on" in str(waiter) for waiter in waiters)
+    # One failure counted, not three and not reset by the waiters: one more opens it.
+    assert not sink.breaker.is_open
+    langsmith_env.fail("GET /sessions", 500, times=1)
+    assert sink.project_id() is None
+    assert sink.breaker.is_open
     sink.close(5)
 
 
-def test_a_send_that_waited_while_the_breaker_opened_sends_nothing(
+def test_a_send_that_waited_on_the_lookup_that_opened_the_breaker_sends_nothing(
     langsmith_env: LangSmithStub,
 ) -> None:
     from langchain_ragmetrics.callbacks import SinkUnavailableError
 
     sink = LangSmithFeedbackSink(project_name="app", timeout=30, failure_threshold=1)
-
-    def open_breaker() -> None:
-        sink.breaker.failure()
-
-    outcomes = _three_lookups_at_once(langsmith_env, sink, then=open_breaker)
+    outcomes = _three_lookups_at_once(
+        langsmith_env, sink, then=lambda: langsmith_env.fail("GET /sessions", 500, times=1)
+    )
     assert len(langsmith_env.requests_to("GET", "/sessions")) == 1
+    assert sink.breaker.is_open
     assert all(isinstance(e, SinkUnavailableError) for e in outcomes[1:])
+    sink.close(5)
+
+
+def test_a_refused_key_on_the_lookup_fails_at_once_and_counts_once(
+    langsmith_env: LangSmithStub,
+) -> None:
+    from langchain_ragmetrics._guarded import _CountedFailureError
+
+    langsmith_env.fail("GET /sessions", 401, times=None)
+    sink = LangSmithFeedbackSink(project_name="app", max_retries=3, failure_threshold=2)
+    with pytest.raises(_CountedFailureError, match="401") as raised:
+        sink.emit(run_item(uuid.uuid4()))
+    assert not raised.value.retryable
+    assert len(langsmith_env.requests_to("GET", "/sessions")) == 1  # no retry of a key
+    assert not sink.breaker.is_open  # counted once: one more opens it
+    with pytest.raises(_CountedFailureError):
+        sink.emit(run_item(uuid.uuid4()))
+    assert sink.breaker.is_open
     sink.close(5)
 
 
@@ -345,8 +374,11 @@ def test_a_failed_project_lookup_is_an_outage_for_the_breaker(langsmith_env: Lan
     sink = LangSmithFeedbackSink(
         project_name="app", backoff=0.01, max_retries=1, failure_threshold=2
     )
-    with pytest.raises(langsmith.utils.LangSmithError):
+    from langchain_ragmetrics._guarded import _CountedFailureError
+
+    with pytest.raises(_CountedFailureError, match=r"lookup of project 'app' failed.*500"):
         sink.emit(run_item(uuid.uuid4()))
+    # retried once (max_retries=1), each failure counted once: the second opened it
     assert [r.status for r in langsmith_env.requests_to("GET", "/sessions")] == [500, 500]
     assert sink.breaker.is_open
     assert langsmith_env.requests_to("POST", "/feedback") == []
