@@ -268,11 +268,18 @@ class _SdkLoop:
     :meth:`LangSmithMonitor.run` has its own) a request fails with "Event loop is closed"
     and is retried. Run on its client's loop only, a client's connections always match it.
     The loop lives as long as its client: when the client is garbage collected, the loop
-    stops and its thread ends (nothing of it outlives what the user holds).
+    stops and its thread ends. A ``langsmith.Client`` that traces in the background is kept
+    alive by its own tracing thread until ``client.close()``: close a client you are done
+    with. A forked child starts a loop of its own (the parent's does not run there).
     """
 
     _lock: ClassVar[threading.Lock] = threading.Lock()
     _loops: ClassVar[weakref.WeakKeyDictionary[Client, _LoopThread]] = weakref.WeakKeyDictionary()
+
+    @classmethod
+    def _after_fork(cls) -> None:
+        """In a forked child: a fresh lock (the parent's may have been held at the fork)."""
+        cls._lock = threading.Lock()
 
     @classmethod
     def of(cls, client: Client) -> asyncio.AbstractEventLoop:
@@ -284,6 +291,9 @@ class _SdkLoop:
                 cls._loops[client] = held
                 weakref.finalize(client, held.stop)
             return held.loop
+
+
+os.register_at_fork(after_in_child=_SdkLoop._after_fork)
 
 
 class _LoopThread:
@@ -457,9 +467,16 @@ class _RunReader:
         if self._next_read is not None and now < self._next_read:
             return False  # version unknown: list_runs until /info is read again
         client, again = self._client, self._next_read is not None
-        decided = await self._io(
-            lambda: _queries_v2(client(), read_again=again), "reading LangSmith's version"
-        )
+        if again:  # one read again at a time, the window set before it starts
+            self._next_read = now + _INFO_RETRY_SECONDS
+        try:
+            decided = await self._io(
+                lambda: _queries_v2(client(), read_again=again), "reading LangSmith's version"
+            )
+        except TimeoutError:
+            if not again:
+                raise
+            return False  # a slow read again: still unknown, list_runs as before
         if decided is None:
             self._next_read = time.monotonic() + _INFO_RETRY_SECONDS
             return False

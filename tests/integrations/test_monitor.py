@@ -991,3 +991,54 @@ def test_an_unreadable_info_is_read_again_and_the_monitor_moves_to_v2(
     assert first.feedback_sent == 2
     assert second.runs_already_scored == 2
     assert set(stored(stub)) == {r["id"] for r in runs}
+
+
+def test_info_is_read_again_at_most_once_a_window_and_a_slow_read_falls_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """While the version is unknown, /info is read again once per window (set before the
+    read starts, so a hung read is not started again meanwhile), and a read that outlasts
+    the request timeout leaves the reader on list_runs instead of failing the listing."""
+    from langchain_ragmetrics.integrations import monitor as monitor_module
+
+    class Clock:
+        now = 1000.0
+
+        def monotonic(self) -> float:
+            return self.now
+
+    clock = Clock()
+    monkeypatch.setattr(monitor_module, "time", clock)
+    with LangSmithStub(version=V2_VERSION) as stub:
+        client = _client_of_an_unreadable_info(stub)
+
+        async def io(fn: Callable[[], Any], what: str) -> Any:
+            return await asyncio.wait_for(asyncio.to_thread(fn), 0.5)
+
+        reader = _RunReader(lambda: client, io, 0.5)
+
+        def reads() -> int:
+            return len(stub.requests_to("GET", "/info"))
+
+        async def steps() -> None:
+            assert await reader.uses_v2() is False  # the SDK's read failed: unknown
+            first = reads()
+            clock.now += monitor_module._INFO_RETRY_SECONDS - 1
+            assert await reader.uses_v2() is False  # inside the window: no read
+            assert reads() == first
+            stub.stop_failing("GET /info")
+            stub.hang("GET /info")
+            clock.now += 1
+            assert await reader.uses_v2() is False  # read again, hung: timed out, unknown
+            stub.wait_for(lambda: stub.hung == 1)
+            assert await reader.uses_v2() is False  # the window was set before that read
+            assert reads() == first + 1
+            stub.release_hangs()
+            clock.now += monitor_module._INFO_RETRY_SECONDS
+            assert await reader.uses_v2() is True  # answered: v2, kept
+            clock.now += 1
+            assert await reader.uses_v2() is True
+            assert reads() == first + 2
+
+        asyncio.run(steps())
+        client.close(timeout=5)
