@@ -340,5 +340,5 @@ def resolve_cache(cache: CacheLike) -> VerdictCache | None:
         raise ValueError(msg)
     if isinstance(cache, (str, os.PathLike)):
         return VerdictCache(cache)
-    msg = f"cache must be a VerdictCache, a path, True or None, got {type(cache).__name__}"
+    msg = f"`cache` must be True, False, None, a file path or a VerdictCache, got {cache!r}"
     raise TypeError(msg)

@@ -175,7 +175,7 @@ def test_resolve_cache_options(tmp_path: Path) -> None:
     assert resolve_cache(cache) is cache
     assert resolve_cache(tmp_path / "b.sqlite3").path == tmp_path / "b.sqlite3"  # type: ignore[union-attr]
     assert resolve_cache(True).path == default_cache_path()  # type: ignore[union-attr]
-    with pytest.raises(TypeError, match="cache must be"):
+    with pytest.raises(TypeError, match=r"^`cache` must be True, False, None, a file path or "):
         resolve_cache(3)  # type: ignore[arg-type]
 
 

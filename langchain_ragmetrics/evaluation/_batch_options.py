@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 
 from langchain_ragmetrics._options import AS_GIVEN
 
@@ -61,10 +61,10 @@ class BatchOptions(BaseModel):
     max_attempts: Annotated[int, AS_GIVEN] = Field(default=3, ge=1)
     """Times one request is sent, the first included: an answer that failed (an error line,
     a missing line, an answer failing validation) is sent again in a follow-up batch."""
-    retry_direct: bool = False
+    retry_direct: StrictBool = False
     """Send the follow-ups through the direct path (ordinary requests, the metric's
     ``RetryPolicy``) instead of a follow-up batch: faster, at the direct price."""
-    cancel: bool = False
+    cancel: StrictBool = False
     """Cancel this evaluation's running batches, then score what they completed."""
     completion_window: str = "24h"
     """The completion window asked of the service, a whole number of hours written like

@@ -359,6 +359,8 @@ def _prepare(
         msg = "`on_result` must be a function of (row, metric, result), got "
         msg += type(on_result).__name__
         raise TypeError(msg)
+    show_progress = flag("show_progress", show_progress)
+    raise_exceptions = flag("raise_exceptions", raise_exceptions)  # "no" would raise
     prepared = prepare_metrics(metrics, llm=llm, language=language, cache=cache)
     engine = ScoringEngine(
         max_concurrency=max_concurrency,

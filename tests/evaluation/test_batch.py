@@ -651,3 +651,12 @@ def test_a_completion_window_in_hours_is_kept() -> None:
     assert BatchOptions().completion_window == "24h"
     assert BatchOptions(completion_window="48h").completion_window == "48h"
     assert BatchOptions(completion_window="1h").completion_window == "1h"
+
+
+@pytest.mark.parametrize("option", ["cancel", "retry_direct"])
+@pytest.mark.parametrize("value", [1, "on", "yes", None])
+def test_a_batch_switch_that_is_not_a_bool_is_refused(option: str, value: object) -> None:
+    """Before, pydantic's lax mode took 1 or "on" as True: a cancel nobody asked for."""
+    with pytest.raises(ValueError, match=option):
+        BatchOptions(**{option: value})
+    assert getattr(BatchOptions(**{option: True}), option) is True

@@ -207,6 +207,14 @@ def test_a_numpy_preflight_comes_back_as_a_plain_bool() -> None:
         _run_mode(False, 1)
 
 
+@pytest.mark.parametrize("option", ["show_progress", "raise_exceptions"])
+@pytest.mark.parametrize("value", ["no", 0, None])
+def test_a_switch_of_evaluate_that_is_not_a_bool_is_refused(option: str, value: object) -> None:
+    """Before, ``raise_exceptions="no"`` was truthy and made a failed judge call raise."""
+    with pytest.raises(TypeError, match=rf"^`{option}` must be True or False, got {value!r}$"):
+        evaluate([{"contexts": ["c"]}], ["non_llm_context_recall"], **{option: value})
+
+
 def test_bad_rows_and_unknown_metrics_raise_before_scoring() -> None:
     with pytest.raises(UnknownMetricError, match="known metrics: context_entity_recall, "):
         evaluate([{"question": "q"}], ["context_recal"])
