@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, create_retriever_tool, tool
@@ -45,19 +46,20 @@ def agent_script(req: JudgeRequest) -> Reply | str:
     return f"Final answer about {' '.join(asked)}."
 
 
-def langchain_agent(llm: ChatOpenAI, tools: list[BaseTool]) -> Any:
+def langchain_agent(llm: BaseChatModel, tools: list[BaseTool]) -> Any:
     """LangChain 1.x's agent (a LangGraph graph under the hood)."""
     from langchain.agents import create_agent
 
     return create_agent(llm, tools)
 
 
-def langgraph_react_agent(llm: ChatOpenAI, tools: list[BaseTool]) -> Any:
+def langgraph_react_agent(llm: BaseChatModel, tools: list[BaseTool]) -> Any:
     """LangGraph's prebuilt ReAct agent (its deprecation in favour of the above silenced)."""
     from langgraph.prebuilt import create_react_agent
+    from langgraph.warnings import LangGraphDeprecatedSinceV10
 
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.simplefilter("ignore", LangGraphDeprecatedSinceV10)
         return create_react_agent(llm, tools)
 
 
@@ -69,7 +71,7 @@ def results(handler: Any) -> list[OnlineResult]:
 
 @pytest.mark.parametrize("build", [langchain_agent, langgraph_react_agent])
 def test_retrievals_made_by_an_agent_belong_to_the_request(
-    build: Callable[[ChatOpenAI, list[BaseTool]], Any],
+    build: Callable[[BaseChatModel, list[BaseTool]], Any],
     judge_server: JudgeServer,
     make_judge: JudgeFactory,
 ) -> None:
