@@ -72,13 +72,16 @@ class _CountedFailureError(Exception):
     """A failure the breaker was already told about: retried (if ``retryable``), not counted.
 
     Args:
-        message: What failed (the cause is chained by ``raise ... from``).
+        message: What failed.
         retryable: Whether a later try may succeed (no answer, 5xx), or not (a refused key).
+        cause: The failure itself (also chain it: ``raise ... from cause``).
     """
 
-    def __init__(self, message: str, *, retryable: bool) -> None:
+    def __init__(self, message: str, *, retryable: bool, cause: BaseException) -> None:
         super().__init__(message)
         self.retryable = retryable
+        self.failure_kind = type(cause).__name__
+        """The cause's kind, which logs go by (a 401 after a 500 outage is news)."""
 
 
 class _NoAnswerError(TimeoutError):

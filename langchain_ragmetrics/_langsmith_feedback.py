@@ -273,9 +273,10 @@ class FeedbackClient:
 
         Returns ``"superseded"`` when ``item`` is an error and the pair already has a
         score (nothing was posted), else ``"sent"``. ``session_id`` may be a function that
-        looks the project up: it is called first, under the same rules as a request with
-        a retry budget of its own (``LangSmithNotFoundError`` while the project is not there
-        yet is retried as a run not ingested yet). ``after_post`` runs between the POST
+        looks the project up: it is called first, retried with a budget of its own
+        (``LangSmithNotFoundError`` while the project is not there yet, as a run not
+        ingested yet), and it must tell the breaker about its requests itself (it may
+        answer from memory, so this call counts nothing). ``after_post`` runs between the POST
         and the clean-up of a stale error (a test hook for a worker killed there).
         ``clear_stale_error=False`` skips that clean-up, a request per score, for a sender
         that knows no error feedback of the pair was posted.

@@ -219,21 +219,50 @@ def test_a_counted_failure_is_retried_if_it_may_be_and_never_touches_the_breaker
     """Its raiser told the breaker already: not counted again, not taken as an answer."""
     guard = _guard(max_retries=2, failure_threshold=2, request_timeout=None)
     guard.failed()  # one failure in a row, as the lookup that raised it counted
-    retryable = (_CountedFailureError(f"lookup failed {i}", retryable=True) for i in range(5))
+    cause = ConnectionRefusedError("down")
+    retryable = (
+        _CountedFailureError(f"lookup failed {i}", retryable=True, cause=cause) for i in range(5)
+    )
     request, tries = _failing(*retryable)
     with pytest.raises(_CountedFailureError, match="lookup failed 2"):
         guard.call(request, classify=_classify)
     assert len(tries) == 3  # one try and max_retries retries
     assert not guard.breaker.is_open  # not counted: still one failure in a row
-    request, tries = _failing(_CountedFailureError("key refused", retryable=False))
+    request, tries = _failing(_CountedFailureError("key refused", retryable=False, cause=cause))
     with pytest.raises(_CountedFailureError, match="key refused"):
         guard.call(request, classify=_classify)
     assert len(tries) == 1
-    request, tries = _failing(_CountedFailureError("blip", retryable=True), then="ok")
+    request, tries = _failing(_CountedFailureError("blip", retryable=True, cause=cause), then="ok")
     assert guard.call(request, classify=_classify) == "ok"
     guard.failed()  # the count was reset only by that real answer, not by the failures
     assert not guard.breaker.is_open
     guard.failed()
+    assert guard.breaker.is_open
+
+
+@pytest.mark.parametrize(
+    ("errors", "raised"),
+    [
+        ((), None),  # success
+        ((_NotFoundError("404"),), _NotFoundError),  # not found, out of tries
+        ((ValueError("400"),), ValueError),  # rejected
+        ((ConnectionRefusedError("down"),) * 3, ConnectionRefusedError),  # failed, retried
+    ],
+)
+def test_a_request_that_tells_the_breaker_itself_is_retried_but_never_counted(
+    errors: tuple[Exception, ...], raised: type[Exception] | None
+) -> None:
+    guard = _guard(max_retries=2, not_found_retries=0, failure_threshold=2, request_timeout=None)
+    guard.failed()  # one failure in a row, from elsewhere
+    request, tries = _failing(*errors)
+    if raised is None:
+        assert guard.call(request, classify=_classify, tells_breaker=True) == "ok"
+    else:
+        with pytest.raises(raised):
+            guard.call(request, classify=_classify, tells_breaker=True)
+    assert len(tries) == (3 if raised is ConnectionRefusedError else 1)
+    assert not guard.breaker.is_open  # nothing counted...
+    guard.failed()  # ...and nothing reset: the second failure in a row opens it
     assert guard.breaker.is_open
 
 

@@ -42,7 +42,7 @@ __all__ = ["LangSmithFeedbackSink"]
 
 _MAX_MISS_WAIT = 30.0
 """The longest a "no such project" answer is taken as still true (it doubles from backoff,
-and never outlasts half the span of one result's retries: the result looks again)."""
+and never outlasts half the waits of one result's retries: the result looks again)."""
 _REMEMBERED_ERRORS = 4096
 """Pairs whose error feedback a sink remembers sending (the most recent ones)."""
 
@@ -231,15 +231,16 @@ class LangSmithFeedbackSink(BaseSink):
         breaker, inside the lookup, and the sends that waited on it are told the same
         without a request of their own (they retry after their backoff). A "no such
         project" answer is taken as true, without a request, for a window that doubles
-        with each miss (from ``backoff``; at most 30 s and half the span of one result's
-        retries), so a missing project costs a lookup per window, not one per result.
+        with each miss (from ``backoff``, never more than half the waits of one result's
+        retries nor 30 s; none when results are not retried), so a missing project costs
+        a lookup per window, not one per result.
 
         Raises:
             langsmith.utils.LangSmithNotFoundError: No such project (yet): retried as a run
                 not ingested yet.
-            _CountedFailureError: The lookup (this send's or the one it waited on) failed;
-                the breaker has counted it.
-            SinkUnavailableError: The breaker is open.
+            Exception: The lookup (this send's or the one it waited on) failed, already
+                counted by the breaker; its cause is chained.
+            SinkUnavailableError: The breaker is open, or the sink is closing.
         """
         if self._project_id is not None:
             return self._project_id
@@ -247,15 +248,34 @@ class LangSmithFeedbackSink(BaseSink):
         with self._project_lock:
             if self._project_id is not None:
                 return self._project_id  # another thread's lookup just found it
-            self.delivery.requests.refuse_if_open()  # opened while this send waited
+            requests = self.delivery.requests
+            requests.refuse_if_open()  # opened while this send waited
+            if requests.closing.is_set():
+                msg = "LangSmithFeedbackSink: closing, project lookup abandoned"
+                raise SinkUnavailableError(msg)
             name = self._project_name()
             failed = self._lookup_error
             if self._lookups != lookups and failed is not None:
                 retryable = failed.retryable
-                raise _CountedFailureError(f"{failed} (waited on)", retryable=retryable) from failed
+                raise _CountedFailureError(
+                    f"{failed} (waited on)", retryable=retryable, cause=failed.__cause__ or failed
+                ) from failed
             if time.monotonic() < self._missing_until:
                 raise _unresolved(name, "LangSmith has no such project (yet)")
             return self._look_up(name)
+
+    def _miss_cap(self) -> float:
+        """Half the waits of one result's retries of a missing project, at most 30 s.
+
+        So a result's retries outlast a window and one of them looks again. The waits are
+        the delays before jitter (each at most 8 s); without retries there is no window.
+        """
+        requests, total = self.delivery.requests, 0.0
+        for attempt in range(requests.not_found_retries or 0):
+            total += requests.delay(attempt)
+            if total >= 2 * _MAX_MISS_WAIT:
+                break
+        return min(_MAX_MISS_WAIT, total / 2)
 
     def _look_up(self, name: str) -> UUID:
         """One lookup of project ``name`` (under the project lock), told to the breaker."""
@@ -267,9 +287,7 @@ class LangSmithFeedbackSink(BaseSink):
             project = self.client.read_project(project_name=name)
         except LangSmithNotFoundError as exc:
             requests.answered()
-            tries = requests.not_found_retries or 0
-            cap = min(_MAX_MISS_WAIT, self.backoff * (2**tries - 1) / 2)
-            self._miss_wait = min(cap, max(self.backoff, 2 * self._miss_wait))
+            self._miss_wait = min(self._miss_cap(), max(self.backoff, 2 * self._miss_wait))
             self._missing_until = time.monotonic() + self._miss_wait
             self._failures.report(
                 "project",
@@ -289,6 +307,7 @@ class LangSmithFeedbackSink(BaseSink):
             self._lookup_error = _CountedFailureError(
                 f"the lookup of project {name!r} failed: {type(exc).__name__}: {exc}",
                 retryable=kind == "failed" and not opened,  # as a request that opens it
+                cause=exc,
             )
             raise self._lookup_error from exc
         finally:

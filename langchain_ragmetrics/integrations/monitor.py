@@ -293,7 +293,8 @@ class _SdkLoop:
             return held.loop
 
 
-os.register_at_fork(after_in_child=_SdkLoop._after_fork)
+if hasattr(os, "register_at_fork"):  # POSIX only
+    os.register_at_fork(after_in_child=_SdkLoop._after_fork)
 
 
 class _LoopThread:

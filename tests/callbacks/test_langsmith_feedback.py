@@ -226,7 +226,8 @@ def test_a_missing_project_costs_a_lookup_per_window_not_per_result(
     langsmith_env: LangSmithStub, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Results for a project LangSmith lacks: one lookup, then none until the window ends;
-    the window doubles with each miss, from ``backoff`` to half a result's retry span."""
+    the window doubles with each miss, from ``backoff`` to half the waits of one result's
+    retries (4 + 8 + 8 + 8 s here: each wait is at most 8 s), so a result looks again."""
     clock = _Clock()
     monkeypatch.setattr(langsmith_feedback, "time", clock)
     sink = LangSmithFeedbackSink(project_name="nowhere", backoff=4.0, ingest_retries=4)
@@ -235,12 +236,12 @@ def test_a_missing_project_costs_a_lookup_per_window_not_per_result(
     assert len(langsmith_env.requests_to("GET", "/sessions")) == 1
     windows = [4.0]
     for _ in range(4):
-        clock.now += windows[-1] - 0.001  # just inside the window: no lookup
+        clock.now += windows[-1] - 1  # inside the window: no lookup
         assert sink.project_id() is None
-        clock.now += 0.001  # its end: one lookup, one more miss
+        clock.now += 1  # its end: one lookup, one more miss
         assert sink.project_id() is None
         windows.append(sink._missing_until - clock.now)
-    assert windows == [4.0, 8.0, 16.0, 30.0, 30.0]  # 30: 4 x (2**4 - 1) / 2, and the cap
+    assert windows == pytest.approx([4.0, 8.0, 14.0, 14.0, 14.0])  # 14 = (4 + 8 + 8 + 8) / 2
     assert len(langsmith_env.requests_to("GET", "/sessions")) == 5  # one per window
     langsmith_env.create_project("nowhere")
     clock.now += 30.0
@@ -332,6 +333,37 @@ def test_the_sends_waiting_on_a_failed_lookup_do_not_each_send_one(
     langsmith_env.fail("GET /sessions", 500, times=1)
     assert sink.project_id() is None
     assert sink.breaker.is_open
+    sink.close(5)
+
+
+def test_a_miss_answered_from_memory_tells_the_breaker_nothing(
+    langsmith_env: LangSmithStub,
+) -> None:
+    """A result that meets a "no such project" window makes no request, so it must not
+    reset the breaker's count of failures in a row (only an answer may)."""
+    sink = LangSmithFeedbackSink(
+        project_name="nowhere", backoff=10.0, ingest_retries=0, failure_threshold=2
+    )
+    sink.delivery.requests.not_found_retries = 1  # a window (half of one 10 s wait)...
+    assert sink.project_id() is None  # a real 404: the window opens
+    sink.delivery.requests.not_found_retries = 0  # ...and results that do not wait it out
+    sink.breaker.failure()  # one failure in a row (of some other request)
+    with pytest.raises(langsmith.utils.LangSmithNotFoundError, match="no such project"):
+        sink.emit(run_item(uuid.uuid4()))  # answered from memory: no request
+    assert len(langsmith_env.requests_to("GET", "/sessions")) == 1
+    sink.breaker.failure()  # the second in a row: it opens, as nothing answered between
+    assert sink.breaker.is_open
+    sink.close(5)
+
+
+def test_a_closing_sink_starts_no_lookup(langsmith_env: LangSmithStub) -> None:
+    from langchain_ragmetrics.callbacks import SinkUnavailableError
+
+    sink = LangSmithFeedbackSink(project_name="app")
+    sink.delivery.requests.closing.set()
+    with pytest.raises(SinkUnavailableError, match="closing"):
+        sink.session_id()
+    assert langsmith_env.requests_to("GET", "/sessions") == []
     sink.close(5)
 
 
