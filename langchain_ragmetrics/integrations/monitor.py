@@ -459,8 +459,8 @@ class _RunReader:
     async def uses_v2(self) -> bool:
         """Whether runs are read through ``client.runs.query`` (decided on first use).
 
-        Raises:
-            TimeoutError: ``/info`` took longer than a request timeout (decided next time).
+        While the version is unknown (``/info`` unreadable, or slower than a request
+        timeout) the answer is False, and ``/info`` is read again at most once a minute.
         """
         if self._v2 is not None:
             return self._v2
@@ -468,16 +468,13 @@ class _RunReader:
         if self._next_read is not None and now < self._next_read:
             return False  # version unknown: list_runs until /info is read again
         client, again = self._client, self._next_read is not None
-        if again:  # one read again at a time, the window set before it starts
-            self._next_read = now + _INFO_RETRY_SECONDS
+        self._next_read = now + _INFO_RETRY_SECONDS  # one read at a time, set before it
         try:
             decided = await self._io(
                 lambda: _queries_v2(client(), read_again=again), "reading LangSmith's version"
             )
         except TimeoutError:
-            if not again:
-                raise
-            return False  # a slow read again: still unknown, list_runs as before
+            return False  # a slow read: still unknown, list_runs meanwhile
         if decided is None:
             self._next_read = time.monotonic() + _INFO_RETRY_SECONDS
             return False

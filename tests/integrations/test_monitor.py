@@ -1045,3 +1045,45 @@ def test_info_is_read_again_at_most_once_a_window_and_a_slow_read_falls_back(
 
         asyncio.run(steps())
         client.close(timeout=5)
+
+
+def test_a_first_info_read_that_hangs_lists_with_list_runs_meanwhile(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The very first /info read held past the request timeout: the listing goes on with
+    list_runs (no error), that read is not started again inside its window, and once it is
+    answered the reader moves to v2."""
+    from langchain_ragmetrics.integrations import monitor as monitor_module
+
+    class Clock:
+        now = 1000.0
+
+        def monotonic(self) -> float:
+            return self.now
+
+    clock = Clock()
+    monkeypatch.setattr(monitor_module, "time", clock)
+    with LangSmithStub(version=V2_VERSION) as stub:
+        stub.hang("GET /info")
+        client = langsmith.Client(api_url=stub.url, api_key="test", auto_batch_tracing=False)
+
+        async def io(fn: Callable[[], Any], what: str) -> Any:
+            try:  # as the monitor's own I/O call: the built-in TimeoutError (3.10 too)
+                return await asyncio.wait_for(asyncio.to_thread(fn), 2.0)
+            except asyncio.TimeoutError:
+                raise TimeoutError(what) from None
+
+        reader = _RunReader(lambda: client, io, 2.0)
+
+        async def steps() -> None:
+            assert await reader.uses_v2() is False  # held: timed out, unknown, no error
+            clock.now += 1
+            assert await reader.uses_v2() is False  # inside the window: not read again
+            assert len(stub.requests_to("GET", "/info")) == 1
+            stub.release_hangs()  # the held read is answered: the SDK keeps the version
+            stub.wait_for(lambda: stub.requests_to("GET", "/info")[0].status == 200)
+            clock.now += monitor_module._INFO_RETRY_SECONDS
+            assert await reader.uses_v2() is True
+
+        asyncio.run(steps())
+        client.close(timeout=5)
