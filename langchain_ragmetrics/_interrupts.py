@@ -82,4 +82,5 @@ def _reset_in_child() -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-os.register_at_fork(after_in_child=_reset_in_child)
+if hasattr(os, "register_at_fork"):  # POSIX only
+    os.register_at_fork(after_in_child=_reset_in_child)
