@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+from collections.abc import Iterator
 
 import pytest
 
@@ -65,6 +66,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if live:
         config.hook.pytest_deselected(items=live)
         items[:] = [item for item in items if item.get_closest_marker("live") is None]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_model_clients() -> Iterator[None]:
+    """Each test starts without the HTTP clients langchain-openai cached in earlier ones.
+
+    It keeps one async client per process and base URL; a later test whose loopback judge
+    got a port an earlier one used would meet that client's connections of an event loop
+    long closed (one extra retry: exact request counts would depend on test order).
+    """
+    from langchain_ragmetrics.evaluation._workers import _forget_parent_clients
+
+    yield
+    _forget_parent_clients()
 
 
 @pytest.fixture(autouse=True)

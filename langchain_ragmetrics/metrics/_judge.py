@@ -288,6 +288,10 @@ def is_transient(exc: BaseException) -> bool:
     ``ModelTimeoutError`` are; langchain-openai's errors subclass them). Then by HTTP status
     (408, 409, 429, 5xx) for providers that raise their SDK's own errors, then the transport
     errors of the openai SDK and httpx and the builtin ``TimeoutError`` / ``ConnectionError``.
+    Also "Event loop is closed" from a pooled connection of an event loop that has ended:
+    langchain-openai keeps one async HTTP client per process (langchain-ai/langchain#35783),
+    so a second ``asyncio.run`` meets the first one's idle connections; closing the first
+    of them raises this, the pool has dropped it by then, and a retry goes out fresh.
     """
     from langchain_core.exceptions import ModelError
 
@@ -298,6 +302,8 @@ def is_transient(exc: BaseException) -> bool:
     status = _status_of(exc)
     if status is not None:
         return status in _TRANSIENT_STATUS
+    if isinstance(exc, RuntimeError) and str(exc) == "Event loop is closed":
+        return True
     return isinstance(exc, _transport_errors())
 
 

@@ -266,6 +266,11 @@ class LoopbackServer:
         self._thread.start()
         return self
 
+    def cut_connections(self) -> None:
+        """Close the clients' open (idle keep-alive) connections; the server keeps serving."""
+        if self._httpd is not None:
+            self._httpd.cut_connections()
+
     def stop(self) -> None:
         """Stop serving, release waiting requests and cut open connections."""
         httpd, thread = self._httpd, self._thread

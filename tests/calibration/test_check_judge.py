@@ -365,6 +365,22 @@ def test_a_failing_judge_is_retried_then_counted_as_errors(
     assert row.answered == 0
 
 
+def test_a_second_run_meets_the_first_runs_closed_loop_and_still_retries_every_item(
+    judge_server: JudgeServer, make_judge: JudgeFactory
+) -> None:
+    """Each check_judge call runs its own event loop, while langchain-openai keeps one async
+    HTTP client per process: the second call's first request meets an idle connection of
+    the first call's loop, now closed ("Event loop is closed"). That attempt is retried like
+    a dropped connection, so every item still gets its retries (it was a NaN before)."""
+    judge_server.script = lambda req: reply_error(429)
+    for _ in range(2):
+        report = check_judge(make_judge(), metrics=["context_relevance"], language="ja", retry=FAST)
+        row = report.row("context_relevance")
+        assert row.retry_rate >= FAST.max_retries  # every item: all its retries, at least
+        assert not any("Event loop is closed" in str(d) for d in row.disagreements)
+        judge_server.cut_connections()  # the server closes the idle connections, as one does
+
+
 def test_a_judge_that_never_answers_is_abandoned_by_the_timeout(
     judge_server: JudgeServer, make_judge: JudgeFactory
 ) -> None:
