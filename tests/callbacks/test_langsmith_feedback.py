@@ -20,6 +20,7 @@ from langchain_ragmetrics import (
 )
 from langchain_ragmetrics._ids import feedback_id
 from langchain_ragmetrics.callbacks import langsmith_feedback
+from tests._support.clock import HandClock
 from tests._support.langsmith_stub import LangSmithStub, project_id_for
 from tests._support.openai_server import JudgeServer, reply_error
 from tests._support.rag import FAST, online_handler, question, rag_app, rag_router
@@ -212,23 +213,13 @@ def test_a_project_that_never_appears_fails_the_result_by_its_name(
     sink.close(5)
 
 
-class _Clock:
-    """A monotonic clock the test moves by hand (the sink's windows read it)."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def monotonic(self) -> float:
-        return self.now
-
-
 def test_a_missing_project_costs_a_lookup_per_window_not_per_result(
     langsmith_env: LangSmithStub, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Results for a project LangSmith lacks: one lookup, then none until the window ends;
     the window doubles with each miss, from ``backoff`` to half the waits of one result's
     retries (4 + 8 + 8 + 8 s here: each wait is at most 8 s), so a result looks again."""
-    clock = _Clock()
+    clock = HandClock()
     monkeypatch.setattr(langsmith_feedback, "time", clock)
     sink = LangSmithFeedbackSink(project_name="nowhere", backoff=4.0, ingest_retries=4)
     for _ in range(5):

@@ -40,6 +40,7 @@ from langchain_ragmetrics.integrations.monitor import (
     parse_since,
     shard_of,
 )
+from tests._support.clock import HandClock
 from tests._support.langsmith_stub import V2_VERSION, LangSmithStub, project_id_for, v2_filters
 from tests._support.openai_server import JudgeServer
 from tests._support.rag import FAST, RagApp, items_in, rag_app
@@ -993,6 +994,14 @@ def test_an_unreadable_info_is_read_again_and_the_monitor_moves_to_v2(
     assert set(stored(stub)) == {r["id"] for r in runs}
 
 
+async def _io_within_2s(fn: Callable[[], Any], what: str) -> Any:
+    """The monitor's I/O call in small: a thread, 2 s, the built-in TimeoutError (3.10 too)."""
+    try:
+        return await asyncio.wait_for(asyncio.to_thread(fn), 2.0)
+    except asyncio.TimeoutError:
+        raise TimeoutError(what) from None
+
+
 def test_info_is_read_again_at_most_once_a_window_and_a_slow_read_falls_back(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -1001,24 +1010,12 @@ def test_info_is_read_again_at_most_once_a_window_and_a_slow_read_falls_back(
     the request timeout leaves the reader on list_runs instead of failing the listing."""
     from langchain_ragmetrics.integrations import monitor as monitor_module
 
-    class Clock:
-        now = 1000.0
-
-        def monotonic(self) -> float:
-            return self.now
-
-    clock = Clock()
+    clock = HandClock()
     monkeypatch.setattr(monitor_module, "time", clock)
     with LangSmithStub(version=V2_VERSION) as stub:
         client = _client_of_an_unreadable_info(stub)
 
-        async def io(fn: Callable[[], Any], what: str) -> Any:
-            try:  # as the monitor's own I/O call: the built-in TimeoutError (3.10 too)
-                return await asyncio.wait_for(asyncio.to_thread(fn), 2.0)
-            except asyncio.TimeoutError:
-                raise TimeoutError(what) from None
-
-        reader = _RunReader(lambda: client, io, 2.0)
+        reader = _RunReader(lambda: client, _io_within_2s, 2.0)
 
         def reads() -> int:
             return len(stub.requests_to("GET", "/info"))
@@ -1055,25 +1052,13 @@ def test_a_first_info_read_that_hangs_lists_with_list_runs_meanwhile(
     answered the reader moves to v2."""
     from langchain_ragmetrics.integrations import monitor as monitor_module
 
-    class Clock:
-        now = 1000.0
-
-        def monotonic(self) -> float:
-            return self.now
-
-    clock = Clock()
+    clock = HandClock()
     monkeypatch.setattr(monitor_module, "time", clock)
     with LangSmithStub(version=V2_VERSION) as stub:
         stub.hang("GET /info")
         client = langsmith.Client(api_url=stub.url, api_key="test", auto_batch_tracing=False)
 
-        async def io(fn: Callable[[], Any], what: str) -> Any:
-            try:  # as the monitor's own I/O call: the built-in TimeoutError (3.10 too)
-                return await asyncio.wait_for(asyncio.to_thread(fn), 2.0)
-            except asyncio.TimeoutError:
-                raise TimeoutError(what) from None
-
-        reader = _RunReader(lambda: client, io, 2.0)
+        reader = _RunReader(lambda: client, _io_within_2s, 2.0)
 
         async def steps() -> None:
             assert await reader.uses_v2() is False  # held: timed out, unknown, no error
