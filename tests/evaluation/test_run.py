@@ -1,4 +1,5 @@
 import asyncio
+import itertools
 import json
 import math
 import signal
@@ -293,7 +294,15 @@ async def test_aevaluate(judge_server: JudgeServer, make_judge: Callable[..., An
 def test_ctrl_c_from_a_callback_returns_what_was_scored(
     judge_server: JudgeServer, make_judge: Callable[..., Any]
 ) -> None:
-    judge_server.script = einstein_router()
+    answer, asked, release = einstein_router(), itertools.count(), threading.Event()
+
+    def script(req: JudgeRequest) -> Any:
+        # From the third request on, held until the run has returned: a job started while
+        # on_result ran cannot finish before the interrupt, whatever the machine's load.
+        reply = answer(req)
+        return reply if next(asked) < 2 else reply_hold(release, reply)
+
+    judge_server.script = script
     seen: list[tuple[int, str]] = []
 
     def on_result(row: int, metric: str, result: MetricResult) -> None:
@@ -302,9 +311,12 @@ def test_ctrl_c_from_a_callback_returns_what_was_scored(
             raise KeyboardInterrupt
 
     rows = ROWS * 4
-    result = evaluate(
-        rows, ["context_recall"], llm=make_judge(), max_concurrency=1, on_result=on_result
-    )
+    try:
+        result = evaluate(
+            rows, ["context_recall"], llm=make_judge(), max_concurrency=1, on_result=on_result
+        )
+    finally:
+        release.set()
     assert result.interrupted
     scores = result["context_recall"]
     assert scores[:2] == [0.5, 0.5]
