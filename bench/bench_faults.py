@@ -31,7 +31,10 @@ row are 2 s of ``Retry-After`` no client may shorten).
 Target (issue 18): with faults <= 1.5x the fault-free wall time.
 
 Usage: ``python bench/bench_faults.py [--tiny] [--repeats N] [--model slow|fast|both]
-[--out DIR]`` (``--no-ragas`` is accepted and changes nothing: there is no RAGAS side).
+[--samples N] [--metrics all|NAME,...] [--out DIR]``; ``--samples 200 --metrics all`` runs
+issue 18's own check (200 samples x the four LLM-judged metrics, 1,000 judge calls without
+faults) and writes ``faults_check.json`` beside the published ``faults.json``.
+``--no-ragas`` is accepted and changes nothing: there is no RAGAS side.
 """
 
 from __future__ import annotations
@@ -190,13 +193,19 @@ def measure(
     out: Any,
     models: tuple[str, ...] = ("slow", "fast"),
     asynchronous: bool = False,
+    metrics: str = METRICS,
 ) -> dict[str, Any]:
-    """Alternate fault-free and faulty runs (fresh processes) and summarise."""
+    """Alternate fault-free and faulty runs (fresh processes) and summarise.
+
+    ``metrics`` is a comma-separated list of metric names, or ``"all"`` for the four
+    LLM-judged ones (issue 18's own check: 200 samples x 4 metrics, 1,000 judge calls).
+    """
     dataset = distinct_dataset(out, samples)
     faulty = FaultyJudge(BenchJudge(), latency=latency)
     plan = scenarios(models)
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name, *_ in plan}
-    extra = ["--metrics", METRICS, *(["--async"] if asynchronous else [])]
+    chosen = [] if metrics == "all" else ["--metrics", metrics]
+    extra = [*chosen, *(["--async"] if asynchronous else [])]
     with JudgeServer(faulty) as server:  # no latency of its own: the judge sets each wait
         for _ in range(repeats):
             for name, rate, kinds, slow_errors in plan:
@@ -212,7 +221,8 @@ def measure(
                 report["failed_jobs"] = sum(s["failed"] for s in report["scores"].values())
                 report["timeline"] = timeline(faulty.log)
                 runs[name].append(report)
-    jobs = samples * len(METRICS.split(","))
+    # A job is one judge call of a fault-free run (entity recall makes two per sample).
+    jobs = round(median([r["requests"] for r in runs["none"]]))
     summary = {}
     for name, reports in runs.items():
         walls = [r["wall_s"] for r in reports]
@@ -235,6 +245,7 @@ def measure(
         entry["slowdown"] = ratio(entry["median_wall_s"], base)
     return {
         "samples": samples,
+        "metrics": metrics,
         "jobs": jobs,
         "concurrency": CONCURRENCY,
         "latency_s": latency,
@@ -291,8 +302,9 @@ def render(result: dict[str, Any]) -> str:
             + "."
         )
     head = (
-        f"`{result['entry_point']}()` of {result['samples']} samples x 2 metrics "
-        f"({result['jobs']} jobs), concurrency {result['concurrency']}, judge latency "
+        f"`{result['entry_point']}()` of {result['samples']} samples x "
+        f"{metrics_label(result.get('metrics', METRICS))} ({result['jobs']} judge calls "
+        f"without faults), concurrency {result['concurrency']}, judge latency "
         f"{result['latency_s'] * 1000:.0f} ms, default RetryPolicy, "
         f"{len(result['runs']['none']['walls_s'])} runs per configuration, alternating. Fault "
         "models: *faults take the latency* (every fault after the judge's latency, as a slow "
@@ -303,6 +315,14 @@ def render(result: dict[str, Any]) -> str:
         "job's first request to the last answer."
     )
     return "\n\n".join([head, table(headers, rows), "\n".join(verdicts)])
+
+
+def metrics_label(metrics: str) -> str:
+    """How the table's head names the metrics of a run."""
+    if metrics == "all":
+        return "4 metrics (the four LLM-judged ones)"
+    names = metrics.split(",")
+    return f"{len(names)} metrics ({', '.join(names)})"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -319,8 +339,17 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="score with aevaluate() on an event loop instead of evaluate()",
     )
+    parser.add_argument(
+        "--samples", type=int, default=None, help=f"samples per run (default {SAMPLES})"
+    )
+    parser.add_argument(
+        "--metrics",
+        default=METRICS,
+        help=f'comma-separated metric names, or "all" (issue 18\'s check); default {METRICS}',
+    )
     args = parser.parse_args(argv)
     samples, latency = (12, 0.01) if args.tiny else (SAMPLES, LATENCY)
+    samples = args.samples or samples
     repeats = args.repeats or (1 if args.tiny else REPEATS)
     models = ("slow", "fast") if args.model == "both" else (args.model,)
     result = measure(
@@ -330,8 +359,11 @@ def main(argv: list[str] | None = None) -> int:
         out=args.out,
         models=models,
         asynchronous=args.asynchronous,
+        metrics=args.metrics,
     )
     name = "faults" if not args.asynchronous else "faults_async"
+    if args.metrics != METRICS or args.samples:
+        name += "_check"  # not the published configuration: kept apart from its figures
     title = "Retries under faults" + (" (aevaluate)" if args.asynchronous else "")
     publish(args.out, name, title, render(result), result)
     return 0

@@ -29,7 +29,9 @@ import bench_faults  # noqa: E402 - bench/ is not a package
 from _judge import BenchJudge  # noqa: E402
 
 
-def run_bench(script: str, out: Path, *extra: str, timeout: float = 120) -> dict[str, Any]:
+def run_bench(
+    script: str, out: Path, *extra: str, timeout: float = 120, name: str | None = None
+) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "LANGSMITH_"))}
     proc = subprocess.run(
         [sys.executable, str(BENCH / script), "--tiny", "--no-ragas", "--out", str(out), *extra],
@@ -42,7 +44,7 @@ def run_bench(script: str, out: Path, *extra: str, timeout: float = 120) -> dict
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "| " in proc.stdout  # printed a table
-    name = script.removeprefix("bench_").removesuffix(".py")
+    name = name or script.removeprefix("bench_").removesuffix(".py")
     result: dict[str, Any] = json.loads((out / f"{name}.json").read_text(encoding="utf-8"))
     assert result["table"] in proc.stdout
     return result
@@ -134,6 +136,36 @@ def test_faults_retry_every_injected_fault(tmp_path: Path) -> None:
         assert sum(timeline["jobs_by_requests"].values()) == result["jobs"]
         assert 0 <= timeline["last_start_s"] < timeline["end_s"]
     assert "Fault model *429/500 at once, malformed after the latency*: mixed" in result["table"]
+
+
+def test_faults_on_issue_18s_check_counts_every_judge_call(tmp_path: Path) -> None:
+    """``--metrics all``: the four metrics, entity recall's two calls each counted as a job."""
+    result = run_bench(
+        "bench_faults.py",
+        tmp_path,
+        "--metrics",
+        "all",
+        "--model",
+        "fast",
+        timeout=300,
+        name="faults_check",
+    )
+    assert not (tmp_path / "faults.json").exists()  # the published figures stay apart
+    assert result["metrics"] == "all"
+    assert set(result["runs"]) == {"none", "mixed-fast", "transient-fast"}
+    assert result["runs"]["none"]["requests"] == result["jobs"] == 12 * 5  # 5 calls a sample
+    for name in ("mixed-fast", "transient-fast"):
+        # every fault retried: one success per call that did not fail; a failed entity
+        # recall score is one or both of its two calls
+        run = result["runs"][name]
+        answered = run["requests"] - run["faults"]
+        assert result["jobs"] - 2 * run["failed_jobs"] <= answered
+        assert answered <= result["jobs"] - run["failed_jobs"]
+        assert run["timelines"][0]["jobs"] == result["jobs"]
+    assert (
+        "x 4 metrics (the four LLM-judged ones) (60 judge calls without faults)"
+        in (result["table"])
+    )
 
 
 def test_the_fault_models_wait_as_labelled() -> None:
