@@ -15,9 +15,11 @@ they live here once. Each failed request is sorted by the caller's ``classify`` 
 * ``"failed"``: no answer, refused connection, 5xx, 429. Retried ``max_retries`` times with
   jittered exponential backoff, each counted as a failure.
 
-A ``_CountedFailureError`` is a failure the one who raised it has already told the breaker
-about (a lookup shared by several sends: counted once, by the lookup): it is retried like
-``"failed"`` when it says it may be, and raised at once otherwise, the breaker untouched.
+A request may tell the breaker about the server's answers itself (``tells_breaker``: a
+lookup shared by several sends, counted once by the lookup, which may answer from memory or
+hand its failure to the sends that waited on it). Its errors are then sorted and retried by
+the same rules, but never counted again; a failure after which the breaker is open is
+raised at once, as for a request whose own failure opened it.
 
 After ``failure_threshold`` failures in a row the breaker opens and every call is refused
 with :class:`~langchain_ragmetrics._errors.SinkUnavailableError` for ``cooldown`` seconds,
@@ -66,22 +68,6 @@ MAX_BACKOFF_SECONDS = 8.0
 """The longest wait between two tries of a request."""
 
 logger = logging.getLogger("langchain_ragmetrics")
-
-
-class _CountedFailureError(Exception):
-    """A failure the breaker was already told about: retried (if ``retryable``), not counted.
-
-    Args:
-        message: What failed.
-        retryable: Whether a later try may succeed (no answer, 5xx), or not (a refused key).
-        cause: The failure itself (also chain it: ``raise ... from cause``).
-    """
-
-    def __init__(self, message: str, *, retryable: bool, cause: BaseException) -> None:
-        super().__init__(message)
-        self.retryable = retryable
-        self.failure_kind = type(cause).__name__
-        """The cause's kind, which logs go by (a 401 after a 500 outage is news)."""
 
 
 class _NoAnswerError(TimeoutError):
@@ -198,8 +184,10 @@ class GuardedRequests:
             request: The request.
             classify: Sorts a request's error (see the module docstring).
             tells_breaker: ``request`` tells the breaker about the server's answers itself
-                (a lookup shared by several callers, which may answer from memory): this
-                call then retries and waits as usual but counts nothing.
+                (a lookup shared by several callers, which may answer from memory or raise
+                the failure of a lookup another caller ran): this call then retries and
+                waits as usual but counts nothing, and raises a failure at once when the
+                breaker is open after it.
             landed: For a request that must not be stored twice: after a try that may have
                 reached the server (no answer, 5xx, a lost reply), this looks for what it
                 stored and returns it, or None; only then is the request sent again. It runs
@@ -225,12 +213,6 @@ class GuardedRequests:
                 value = self._run(request)
             except SinkUnavailableError:
                 raise  # closed while it ran: nothing to retry
-            except _CountedFailureError as exc:  # the breaker knows already
-                if not exc.retryable or failures >= self.max_retries:
-                    raise
-                self._pause(_jitter(self.delay(failures)), exc)
-                failures += 1
-                continue
             except Exception as exc:
                 kind = classify(exc)
                 if kind == "not_found":
@@ -252,7 +234,7 @@ class GuardedRequests:
                     if not tells_breaker:
                         self.answered()
                     raise
-                opened = False if tells_breaker else self.failed()
+                opened = self.breaker.is_open if tells_breaker else self.failed()
                 if kind == "refused" or opened or failures >= self.max_retries:
                     raise
                 uncertain = True

@@ -241,22 +241,22 @@ class FeedbackClient:
         return self._client() if callable(self._client) else self._client
 
     def resolve_project(self, name: str) -> uuid.UUID:
-        """The id of project ``name`` (one try: the caller tries again later).
+        """The id of project ``name``: one try, told to the breaker (the caller retries).
 
         Raises:
-            langsmith.utils.LangSmithNotFoundError: No such project (not a breaker failure).
-            Exception: LangSmith could not answer (counted by the breaker).
+            langsmith.utils.LangSmithNotFoundError: No such project (LangSmith answered).
+            Exception: The request was rejected (LangSmith answered), or LangSmith could not
+                answer or refused the key (counted by the breaker), as
+                :func:`classify_langsmith_error` sorts it.
         """
-        from langsmith.utils import LangSmithNotFoundError
-
         try:
             with _quiet_sdk():
                 project = self.client.read_project(project_name=name)
-        except LangSmithNotFoundError:
-            self.requests.answered()
-            raise
-        except Exception:
-            self.requests.failed()
+        except Exception as exc:
+            if classify_langsmith_error(exc) in ("not_found", "rejected"):
+                self.requests.answered()
+            else:
+                self.requests.failed()
             raise
         self.requests.answered()
         return uuid.UUID(str(project.id))

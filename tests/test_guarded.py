@@ -14,7 +14,6 @@ from langchain_ragmetrics._errors import SinkUnavailableError
 from langchain_ragmetrics._guarded import (
     Failure,
     GuardedRequests,
-    _CountedFailureError,
     classify_status,
     http_status,
 )
@@ -215,29 +214,29 @@ def test_a_rejected_request_fails_at_once_and_the_server_counts_as_up() -> None:
     assert not guard.breaker.is_open
 
 
-def test_a_counted_failure_is_retried_if_it_may_be_and_never_touches_the_breaker() -> None:
-    """Its raiser told the breaker already: not counted again, not taken as an answer."""
-    guard = _guard(max_retries=2, failure_threshold=2, request_timeout=None)
-    guard.failed()  # one failure in a row, as the lookup that raised it counted
-    cause = ConnectionRefusedError("down")
-    retryable = (
-        _CountedFailureError(f"lookup failed {i}", retryable=True, cause=cause) for i in range(5)
-    )
-    request, tries = _failing(*retryable)
-    with pytest.raises(_CountedFailureError, match="lookup failed 2"):
-        guard.call(request, classify=_classify)
-    assert len(tries) == 3  # one try and max_retries retries
-    assert not guard.breaker.is_open  # not counted: still one failure in a row
-    request, tries = _failing(_CountedFailureError("key refused", retryable=False, cause=cause))
-    with pytest.raises(_CountedFailureError, match="key refused"):
-        guard.call(request, classify=_classify)
-    assert len(tries) == 1
-    request, tries = _failing(_CountedFailureError("blip", retryable=True, cause=cause), then="ok")
-    assert guard.call(request, classify=_classify) == "ok"
-    guard.failed()  # the count was reset only by that real answer, not by the failures
-    assert not guard.breaker.is_open
-    guard.failed()
+def test_a_request_that_tells_the_breaker_and_opens_it_is_not_tried_again() -> None:
+    """A shared lookup counts its own failures: the call counts none of them again, and
+    stops at once when the lookup's count opened the breaker (as a request that opens it)."""
+    guard = _guard(max_retries=5, failure_threshold=2, request_timeout=None)
+
+    tries: list[int] = []
+
+    def lookup() -> str:
+        tries.append(len(tries))
+        guard.failed()  # the lookup tells the breaker itself
+        msg = "down"
+        raise ConnectionRefusedError(msg)
+
+    with pytest.raises(ConnectionRefusedError):
+        guard.call(lookup, classify=_classify, tells_breaker=True)
+    assert len(tries) == 2  # the second failure opened it: no third try, no wait
     assert guard.breaker.is_open
+    guard.breaker.success()
+    request, tries = _failing(_AuthError("401 bad key"))  # refused: at once, whatever it says
+    with pytest.raises(_AuthError):
+        guard.call(request, classify=_classify, tells_breaker=True)
+    assert len(tries) == 1
+    assert not guard.breaker.is_open  # the call itself counted nothing
 
 
 @pytest.mark.parametrize(

@@ -269,9 +269,8 @@ class SinkOutbox:
         except SinkUnavailableError:
             return "dropped"  # the sink logs its own state changes (breaker, disabled)
         except Exception as exc:
-            kind = getattr(exc, "failure_kind", None) or type(exc).__name__
             self._failures.report(
-                f"sink:{self.key}:emit:{kind}",
+                f"sink:{self.key}:emit:{type(exc).__name__}",
                 f"sink {self.key} failed to emit: {exc!r}",
                 exc,
             )

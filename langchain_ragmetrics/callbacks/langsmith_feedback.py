@@ -22,12 +22,10 @@ from uuid import UUID
 from typing_extensions import override
 
 from langchain_ragmetrics._breaker import CircuitBreaker
-from langchain_ragmetrics._guarded import _CountedFailureError
 from langchain_ragmetrics._langsmith_feedback import (
     DEFAULT_FAILURE_THRESHOLD,
     FeedbackClient,
     FeedbackItem,
-    classify_langsmith_error,
     read_environment_once,
 )
 from langchain_ragmetrics._options import number_above_zero, whole_number
@@ -142,7 +140,7 @@ class LangSmithFeedbackSink(BaseSink):
         self._project_id: UUID | None = None
         self._project_lock = threading.Lock()  # one lookup at a time, the others wait for it
         self._lookups = 0  # project lookups ended (a send that waited on one sees it ended)
-        self._lookup_error: _CountedFailureError | None = None  # how the last one failed
+        self._lookup_error: Exception | None = None  # how the last one failed
         self._missing_until = 0.0  # until then "no such project" holds without a request
         self._miss_wait = 0.0
         self._failures = FailureLog()
@@ -238,8 +236,8 @@ class LangSmithFeedbackSink(BaseSink):
         Raises:
             langsmith.utils.LangSmithNotFoundError: No such project (yet): retried as a run
                 not ingested yet.
-            Exception: The lookup (this send's or the one it waited on) failed, already
-                counted by the breaker; its cause is chained.
+            Exception: The lookup (this send's, or the one it waited on: the same error)
+                failed, already told to the breaker.
             SinkUnavailableError: The breaker is open, or the sink is closing.
         """
         if self._project_id is not None:
@@ -256,10 +254,7 @@ class LangSmithFeedbackSink(BaseSink):
             name = self._project_name()
             failed = self._lookup_error
             if self._lookups != lookups and failed is not None:
-                retryable = failed.retryable
-                raise _CountedFailureError(
-                    f"{failed} (waited on)", retryable=retryable, cause=failed.__cause__ or failed
-                ) from failed
+                raise failed  # as concurrent.futures hands one failure to every waiter
             if time.monotonic() < self._missing_until:
                 raise _unresolved(name, "LangSmith has no such project (yet)")
             return self._look_up(name)
@@ -282,11 +277,9 @@ class LangSmithFeedbackSink(BaseSink):
         from langsmith.utils import LangSmithNotFoundError
 
         self._lookup_error = None
-        requests = self.delivery.requests
         try:
-            project = self.client.read_project(project_name=name)
+            project_id = self.delivery.resolve_project(name)
         except LangSmithNotFoundError as exc:
-            requests.answered()
             self._miss_wait = min(self._miss_cap(), max(self.backoff, 2 * self._miss_wait))
             self._missing_until = time.monotonic() + self._miss_wait
             self._failures.report(
@@ -298,24 +291,13 @@ class LangSmithFeedbackSink(BaseSink):
             )
             raise _unresolved(name, "LangSmith has no such project (yet)") from exc
         except Exception as exc:
-            kind = classify_langsmith_error(exc)
-            opened = False
-            if kind == "rejected":
-                requests.answered()
-            else:
-                opened = requests.failed()
-            self._lookup_error = _CountedFailureError(
-                f"the lookup of project {name!r} failed: {type(exc).__name__}: {exc}",
-                retryable=kind == "failed" and not opened,  # as a request that opens it
-                cause=exc,
-            )
-            raise self._lookup_error from exc
+            self._lookup_error = exc
+            raise
         finally:
             self._lookups += 1
-        requests.answered()
         self._miss_wait = 0.0
-        self._project_id = UUID(str(project.id))
-        return self._project_id
+        self._project_id = project_id
+        return project_id
 
     def feedback_item(self, item: OnlineResult) -> FeedbackItem | None:
         """The feedback for a result (None for skipped results)."""

@@ -19,6 +19,7 @@ from langchain_ragmetrics import (
     LangSmithFeedbackSink,
 )
 from langchain_ragmetrics._ids import feedback_id
+from langchain_ragmetrics._langsmith_feedback import classify_langsmith_error
 from langchain_ragmetrics.callbacks import langsmith_feedback
 from tests._support.clock import HandClock
 from tests._support.langsmith_stub import LangSmithStub, project_id_for
@@ -307,18 +308,17 @@ def test_the_sends_waiting_on_a_failed_lookup_do_not_each_send_one(
     """A lookup that gets no answer is one failure for the breaker, counted by the lookup;
     the sends that waited on it are told so without a request of their own (they retry
     after their backoff), and without telling the breaker anything either way."""
-    from langchain_ragmetrics._guarded import _CountedFailureError
-
     langsmith_env.create_project("app")
     sink = LangSmithFeedbackSink(project_name="app", timeout=30, failure_threshold=2)
     outcomes = _three_lookups_at_once(
         langsmith_env, sink, then=lambda: langsmith_env.fail("GET /sessions", 500, times=1)
     )
     assert [r.status for r in langsmith_env.requests_to("GET", "/sessions")] == [500]
-    assert all(isinstance(e, _CountedFailureError) and e.retryable for e in outcomes)
     first, *waiters = outcomes
+    assert isinstance(first, langsmith.utils.LangSmithAPIError)
     assert "500" in str(first)
-    assert all("waited on" in str(waiter) for waiter in waiters)
+    assert all(waiter is first for waiter in waiters)  # told the lookup's own failure
+    assert classify_langsmith_error(first) == "failed"  # so each send retries it
     # One failure counted, not three and not reset by the waiters: one more opens it.
     assert not sink.breaker.is_open
     langsmith_env.fail("GET /sessions", 500, times=1)
@@ -376,18 +376,32 @@ def test_a_send_that_waited_on_the_lookup_that_opened_the_breaker_sends_nothing(
 def test_a_refused_key_on_the_lookup_fails_at_once_and_counts_once(
     langsmith_env: LangSmithStub,
 ) -> None:
-    from langchain_ragmetrics._guarded import _CountedFailureError
-
     langsmith_env.fail("GET /sessions", 401, times=None)
     sink = LangSmithFeedbackSink(project_name="app", max_retries=3, failure_threshold=2)
-    with pytest.raises(_CountedFailureError, match="401") as raised:
+    with pytest.raises(langsmith.utils.LangSmithAuthError, match="401"):
         sink.emit(run_item(uuid.uuid4()))
-    assert not raised.value.retryable
     assert len(langsmith_env.requests_to("GET", "/sessions")) == 1  # no retry of a key
     assert not sink.breaker.is_open  # counted once: one more opens it
-    with pytest.raises(_CountedFailureError):
+    with pytest.raises(langsmith.utils.LangSmithAuthError):
         sink.emit(run_item(uuid.uuid4()))
     assert sink.breaker.is_open
+    sink.close(5)
+
+
+def test_a_rejected_project_lookup_is_an_answer_not_an_outage(
+    langsmith_env: LangSmithStub,
+) -> None:
+    """LangSmith refusing the request (a 422) answered: no retry, no failure counted."""
+    project = langsmith_env.create_project("app")
+    langsmith_env.fail("GET /sessions", 422, times=1)
+    sink = LangSmithFeedbackSink(project_name="app", max_retries=3, failure_threshold=1)
+    with pytest.raises(langsmith.utils.LangSmithError) as raised:
+        sink.emit(run_item(uuid.uuid4()))
+    assert classify_langsmith_error(raised.value) == "rejected"
+    assert [r.status for r in langsmith_env.requests_to("GET", "/sessions")] == [422]
+    assert not sink.breaker.is_open  # one failure would have opened it
+    assert sink.session_id() == uuid.UUID(project)  # the next send looks again
+    assert len(langsmith_env.requests_to("GET", "/sessions")) == 2
     sink.close(5)
 
 
@@ -397,9 +411,7 @@ def test_a_failed_project_lookup_is_an_outage_for_the_breaker(langsmith_env: Lan
     sink = LangSmithFeedbackSink(
         project_name="app", backoff=0.01, max_retries=1, failure_threshold=2
     )
-    from langchain_ragmetrics._guarded import _CountedFailureError
-
-    with pytest.raises(_CountedFailureError, match=r"lookup of project 'app' failed.*500"):
+    with pytest.raises(langsmith.utils.LangSmithAPIError, match="500"):
         sink.emit(run_item(uuid.uuid4()))
     # retried once (max_retries=1), each failure counted once: the second opened it
     assert [r.status for r in langsmith_env.requests_to("GET", "/sessions")] == [500, 500]
