@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
+from uuid import UUID
 
 import langsmith
 from langchain_core.tracers import LangChainTracer
@@ -14,17 +16,27 @@ __all__ = ["retriever_runs", "trace_questions"]
 
 
 def trace_questions(
-    stub: LangSmithStub, chain: Any, project: str, items: range, **invoke: Any
+    stub: LangSmithStub,
+    chain: Any,
+    project: str,
+    items: range,
+    *,
+    trace_ids: Sequence[UUID] | None = None,
+    **invoke: Any,
 ) -> list[dict[str, Any]]:
     """Ask ``chain`` about each item with a tracer to ``project``; returns the retriever runs.
 
+    ``trace_ids`` gives each item's trace (root run) id, in order (default: random ids).
     Waits until the stub holds every trace (root and retriever finished).
     """
     client = langsmith.Client(api_url=stub.url, api_key="test")
     tracer = LangChainTracer(project_name=project, client=client)
     try:
-        for i in items:
-            chain.invoke(question(i), config={"callbacks": [tracer], **invoke})
+        for k, i in enumerate(items):
+            config = {"callbacks": [tracer], **invoke}
+            if trace_ids is not None:
+                config["run_id"] = trace_ids[k]
+            chain.invoke(question(i), config=config)
         tracer.wait_for_futures()
         client.flush()
     finally:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
-from uuid import UUID
+from uuid import NAMESPACE_URL, UUID, uuid5
 
 import langsmith
 import pytest
@@ -206,10 +206,16 @@ def test_three_shards_cover_every_run_exactly_once_across_pages(
 def test_sampling_matches_the_online_handlers_hash(
     app: RagApp, langsmith_stub: LangSmithStub, langsmith_client: langsmith.Client, tmp_path: Path
 ) -> None:
-    runs = trace_questions(langsmith_stub, app.chain, PROJECT, range(12))
+    # Trace ids picked so that half are sampled: random ones were all in (or all out) one
+    # run in 2,048.
+    candidates = [uuid5(NAMESPACE_URL, f"trace-{i}") for i in range(100)]
+    kept = [t for t in candidates if is_sampled(t, 0.5)][:6]
+    left = [t for t in candidates if not is_sampled(t, 0.5)][:6]
+    runs = trace_questions(langsmith_stub, app.chain, PROJECT, range(12), trace_ids=[*kept, *left])
     summary = make_monitor(app, langsmith_client, tmp_path, sample_rate=0.5).run()
     chosen = {r["id"] for r in runs if is_sampled(UUID(r["trace_id"]), 0.5)}
-    assert 0 < len(chosen) < 12
+    assert {UUID(r["trace_id"]) for r in runs} == {*kept, *left}
+    assert len(chosen) == 6
     assert set(stored(langsmith_stub)) == chosen
     assert summary.runs_sampled_out == 12 - len(chosen)
 
