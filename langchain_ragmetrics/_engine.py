@@ -279,8 +279,9 @@ class ScoringEngine:
     timeout or a bug become a result with ``score=NaN`` and ``error`` set.
 
     Args:
-        max_concurrency: Jobs at work at once; a job sleeping out a retry backoff gives its
-            slot back meanwhile.
+        max_concurrency: Judge calls at work at once (a job holds one slot per call it has
+            in flight, see :mod:`langchain_ragmetrics._gate`); a call sleeping out a retry
+            backoff gives its slot back meanwhile.
         timeout: Seconds before a job is abandoned (it becomes NaN); None for no limit.
         rate_limit_per_minute: Judge requests per minute, retries included; None for no limit.
         raise_exceptions: Raise a job's error instead of recording it as NaN.

@@ -4,8 +4,12 @@ The scoring engine gives each job an :class:`Admission` through a context variab
 holds one of the engine's slots while it works and gives it back while it sleeps out a retry
 backoff (:meth:`Admission.sleep`), so a job waiting to retry costs no concurrency; the rate
 limiter (langchain-core's ``InMemoryRateLimiter``) meters every HTTP attempt, retries
-included (:meth:`Admission.request`). Outside the engine (a metric invoked on its own) there
-is no admission and nothing is limited.
+included (:meth:`Admission.request`). A job that sends several judge calls at once (entity
+recall's two lists, ``per_context`` precision) holds one slot per call in flight: each call
+beyond its first runs at once only on a slot that is free (:meth:`Admission.try_join`),
+else after the job's other calls, so ``max_concurrency`` bounds the judge calls at work, not
+only the jobs. Outside the engine (a metric invoked on its own) there is no admission and
+nothing is limited.
 """
 
 from __future__ import annotations
@@ -16,9 +20,9 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextvars import ContextVar
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from langchain_ragmetrics._errors import DeadlineExceededError
 from langchain_ragmetrics._options import whole_number
@@ -75,6 +79,13 @@ class LoopSlots:
                 with contextlib.suppress(ValueError):
                     queue.remove(waiter)
             raise
+
+    def try_acquire(self) -> bool:
+        """Take a slot only if one is free now (then no job waits for one)."""
+        if self._value > 0:
+            self._value -= 1
+            return True
+        return False
 
     def release(self) -> None:
         """Give a slot back: to the first resumed waiter, else the first fresh one."""
@@ -134,6 +145,13 @@ class Gate:
                 return False
         return self.slots.acquire(timeout=max(0.0, deadline - time.monotonic()))
 
+    def try_acquire(self) -> bool:
+        """A slot only if one is free now and no job back from its backoff waits for one."""
+        with self._turns:
+            if self._resuming:
+                return False
+        return self.slots.acquire(blocking=False)
+
     def loop_slots(self) -> LoopSlots:
         """The slots of the running event loop."""
         loop = asyncio.get_running_loop()
@@ -144,17 +162,20 @@ class Gate:
 
 
 class Admission:
-    """One job's standing with the gate: whether it holds a slot, and its deadline.
+    """One job's standing with the gate: the slots it holds, and its deadline.
 
-    A job may run several judge calls at once (``per_context`` metrics); they share the job's
-    slot, which is given back only while all of them sleep.
+    A job is worked on by its own thread (or task) and, while it sends several judge calls at
+    once, by helpers that each joined with a slot of their own (:meth:`try_join`). Each of
+    them that is awake (not sleeping out a backoff, not waiting for the others) holds one
+    slot: sleeping gives it back, waking takes one again ahead of jobs not started yet.
 
     Args:
         gate: The engine's gate.
         deadline: ``time.monotonic()`` after which the job sends no more requests.
         holding: Whether the job already holds a slot (taken by the engine before it started).
-        on_park: Called (on a thread) when the job gives its slot back to sleep: the engine
-            may start another worker so the slot does not idle.
+        on_park: Called (on a thread) when the job gives a slot back mid-job (a worker
+            sleeps, waits or leaves): the engine may start another worker so the slot does
+            not idle.
         loop_slots: The event loop's slots for an async job (None: the threads' semaphore).
     """
 
@@ -172,10 +193,14 @@ class Admission:
         self._on_park = on_park
         self._loop_slots = loop_slots
         self._state = threading.Lock()
-        self._turn = threading.Lock()  # one sibling call at a time takes the slot back
-        self._active = 1
-        self._held = holding
+        self._awake = 1  # the job's own thread or task, and the helpers that joined
+        self._held = 1 if holding else 0
         self._closed = False
+
+    @property
+    def held(self) -> int:
+        """Slots the job holds now."""
+        return self._held
 
     def remaining(self) -> float | None:
         """Seconds left before the deadline (None without one), never negative."""
@@ -211,59 +236,118 @@ class Admission:
                 self._check()
         yield
 
+    # ----------------------------------------------------------------- helpers
+
+    def try_join(self) -> bool:
+        """A helper for one more call at once, if a slot is free now; it ends with :meth:`leave`.
+
+        Never waits: with no free slot the call runs after the job's others, on their
+        slots. No worker waits for a slot while it holds one (a sleeping worker, or the
+        job's thread waiting for its helpers, holds none), so jobs cannot wait for each
+        other's slots.
+        """
+        with self._state:
+            if self._closed:
+                return False
+        slots = self._loop_slots
+        took = slots.try_acquire() if slots is not None else self.gate.try_acquire()
+        if not took:
+            return False
+        with self._state:
+            closed = self._closed
+            if not closed:
+                self._awake += 1
+                self._held += 1
+        if closed:  # closed meanwhile: the slot is not the job's to keep
+            self._release()
+            return False
+        return True
+
+    def leave(self) -> None:
+        """A helper that joined is done: its slot goes back (as when a worker sleeps)."""
+        self._park()
+
+    def wait(self, done: threading.Event) -> None:
+        """Wait for ``done`` (the job's helpers) without a slot, then take one again."""
+        if not done.is_set():
+            with self._parked():
+                done.wait()
+
+    async def await_all(self, tasks: Sequence[asyncio.Future[Any]]) -> None:
+        """Async twin of :meth:`wait`: wait for ``tasks`` without a slot."""
+        if not all(task.done() for task in tasks):
+            async with self._aparked():
+                await asyncio.wait(tasks)
+
     # ----------------------------------------------------------------- backoff
 
     def sleep(self, seconds: float) -> None:
         """Sleep out a backoff without the slot, then take a slot again (thread)."""
-        self._park()
-        try:
+        with self._parked():
             time.sleep(seconds)
-        finally:
-            self._unpark()
 
     async def asleep(self, seconds: float) -> None:
         """Async twin of :meth:`sleep`."""
+        async with self._aparked():
+            await asyncio.sleep(seconds)
+
+    @contextlib.contextmanager
+    def _parked(self) -> Iterator[None]:
+        """The block runs without this worker's slot; a slot is taken again after it."""
         self._park()
         try:
-            await asyncio.sleep(seconds)
+            yield
+        finally:
+            self._unpark()
+
+    @contextlib.asynccontextmanager
+    async def _aparked(self) -> AsyncIterator[None]:
+        """Async twin of :meth:`_parked`."""
+        self._park()
+        try:
+            yield
         finally:
             await self._aunpark()
 
+    def _spare(self) -> int:
+        """Slots held beyond one per awake worker, now no longer held (under the lock)."""
+        spare = max(0, self._held - self._awake)
+        self._held -= spare
+        return spare
+
     def _park(self) -> None:
         with self._state:
-            self._active -= 1
-            release = self._active == 0 and self._held
-            if release:
-                self._held = False
-        if release:
-            self._release()
-            if self._on_park is not None:
-                self._on_park()
+            self._awake -= 1
+            spare = self._spare()
+        self._release(spare)
+        if spare and self._on_park is not None:
+            self._on_park()
+
+    def _needs_slot(self) -> bool:
+        """Count one more awake worker; whether it must take a slot (under the lock)."""
+        self._awake += 1
+        return not self._closed and self._held < self._awake
 
     def enter(self) -> None:
         """Take a slot for the job on this thread (DeadlineExceededError at the deadline)."""
-        with self._turn:
-            with self._state:
-                if self._held or self._closed:
-                    return
-            self._took(self.gate.slots.acquire(timeout=self.remaining()))
+        with self._state:
+            if self._closed or self._held >= self._awake:
+                return
+        self._took(self.gate.slots.acquire(timeout=self.remaining()))
 
     def _unpark(self) -> None:
-        with self._turn:
+        with self._state:
+            if not self._needs_slot():
+                return
+        ok = self.gate.acquire_resumed(timeout=self.remaining())
+        if not ok:
             with self._state:
-                self._active += 1
-                if self._held or self._closed:
-                    return
-            ok = self.gate.acquire_resumed(timeout=self.remaining())
-            if not ok:
-                with self._state:
-                    self._active -= 1
-            self._took(ok)
+                self._awake -= 1
+        self._took(ok)
 
     async def _aunpark(self) -> None:
         with self._state:
-            self._active += 1
-            if self._held or self._closed:
+            if not self._needs_slot():
                 return
         slots = self._loop_slots or self.gate.loop_slots()
         await slots.acquire(resumed=True)  # ahead of the jobs not started yet
@@ -274,24 +358,25 @@ class Admission:
         if not ok:
             raise DeadlineExceededError("the job's deadline passed waiting for a slot")
         with self._state:
-            give_back = self._closed or self._held
-            self._held = True if not give_back else self._held
-        if give_back:
-            self._release()
+            self._held += 1
+            spare = self._held if self._closed else self._spare()
+            if self._closed:
+                self._held = 0
+        self._release(spare)
 
-    def _release(self) -> None:
-        if self._loop_slots is not None:
-            self._loop_slots.release()
-        else:
-            self.gate.slots.release()
+    def _release(self, count: int = 1) -> None:
+        for _ in range(count):
+            if self._loop_slots is not None:
+                self._loop_slots.release()
+            else:
+                self.gate.slots.release()
 
     def close(self) -> None:
-        """The job is over (finished, or abandoned at its deadline): give the slot back."""
+        """The job is over (finished, or abandoned at its deadline): give its slots back."""
         with self._state:
             self._closed = True
-            release, self._held = self._held, False
-        if release:
-            self._release()
+            release, self._held = self._held, 0
+        self._release(release)
 
 
 _CURRENT: ContextVar[Admission | None] = ContextVar("ragmetrics_admission", default=None)

@@ -31,7 +31,13 @@ from langchain_ragmetrics._threads import DaemonThreadPool
 from langchain_ragmetrics.metrics import RetryPolicy
 from langchain_ragmetrics.metrics._judge import cause_of
 from tests._support.concurrency import Peak
-from tests._support.judges import EINSTEIN_CONTEXT, EINSTEIN_REFERENCE, EINSTEIN_VERDICTS, payload
+from tests._support.judges import (
+    EINSTEIN_CONTEXT,
+    EINSTEIN_REFERENCE,
+    EINSTEIN_VERDICTS,
+    keyword_precision,
+    payload,
+)
 from tests._support.openai_server import (
     JudgeRequest,
     JudgeServer,
@@ -731,3 +737,100 @@ def test_loop_slots_hand_a_cancelled_waiters_slot_on() -> None:
         await asyncio.wait_for(slots.acquire(), 5)  # the one slot is free again
 
     asyncio.run(main())
+
+
+# Per-context precision on seed 002's Japanese example: three calls a job, 7/12.
+JA_PM = RagSample(
+    question="日本の首相は誰ですか?",
+    contexts=[
+        "東京は日本の首都です",
+        "岸田文雄氏は2021年10月から日本の首相を務めています",
+        "岸田首相は外交政策に力を入れています",
+    ],
+    reference="岸田文雄氏が現在の日本の首相です",
+    language="ja",
+)
+
+
+def run_and_count_free_slots(
+    engine: ScoringEngine, jobs: list[Job], mode: str
+) -> tuple[list[MetricResult | None], int]:
+    """Run the jobs; then how many of the engine's slots are free (all, if none leaked)."""
+    if mode == "threads":
+        results = engine.run(jobs)
+        taken = 0
+        while engine.gate.slots.acquire(blocking=False):
+            taken += 1
+        return results, taken
+
+    async def run() -> tuple[list[MetricResult | None], int]:
+        results = await engine.arun(jobs)
+        slots = engine.gate.loop_slots()
+        return list(results), sum(slots.try_acquire() for _ in range(engine.max_concurrency + 1))
+
+    return asyncio.run(run())
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_calls_a_job_sends_at_once_count_against_max_concurrency(
+    judge_server: JudgeServer, make_judge: Callable[..., Any], mode: str
+) -> None:
+    """Three jobs of three calls each, two slots: never more than two requests at once
+    (a job's extra calls run at once only on free slots), and both slots used."""
+    peak = Peak(width=2, total=9, answer=keyword_precision("岸田"))
+    judge_server.script = peak
+    engine = ScoringEngine(max_concurrency=2)
+    precision = ContextPrecision(llm=make_judge(), per_context=True)
+    results, free = run_and_count_free_slots(
+        engine, [Job(JA_PM, precision) for _ in range(3)], mode
+    )
+    assert [r.score for r in results if r is not None] == [7 / 12] * 3
+    assert peak.peak == 2
+    assert judge_server.count() == 9
+    assert free == 2  # every slot came back
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_jobs_calls_that_back_off_at_once_give_their_slots_back_and_finish(
+    judge_server: JudgeServer, make_judge: Callable[..., Any], mode: str
+) -> None:
+    """Each of a job's three calls first meets a 429: all three sleep without a slot, wake
+    with one, and the job's thread waits for them without its own; nothing waits for ever
+    and no slot is lost or given back twice (a BoundedSemaphore would raise)."""
+    refused: set[str] = set()
+    lock = threading.Lock()
+    judge = keyword_precision("岸田")
+
+    def answer(req: JudgeRequest) -> Any:
+        passage = payload(req)["passage"]
+        with lock:
+            first = passage not in refused
+            refused.add(passage)
+        if first:
+            return reply_error(429, "slow down", headers={"Retry-After": "0.01"})
+        return judge(req)
+
+    peak = Peak(width=1, total=12, answer=answer)
+    judge_server.script = peak
+    engine = ScoringEngine(max_concurrency=3)
+    precision = ContextPrecision(llm=make_judge(), per_context=True, retry=FAST)
+    jobs = [Job(JA_PM, precision), Job(JA_PM.model_copy(update={"question": "首相?"}), precision)]
+    results, free = run_and_count_free_slots(engine, jobs, mode)
+    assert [r.score for r in results if r is not None] == [7 / 12, 7 / 12]
+    assert judge_server.count() == 9  # three refusals, then six answers
+    assert peak.peak <= 3
+    assert free == 3
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_with_one_slot_a_jobs_calls_run_one_after_another(
+    judge_server: JudgeServer, make_judge: Callable[..., Any], mode: str
+) -> None:
+    peak = Peak(width=1, total=3, answer=keyword_precision("岸田"))
+    judge_server.script = peak
+    engine = ScoringEngine(max_concurrency=1)
+    precision = ContextPrecision(llm=make_judge(), per_context=True)
+    results, free = run_and_count_free_slots(engine, [Job(JA_PM, precision)], mode)
+    assert [r.score for r in results if r is not None] == [7 / 12]
+    assert peak.peak == 1
+    assert free == 1

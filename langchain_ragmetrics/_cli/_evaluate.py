@@ -78,7 +78,7 @@ def register(commands: Any) -> None:
         "--concurrency",
         type=positive_int,
         default=16,
-        help="jobs scored at the same time (default: %(default)s)",
+        help="judge calls at work at the same time (default: %(default)s)",
     )
     evaluate.add_argument(
         "--workers",

@@ -77,7 +77,7 @@ class RagMetricsCallbackHandler(BaseCallbackHandler):
             set ``reference``, ``reference_contexts`` and ``reference_context_ids``.
         max_queue_size: Bound on retrievals waiting or being scored; when full, new ones
             are dropped and counted in ``stats.dropped``.
-        max_concurrency: Judge jobs running at once in the background (default 16: with
+        max_concurrency: Judge calls at work at once in the background (default 16: with
             a 200 ms judge and 2 metrics that keeps up with 40 retrievals a second; see
             the online docs for sizing).
         rate_limit_per_minute: Optional cap on judge calls per minute.

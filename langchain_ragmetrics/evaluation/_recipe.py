@@ -128,7 +128,7 @@ class ScoringRecipe:
 
     Args:
         metrics: The prepared metrics (judges, language and cache filled in).
-        max_concurrency: Jobs at work at once in the receiving process.
+        max_concurrency: Judge calls at work at once in the receiving process.
         timeout: Seconds before a job is abandoned; None for no limit.
         rate_limit_per_minute: Judge requests per minute for the receiving process.
         raise_exceptions: Raise a job's error instead of recording it.

@@ -430,10 +430,10 @@ def evaluate(
     each metric's sync ``invoke`` runs on worker threads while the calling thread waits, so it
     works the same from a script and from inside a running event loop (Jupyter, no
     nest_asyncio), and never touches async HTTP clients bound to another loop (langchain-openai
-    shares one per base URL). ``max_concurrency`` bounds the jobs at work; a job waiting out a
-    retry backoff gives its slot to the next one. A failed job becomes a NaN score with its
-    error and the run goes on; Ctrl-C stops the run and returns what was scored so far
-    (``result.interrupted`` is True, unfinished jobs are "not run").
+    shares one per base URL). ``max_concurrency`` bounds the judge calls at work; a call
+    waiting out a retry backoff gives its slot to the next one. A failed job becomes a NaN
+    score with its error and the run goes on; Ctrl-C stops the run and returns what was
+    scored so far (``result.interrupted`` is True, unfinished jobs are "not run").
 
     Args:
         dataset: RagSamples or dicts (RAGAS column names accepted), a dict of columns, a path
@@ -441,9 +441,11 @@ def evaluate(
         metrics: Metric objects, or names such as ``"context_recall"``.
         llm: Judge for the LLM-judged metrics that have none (metrics are copied, not changed).
         language: Default language for metrics and samples that do not set one (``"ja"``).
-        max_concurrency: Jobs at work at the same time (one judge request each, or up to the
-            metric's ``max_parallel_calls`` for ``per_context`` metrics); a job sleeping out a
-            retry backoff does not count. With ``workers`` it is the total, shared among them.
+        max_concurrency: Judge calls at work at the same time, the bound your judge sees: a
+            job's calls beyond its first (entity recall's two lists, ``per_context``
+            precision) run at once only on free slots, else one after another; a call
+            sleeping out a retry backoff does not count. With ``workers`` it is the total,
+            shared among them.
         workers: Processes scoring the jobs, this one included. This process starts scoring
             at once on its threads while the others start (forked on Linux while this
             process runs one thread: well under a second; else spawned: a second or two), and every

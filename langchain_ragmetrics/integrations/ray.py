@@ -181,7 +181,7 @@ def evaluate_ray(
         judge_timeout: Seconds per judge HTTP request.
         language: Default language of rows that do not set one.
         num_actors: Size of the actor pool (fixed: the rate limit is shared among them).
-        max_concurrency: Jobs at work at once in each actor.
+        max_concurrency: Judge calls at work at once in each actor.
         rate_limit_per_minute: Judge requests per minute for the whole pool, retries included.
         timeout: Seconds before one job is abandoned (it becomes a failed result).
         batch_size: Rows per batch handed to an actor.

@@ -11,7 +11,7 @@ import re
 import threading
 import time
 from abc import abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from typing import Any, ClassVar, TypeVar
@@ -29,6 +29,7 @@ from typing_extensions import override
 
 from langchain_ragmetrics._cache import VerdictCache
 from langchain_ragmetrics._errors import JudgeError
+from langchain_ragmetrics._gate import Admission, current_admission
 from langchain_ragmetrics._prompts._common import to_payload
 from langchain_ragmetrics._schema import MetricInput, MetricResult, RagSample, Usage, coerce_sample
 from langchain_ragmetrics._text import Truncation, cap_texts, check_language, language_name
@@ -259,7 +260,9 @@ class JudgedMetric(BaseRagMetric):
     retry: RetryPolicy = Field(default_factory=RetryPolicy)
     """Retries for transient errors and unparseable answers."""
     max_parallel_calls: int = Field(default=8, ge=1)
-    """Upper bound on concurrent judge calls inside one sample (``per_context`` modes)."""
+    """Upper bound on concurrent judge calls inside one sample (entity recall's two lists,
+    ``per_context`` modes). Under ``evaluate()`` or the callback handler the calls beyond the
+    first also need free slots of ``max_concurrency``."""
     cache: VerdictCache | None = None
     """Verdict cache consulted before each judge call (None: always ask the judge)."""
     max_context_chars: int | None = Field(default=DEFAULT_MAX_CONTEXT_CHARS, gt=0)
@@ -398,13 +401,11 @@ class JudgedMetric(BaseRagMetric):
         plan = self.plan(sample)
         if isinstance(plan, Verdict):
             return self._result(plan)
-        gate = asyncio.Semaphore(self.max_parallel_calls)
-
-        async def one(call: JudgeCall) -> JudgeOutcome:
-            async with gate:
-                return await acall_judge(self.runner(call), call, config, self.retry, self.cache)
-
-        outcomes = await asyncio.gather(*(one(c) for c in plan.calls))
+        outcomes = await arun_parallel(
+            lambda c: acall_judge(self.runner(c), c, config, self.retry, self.cache),
+            plan.calls,
+            limit=self.max_parallel_calls,
+        )
         return self._finish(plan, outcomes)
 
 
@@ -493,8 +494,11 @@ def run_parallel(fn: Callable[[_T], _R], items: Sequence[_T], *, limit: int) -> 
 
     The calling thread takes part; the helpers are reused threads, each running in a copy of
     the caller's context (as ``ContextThreadPoolExecutor`` does), so the engine's admission
-    and any tracing context carry over. Every call runs; the first exception in item order is
-    raised after all of them have finished (a Ctrl-C in the caller's own call at once).
+    and any tracing context carry over. Under the engine each helper needs a free slot of
+    its own (:meth:`~langchain_ragmetrics._gate.Admission.try_join`): without one the calls
+    run on fewer threads, so ``max_concurrency`` bounds the calls at work. Every call runs;
+    the first exception in item order is raised after all of them have finished (a Ctrl-C in
+    the caller's own call at once).
     """
     count = len(items)
     results: list[Any] = [None] * count
@@ -520,13 +524,81 @@ def run_parallel(fn: Callable[[_T], _R], items: Sequence[_T], *, limit: int) -> 
                 if done == count:
                     finished.set()
 
+    def helper(admission: Admission) -> None:
+        try:
+            work(BaseException)
+        finally:
+            admission.leave()
+
     context = contextvars.copy_context()
+    admission = current_admission()
     for _ in range(min(limit, count) - 1):
         # A helper keeps even a BaseException for the caller: a lost count would hang it.
-        _CALL_THREADS.submit(partial(context.copy().run, work, BaseException))
+        if admission is None:
+            _CALL_THREADS.submit(partial(context.copy().run, work, BaseException))
+        elif admission.try_join():
+            _CALL_THREADS.submit(partial(context.copy().run, helper, admission))
+        else:
+            break  # no free slot: the calls left run on the threads that have one
     work(Exception)  # the caller's own Ctrl-C propagates at once
     if count:
-        finished.wait()
+        if admission is None:
+            finished.wait()
+        else:
+            admission.wait(finished)  # without its slot, which a helper may need
+    if errors:
+        raise errors[min(errors)]
+    return results
+
+
+async def arun_parallel(
+    fn: Callable[[_T], Awaitable[_R]], items: Sequence[_T], *, limit: int
+) -> list[_R]:
+    """Async twin of :func:`run_parallel`: the calling task and helper tasks, same limits.
+
+    The first exception in item order is raised once every call has finished; cancelling
+    the caller cancels the helpers.
+    """
+    count = len(items)
+    results: list[Any] = [None] * count
+    errors: dict[int, BaseException] = {}
+    indices = iter(range(count))
+
+    async def work() -> None:
+        for index in indices:  # one event loop: taking the next index needs no lock
+            try:
+                results[index] = await fn(items[index])
+            except Exception as exc:  # re-raised by the caller, in item order
+                errors[index] = exc
+
+    async def helper(admission: Admission) -> None:
+        try:
+            await work()
+        finally:
+            admission.leave()
+
+    admission = current_admission()
+    helpers: list[asyncio.Future[None]] = []
+    for _ in range(min(limit, count) - 1):
+        if admission is None:
+            helpers.append(asyncio.ensure_future(work()))
+        elif admission.try_join():
+            helpers.append(asyncio.ensure_future(helper(admission)))
+        else:
+            break  # no free slot: the calls left run on the tasks that have one
+    try:
+        await work()
+        if helpers:
+            if admission is None:
+                await asyncio.wait(helpers)
+            else:
+                await admission.await_all(helpers)
+    except BaseException:
+        for task in helpers:
+            task.cancel()
+        raise
+    for task in helpers:
+        task.result()  # a helper's own BaseException (its Exceptions are in ``errors``)
     if errors:
         raise errors[min(errors)]
     return results

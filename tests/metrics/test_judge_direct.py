@@ -7,6 +7,7 @@ on the model) or the model has a cache of its own, the call goes through ``invok
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import threading
 from collections.abc import Callable
@@ -21,9 +22,15 @@ from pydantic import PrivateAttr
 
 from langchain_ragmetrics import ContextEntityRecall, ContextPrecision, ContextRecall
 from langchain_ragmetrics._engine import Job, ScoringEngine
+from langchain_ragmetrics._gate import Admission, Gate, admitted
 from langchain_ragmetrics._schema import MetricResult, coerce_sample
 from langchain_ragmetrics.metrics import JudgedMetric, RetryPolicy
-from langchain_ragmetrics.metrics._base import retire_idle_call_threads, run_parallel
+from langchain_ragmetrics.metrics import _base as base_module
+from langchain_ragmetrics.metrics._base import (
+    arun_parallel,
+    retire_idle_call_threads,
+    run_parallel,
+)
 from tests._support.judges import EINSTEIN_REFERENCE, EINSTEIN_VERDICTS, keyword_precision
 from tests._support.openai_server import (
     JudgeServer,
@@ -317,3 +324,58 @@ def test_run_parallel_calls_see_the_callers_context() -> None:
     var.set("caller's")
     seen = run_parallel(lambda _: var.get(), list(range(5)), limit=5)
     assert seen == ["caller's"] * 5
+
+
+def test_under_the_engine_run_parallel_starts_a_helper_per_free_slot_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The helpers are decided before the caller's own call starts: with one slot free of
+    two, one helper (not ``limit - 1``), and the slots all come back."""
+    gate = Gate(2)
+    assert gate.slots.acquire(blocking=False)  # the job's own slot, as the engine takes it
+    admission = Admission(gate, holding=True)
+    submitted: list[object] = []
+    threads = base_module._CALL_THREADS
+    submit = threads.submit
+    monkeypatch.setattr(threads, "submit", lambda task: (submitted.append(task), submit(task)))
+    first_two = threading.Barrier(2, timeout=30)  # the helper cannot finish (and free its
+    # slot for a second helper) before the caller has started its own call
+
+    def call(x: int) -> int:
+        if x < 2:
+            first_two.wait()
+        return x * 2
+
+    with admitted(admission):
+        assert run_parallel(call, [0, 1, 2], limit=8) == [0, 2, 4]
+    assert len(submitted) == 1
+    admission.close()
+    assert [gate.slots.acquire(blocking=False) for _ in range(3)] == [True, True, False]
+
+
+def test_under_the_engine_arun_parallel_keeps_to_the_free_slots() -> None:
+    """On a loop the helper tasks start at the caller's first await: with two slots of
+    three free, three calls at once (the caller and two helpers), never four."""
+
+    async def run() -> tuple[list[int], int, int]:
+        gate = Gate(3)
+        slots = gate.loop_slots()
+        await slots.acquire()
+        admission = Admission(gate, holding=True, loop_slots=slots)
+        running = peak = 0
+
+        async def call(x: int) -> int:
+            nonlocal running, peak
+            running += 1
+            peak = max(peak, running)
+            for _ in range(3):
+                await asyncio.sleep(0)  # every task started so far gets to run meanwhile
+            running -= 1
+            return x * 2
+
+        with admitted(admission):
+            out = await arun_parallel(call, list(range(6)), limit=8)
+        admission.close()
+        return out, peak, sum(slots.try_acquire() for _ in range(4))
+
+    assert asyncio.run(run()) == ([0, 2, 4, 6, 8, 10], 3, 3)
