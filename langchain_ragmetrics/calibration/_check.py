@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 import math
 from collections.abc import Sequence
+from contextlib import closing
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -28,10 +29,13 @@ from langchain_ragmetrics.calibration._protocols import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Generator
+
     from langchain_core.language_models import BaseChatModel
 
-    from langchain_ragmetrics._engine import Job
-    from langchain_ragmetrics._schema import MetricResult
+    from langchain_ragmetrics._engine import Job, ScoringEngine
+    from langchain_ragmetrics._progress import Progress
+    from langchain_ragmetrics._schema import MetricResult, RagSample
     from langchain_ragmetrics.metrics import JudgedMetric, RetryPolicy
 
 __all__ = [
@@ -380,27 +384,98 @@ def _summarise(
     )
 
 
-async def acheck_judge(
+@dataclass
+class _Check:
+    """One check's parts, shared by :func:`check_judge` and :func:`acheck_judge`."""
+
+    llm: BaseChatModel
+    variants: list[Variant]
+    items: list[CalibrationItem]
+    samples: list[RagSample]
+    language: str | None
+    retry: RetryPolicy | None
+    gate: JudgeGate
+    engine: ScoringEngine
+    progress: Progress
+
+    rows: list[MetricAgreement] = field(default_factory=list)
+
+    def rounds(
+        self,
+    ) -> Generator[
+        tuple[
+            list[Job],
+            Callable[[Job, MetricResult], None],
+            Callable[[Sequence[MetricResult | None]], None],
+        ],
+        None,
+        None,
+    ]:
+        """Per variant: its jobs, the progress callback, and where their results go.
+
+        The caller scores the jobs and hands the results to the third item. One variant at
+        a time, so a row's latencies are not inflated by the others' calls. The progress
+        bar closes when the rounds end (close the generator if you stop early).
+        """
+        from langchain_ragmetrics._engine import Job
+
+        try:
+            for variant in self.variants:
+                metric = variant.build(self.llm)
+                if self.retry is not None:
+                    metric.retry = self.retry
+                jobs = [
+                    Job(s, metric, tag=i.id) for s, i in zip(self.samples, self.items, strict=True)
+                ]
+
+                def tick(_job: Job, result: MetricResult, name: str = variant.name) -> None:
+                    self.progress.update(name, result)
+
+                def done(
+                    results: Sequence[MetricResult | None],
+                    variant: Variant = variant,
+                    key: str = metric.key,
+                    jobs: list[Job] = jobs,
+                ) -> None:
+                    # None marks a job not run: nothing stops these runs, so none is left
+                    # out (and _summarise pairs results with items strictly).
+                    finished = [r for r in results if r is not None]
+                    self.rows.append(_summarise(variant, key, self.items, jobs, finished))
+
+                yield jobs, tick, done
+        finally:
+            self.progress.close()
+
+    def report(self) -> JudgeReport:
+        """The report of the rows, under this check's gate."""
+        from langchain_ragmetrics.metrics._judge import judge_name
+
+        return JudgeReport(
+            judge=judge_name(self.llm), language=self.language, gate=self.gate, metrics=self.rows
+        )
+
+
+def _prepare(
     llm: BaseChatModel,
     *,
-    metrics: Sequence[str | JudgedMetric] | None = None,
-    language: str | None = None,
-    max_concurrency: int = 4,
-    timeout: float | None = None,
-    retry: RetryPolicy | None = None,
-    show_progress: bool = False,
-    min_kappa: float = DEFAULT_MIN_KAPPA,
-    min_answered: float = DEFAULT_MIN_ANSWERED,
-    min_accuracy: float | None = None,
-) -> JudgeReport:
-    """Async twin of :func:`check_judge`."""
-    gate = JudgeGate(min_kappa=min_kappa, min_answered=min_answered, min_accuracy=min_accuracy)
-    from langchain_ragmetrics._engine import Job, ScoringEngine
+    metrics: Sequence[str | JudgedMetric] | None,
+    language: str | None,
+    max_concurrency: int,
+    timeout: float | None,
+    retry: RetryPolicy | None,
+    show_progress: bool,
+    min_kappa: float,
+    min_answered: float,
+    min_accuracy: float | None,
+) -> _Check:
+    """Check the options and build a check (what both entry points share)."""
+    from langchain_ragmetrics._engine import ScoringEngine
     from langchain_ragmetrics._progress import Progress
     from langchain_ragmetrics._schema import RagSample
     from langchain_ragmetrics._text import check_language
-    from langchain_ragmetrics.metrics._judge import RetryPolicy, judge_name
+    from langchain_ragmetrics.metrics._judge import RetryPolicy
 
+    gate = JudgeGate(min_kappa=min_kappa, min_answered=min_answered, min_accuracy=min_accuracy)
     if isinstance(metrics, str):  # its letters would be taken as metric names
         msg = f"`metrics` must be a list of metric names or metrics, got the string {metrics!r}"
         raise TypeError(msg)
@@ -431,30 +506,54 @@ async def acheck_judge(
         )
         for item in items
     ]
-    engine = ScoringEngine(max_concurrency=max_concurrency, timeout=timeout)
-    progress = Progress(
-        len(items) * len(variants),
-        [v.name for v in variants],
-        enabled=show_progress,
-        desc="Checking the judge",
+    return _Check(
+        llm=llm,
+        variants=variants,
+        items=items,
+        samples=samples,
+        language=code,
+        retry=retry,
+        gate=gate,
+        engine=ScoringEngine(max_concurrency=max_concurrency, timeout=timeout),
+        progress=Progress(
+            len(items) * len(variants),
+            [v.name for v in variants],
+            enabled=show_progress,
+            desc="Checking the judge",
+        ),
     )
-    rows: list[MetricAgreement] = []
-    try:
-        # One metric at a time, so a row's latencies are not inflated by the others' calls.
-        for variant in variants:
-            metric = variant.build(llm)
-            if retry is not None:
-                metric.retry = retry
-            jobs = [Job(s, metric, tag=i.id) for s, i in zip(samples, items, strict=True)]
 
-            def tick(_job: Job, result: MetricResult, name: str = variant.name) -> None:
-                progress.update(name, result)
 
-            results = await engine.arun(jobs, on_result=tick)
-            rows.append(_summarise(variant, metric.key, items, jobs, results))
-    finally:
-        progress.close()
-    return JudgeReport(judge=judge_name(llm), language=code, gate=gate, metrics=rows)
+async def acheck_judge(
+    llm: BaseChatModel,
+    *,
+    metrics: Sequence[str | JudgedMetric] | None = None,
+    language: str | None = None,
+    max_concurrency: int = 4,
+    timeout: float | None = None,
+    retry: RetryPolicy | None = None,
+    show_progress: bool = False,
+    min_kappa: float = DEFAULT_MIN_KAPPA,
+    min_answered: float = DEFAULT_MIN_ANSWERED,
+    min_accuracy: float | None = None,
+) -> JudgeReport:
+    """Async twin of :func:`check_judge`: the judge's async calls, on the running loop."""
+    check = _prepare(
+        llm,
+        metrics=metrics,
+        language=language,
+        max_concurrency=max_concurrency,
+        timeout=timeout,
+        retry=retry,
+        show_progress=show_progress,
+        min_kappa=min_kappa,
+        min_answered=min_answered,
+        min_accuracy=min_accuracy,
+    )
+    with closing(check.rounds()) as rounds:
+        for jobs, tick, done in rounds:
+            done(await check.engine.arun(jobs, on_result=tick))
+    return check.report()
 
 
 def check_judge(
@@ -481,6 +580,10 @@ def check_judge(
     The gate is on kappa, not accuracy: the labels are not balanced, so a judge that answers
     "yes" to everything can reach a high accuracy, but its kappa is 0.
 
+    It scores on threads with the judge's sync calls, as :func:`~langchain_ragmetrics.evaluate`
+    does: it works the same from a script and inside a running event loop (a notebook), and
+    builds no event loop whose connections a later call could meet closed.
+
     Args:
         llm: The judge to check (any chat model with tool calling).
         metrics: Metric names (see ``ragmetrics check-judge --help``; default: all four), or
@@ -498,26 +601,20 @@ def check_judge(
     Raises:
         UnknownMetricError: A name in ``metrics`` is not known.
         ValueError: A gate threshold is out of range, or ``language`` holds no items.
-        RuntimeError: Called from a running event loop (use :func:`acheck_judge`).
     """
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        pass
-    else:
-        msg = "check_judge() cannot run inside an event loop; use `await acheck_judge(...)`"
-        raise RuntimeError(msg)
-    return asyncio.run(
-        acheck_judge(
-            llm,
-            metrics=metrics,
-            language=language,
-            max_concurrency=max_concurrency,
-            timeout=timeout,
-            retry=retry,
-            show_progress=show_progress,
-            min_kappa=min_kappa,
-            min_answered=min_answered,
-            min_accuracy=min_accuracy,
-        )
+    check = _prepare(
+        llm,
+        metrics=metrics,
+        language=language,
+        max_concurrency=max_concurrency,
+        timeout=timeout,
+        retry=retry,
+        show_progress=show_progress,
+        min_kappa=min_kappa,
+        min_answered=min_answered,
+        min_accuracy=min_accuracy,
     )
+    with closing(check.rounds()) as rounds:
+        for jobs, tick, done in rounds:
+            done(check.engine.run(jobs, on_result=tick))
+    return check.report()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import threading
@@ -323,15 +324,19 @@ def test_unknown_metric_in_python_names_the_known_ones(make_judge: JudgeFactory)
         check_judge(make_judge(), language="fr")
 
 
-async def test_async_twin_and_event_loop_guard(
+async def test_async_twin_and_the_sync_one_inside_a_running_loop(
     judge_server: JudgeServer, make_judge: JudgeFactory
 ) -> None:
+    """``check_judge`` scores on threads, as ``evaluate`` does: it works where a loop runs
+    (a notebook cell) and never builds a loop of its own."""
     judge_server.script = label_judge()
     report = await acheck_judge(make_judge(), metrics=["context_relevance"], language="ja")
     assert report.row("context_relevance").accuracy == 1.0
     assert report.language == "ja"
-    with pytest.raises(RuntimeError, match="acheck_judge"):
-        check_judge(make_judge())
+    asyncio.get_running_loop()  # this test runs inside one
+    again = check_judge(make_judge(), metrics=["context_relevance"], language="ja")
+    assert again.row("context_relevance").accuracy == 1.0
+    assert again.row("context_relevance").judge_calls == report.row("context_relevance").judge_calls
 
 
 def test_a_judge_answering_garbage_counts_as_parse_failures(
