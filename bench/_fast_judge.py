@@ -11,8 +11,9 @@ way (``BenchJudge``, same completion format as ``JudgeServer``) but costs a frac
   warm-up round with the same dataset costs parsing the headers and one dict lookup per
   request (misses are counted and reported: a timed round should have none);
 * ``GET /stats`` returns the requests, misses and the server's own CPU seconds, so a
-  benchmark reports the judge's CPU per request beside its figures, and a tally of calls and
-  misses per ``x-bench-side`` / ``x-bench-metric`` header since the last ``GET /reset``;
+  benchmark reports the judge's CPU per request beside its figures, a tally of calls and
+  misses per ``x-bench-side`` / ``x-bench-metric`` header since the last ``GET /reset``, and
+  the most requests each side had at once (not answered yet) since then;
 * ``GET /bodies/<side>`` returns the request bodies of one side since the last reset (what
   the floor of ``bench_throughput.py`` replays).
 
@@ -66,12 +67,24 @@ class _Server:
         self.misses = 0
         self.tally: dict[tuple[str, str], list[int]] = {}  # (side, metric) -> [calls, misses]
         self.bodies: dict[str, list[bytes]] = {}
+        self.in_flight: dict[str, int] = {}  # side -> requests not answered yet
+        self.peak: dict[str, int] = {}  # side -> most requests at once since the last reset
 
     def reset(self) -> bytes:
         """Forget the tally and the recorded bodies (the memo and the totals stay)."""
         self.tally.clear()
         self.bodies.clear()
+        self.peak = {side: n for side, n in self.in_flight.items() if n}
         return b"{}"
+
+    def opened(self, side: str) -> None:
+        """A request of ``side`` arrived: one more at once."""
+        now = self.in_flight[side] = self.in_flight.get(side, 0) + 1
+        self.peak[side] = max(self.peak.get(side, 0), now)
+
+    def closed(self, side: str) -> None:
+        """A request of ``side`` was answered."""
+        self.in_flight[side] -= 1
 
     def record(self, head: bytes, body: bytes) -> bytes:
         """Count a chat request under its side and metric headers; the response body."""
@@ -109,7 +122,13 @@ class _Server:
         for (side, metric), (calls, misses) in sorted(self.tally.items()):
             tally.setdefault(side, {})[metric] = {"calls": calls, "misses": misses}
         cpu = time.process_time()
-        stats = {"requests": self.requests, "misses": self.misses, "cpu_s": cpu, "tally": tally}
+        stats = {
+            "requests": self.requests,
+            "misses": self.misses,
+            "cpu_s": cpu,
+            "tally": tally,
+            "peak_in_flight": self.peak,
+        }
         return json.dumps(stats).encode()
 
 
@@ -153,11 +172,13 @@ class _Connection(asyncio.Protocol):
                 self.send(self._get(head))
                 continue
             self.server.requests += 1
+            side = _header(head, b"\r\nx-bench-side:")
+            self.server.opened(side)
             data = self.server.record(head, body)
             if self.server.latency:
-                self.loop.call_later(self.server.latency, self.send, data)
+                self.loop.call_later(self.server.latency, self.answered, side, data)
             else:
-                self.send(data)
+                self.answered(side, data)
 
     def _get(self, head: bytes) -> bytes:
         path = head[4 : head.find(b" ", 4)].decode()
@@ -166,6 +187,11 @@ class _Connection(asyncio.Protocol):
         if path.startswith("/bodies/"):
             return self.server.side_bodies(path.removeprefix("/bodies/"))
         return self.server.stats()
+
+    def answered(self, side: str, data: bytes) -> None:
+        """Send a chat request's answer, which ends it (see :meth:`_Server.closed`)."""
+        self.server.closed(side)
+        self.send(data)
 
     def send(self, data: bytes) -> None:
         """Write one response (answers of one connection go out in request order)."""
@@ -233,7 +259,9 @@ class FastJudge:
         """Requests served, memo misses, the server process's CPU seconds so far, and the tally.
 
         ``tally`` maps side -> metric -> ``{"calls", "misses"}`` (the ``x-bench-side`` /
-        ``x-bench-metric`` headers; '' where absent) since the last :meth:`reset`.
+        ``x-bench-metric`` headers; '' where absent) since the last :meth:`reset`;
+        ``peak_in_flight`` maps side -> the most requests it had waiting for an answer at
+        once since then (how many the client really sent at a time).
         """
         data: dict[str, Any] = self._get("/stats")
         return data

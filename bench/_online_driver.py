@@ -384,20 +384,24 @@ def timed_pairs(
     wait: Callable[[], object],
     call: Callable[[str], object],
     clock: Callable[[], float] = time.perf_counter,
+    cpu_clock: Callable[[], float] = time.thread_time,
 ) -> dict[str, list[float]]:
     """Run one pair per entry of ``orders``; each side's call timed alone.
 
     ``wait`` (the pace) comes once before each pair and is never inside a timing, so both
     sides see the same conditions: the first of a pair runs after the wait, the second right
-    after the first, and each side is first in the pairs ``orders`` says.
+    after the first, and each side is first in the pairs ``orders`` says. Beside the wall
+    times (``with``, ``without``), ``cpu_with`` and ``cpu_without`` are the calling
+    thread's CPU time of each call.
     """
-    times: dict[str, list[float]] = {"with": [], "without": []}
+    times: dict[str, list[float]] = {"with": [], "without": [], "cpu_with": [], "cpu_without": []}
     for with_first in orders:
         wait()
         for side in ("with", "without") if with_first else ("without", "with"):
-            start = clock()
+            cpu, start = cpu_clock(), clock()
             call(side)
             times[side].append(clock() - start)
+            times[f"cpu_{side}"].append(cpu_clock() - cpu)
     return times
 
 
@@ -468,9 +472,15 @@ def latency(args: argparse.Namespace) -> dict[str, Any]:
         ours.loop_starts()
     orders = pair_orders(args.invocations, seed=args.seed, order=args.order)
     cpu_started, started = time.process_time(), time.perf_counter()
+    main_cpu_started = time.thread_time()
     times = timed_pairs(orders, wait=Pace(args.rate).wait, call=call)
     loop_s = time.perf_counter() - started
     app_cpu_s = time.process_time() - cpu_started
+    # What the callbacks cost the app, all in this process: the calling thread's extra CPU
+    # on the side with callbacks, plus every other thread's CPU in the loop (the handler's
+    # feeder, receiver and sink threads, or its scoring threads; the judge is elsewhere).
+    other_threads_cpu_s = app_cpu_s - (time.thread_time() - main_cpu_started)
+    callbacks_cpu_s = sum(times.pop("cpu_with")) - sum(times.pop("cpu_without"))
     return {
         "rate_per_s": args.rate,
         "achieved_rate_per_s": args.invocations / loop_s,
@@ -482,6 +492,9 @@ def latency(args: argparse.Namespace) -> dict[str, Any]:
         "latencies_s": times["with"],
         "paired_baseline_s": times["without"],
         "app_cpu_s": app_cpu_s,
+        "app_handler_cpu_s": callbacks_cpu_s + other_threads_cpu_s,
+        "app_callbacks_cpu_s": callbacks_cpu_s,
+        "app_other_threads_cpu_s": other_threads_cpu_s,
         "settled_after_warmup": settled,
         "rss_mib": rss_mib(),
         "load_at_start": load_at_start,

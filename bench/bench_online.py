@@ -44,8 +44,10 @@ default queue and concurrency, the others hold every retrieval and run 16 judge 
 After the loop each run waits until its queue has drained and reports the retrievals scored and
 not (dropped at a full queue, still pending, failed); when more than 5 % were not scored its
 figures are refused. Reported beside them: the runtime the handler ran in, the app's CPU per
-scored retrieval (the run's process CPU over the loop minus the A/A runs', per retrieval
-scored in the loop), the child's CPU per scored retrieval, and the load average per run.
+scored retrieval (within the run's own process: the calling thread's CPU on the side with
+callbacks minus that on the side without, plus every other thread's CPU over the loop - the
+handler's feeder, receiver and sink threads, or its scoring threads; per retrieval scored in
+the loop), the child's CPU per scored retrieval, and the load average per run.
 
 Memory: one process whose handler (ContextPrecision, a 0 ms judge, a counting sink) scores
 10,000 traces in batches of 500, flushing after each batch; RSS after a 1,000-trace warm-up vs
@@ -216,16 +218,17 @@ def measure_latency(
             key: median([r[key] for r in items]) for key in items[0] if key.endswith("ms")
         }
         out[config]["calls_over_judge_latency"] = sum(r["calls_over_judge_latency"] for r in items)
-    if "none" in runs:  # the app's CPU per scored retrieval, over the A/A runs' CPU
-        base_cpu = median([r["app_cpu_s"] for r in runs["none"]])
-        for config in SCORED_CONFIGS:
-            per = [
-                (r["app_cpu_s"] - base_cpu) * 1000 / r["scored_in_loop"]
-                for r in runs.get(config, [])
-                if r.get("scored_in_loop")
-            ]
-            if per:
-                out[config]["app_cpu_ms_per_retrieval"] = median(per)
+    # The app's CPU per scored retrieval, measured within each run's own process (the
+    # calling thread's extra CPU with callbacks, plus the other threads' CPU): a difference
+    # with the A/A runs' process CPU moved by more than a handler in a child costs.
+    for config in SCORED_CONFIGS:
+        per = [
+            r["app_handler_cpu_s"] * 1000 / r["scored_in_loop"]
+            for r in runs.get(config, [])
+            if r.get("scored_in_loop") and "app_handler_cpu_s" in r
+        ]
+        if per:
+            out[config]["app_cpu_ms_per_retrieval"] = median(per)
     for config in SCORED_CONFIGS:
         if config in runs:
             out[config]["accounting"] = scored_accounting(runs[config])

@@ -141,6 +141,7 @@ def measure(
                 "requests": requests,  # warm-up included
                 "misses": after["misses"] - before["misses"],
                 "cpu_ms_per_request": cpu / requests * 1000 if requests else None,
+                "peak_in_flight": after.get("peak_in_flight", {}).get(HEADER_SIDE[side], 0),
             }
             return report, judge_run
 
@@ -181,6 +182,7 @@ def measure(
             "judge_timed_misses_runs": [j["timed_misses_by_metric"] for j in judged[side]],
             "judge_misses": sum(j["misses"] for j in judged[side]),
             "judge_cpu_ms_per_request": median(judge_cpu) if judge_cpu else None,
+            "peak_in_flight": max(j["peak_in_flight"] for j in judged[side]),
         }
         if side != FLOOR:
             by_metric: dict[str, list[int]] = {}
@@ -251,6 +253,7 @@ def render(result: dict[str, Any]) -> str:
             s["cpu_ms_per_call"],
             s["judge_cpu_ms_per_request"],
             s["judge_timed_misses"],
+            s.get("peak_in_flight", "n/a"),
         ]
         for side, s in sides.items()
     ]
@@ -265,6 +268,7 @@ def render(result: dict[str, Any]) -> str:
         "client CPU ms / call",
         "judge CPU ms / request",
         "judge memo misses",
+        "judge requests at once (peak)",
     ]
     rounds = result["rounds"]
     parts = [
@@ -278,7 +282,10 @@ def render(result: dict[str, Any]) -> str:
         "around the timed evaluate() (the caller and its worker processes, reaped before it "
         "returns; worker start-up included); of the others: the one process's CPU time. "
         "Judge calls per side are counted by the judge (x-bench-side header); judge memo "
-        "misses are those of the timed runs, summed over the rounds.",
+        "misses are those of the timed runs, summed over the rounds. Requests at once: the "
+        "most a side had waiting for the judge's answer at one time, over its timed runs "
+        "(counted by the judge), so a side that sends more than the concurrency asked for "
+        "shows it.",
         table(headers, rows),
     ]
     misses = {side: s["judge_timed_misses"] for side, s in sides.items()}
@@ -311,6 +318,23 @@ def render(result: dict[str, Any]) -> str:
         )
     else:
         verdicts.append("RAGAS was not run (--no-ragas): no speed-up or CPU-vs-RAGAS figure.")
+    above = {
+        side: s["peak_in_flight"]
+        for side, s in sides.items()
+        if s.get("peak_in_flight", 0) > result["concurrency"]
+    }
+    if above:
+        verdicts.append(
+            f"Sides that sent more than {result['concurrency']} requests at once: "
+            + ", ".join(f"{side} {n}" for side, n in above.items())
+            + " (their efficiency is measured against an ideal they did not keep to)."
+        )
+    elif all("peak_in_flight" in s for s in sides.values()):
+        verdicts.append(
+            f"Every side kept to {result['concurrency']} judge requests at once (peaks: "
+            + ", ".join(f"{side} {s['peak_in_flight']}" for side, s in sides.items())
+            + ")."
+        )
     if any(misses.values()):
         missed = ", ".join(f"{side} {n}" for side, n in misses.items() if n)
         verdicts.append(

@@ -72,10 +72,15 @@ def test_unknown_order_is_refused() -> None:
 def test_pair_timings_exclude_the_wait_and_follow_the_orders() -> None:
     clock = FakeClock()
     orders = [True, False, False, True]
-    times = driver.timed_pairs(orders, wait=clock.wait, call=clock.call, clock=clock)
+    times = driver.timed_pairs(
+        orders, wait=clock.wait, call=clock.call, clock=clock, cpu_clock=clock
+    )
     # each timing is its call alone: the 50 ms wait is in neither side
     assert times["with"] == [pytest.approx(COST["with"])] * 4
     assert times["without"] == [pytest.approx(COST["without"])] * 4
+    # the calling thread's CPU of each call, kept apart per side the same way
+    assert times["cpu_with"] == [pytest.approx(COST["with"])] * 4
+    assert times["cpu_without"] == [pytest.approx(COST["without"])] * 4
     # one wait per pair, before it; then the two sides in the order given
     assert clock.events == [
         "wait", "with", "without",
