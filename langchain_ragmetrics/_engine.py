@@ -136,6 +136,8 @@ class _Batch:
         self.cursor = 0
         self.waiting = 0  # workers waiting for a slot
         self.running: dict[int, tuple[float, Admission]] = {}
+        self.started: dict[int, float] = {}
+        """When each job started (``perf_counter``), for the latency of one that failed."""
         self.done: set[int] = set()
         self.outbox: queue.SimpleQueue[tuple[int, MetricResult | BaseException]] = (
             queue.SimpleQueue()
@@ -166,6 +168,7 @@ class _Batch:
         self.cursor += 1
         deadline = math.inf if admission.deadline is None else admission.deadline
         self.running[index] = (deadline, admission)
+        self.started[index] = time.perf_counter()
         return index
 
     def spare(self) -> None:
@@ -584,8 +587,9 @@ class ScoringEngine:
         interrupt) is skipped, so the caller's interrupt is what propagates.
         """
         index, outcome = taken[0]
+        start = batch.started.pop(index, None)  # for a result without latency (a failed job)
         try:
-            result = None if index < 0 else self._finish(batch.jobs[index], outcome, None)
+            result = None if index < 0 else self._finish(batch.jobs[index], outcome, start)
         except BaseException:  # the job's own error or interrupt, raised when asked to
             if not quiet:
                 raise

@@ -293,21 +293,29 @@ class Admission:
 
     @contextlib.contextmanager
     def _parked(self) -> Iterator[None]:
-        """The block runs without this worker's slot; a slot is taken again after it."""
+        """The block runs without this worker's slot; a slot is taken again after it.
+
+        A block that raises (Ctrl-C, a cancelled task) ends the job: the worker is counted
+        awake again without waiting for a slot.
+        """
         self._park()
         try:
             yield
-        finally:
-            self._unpark()
+        except BaseException:
+            self._count(woke=True, took=False)
+            raise
+        self._unpark()
 
     @contextlib.asynccontextmanager
     async def _aparked(self) -> AsyncIterator[None]:
-        """Async twin of :meth:`_parked`."""
+        """Async twin of :meth:`_parked` (a timeout cancels the task in the block)."""
         self._park()
         try:
             yield
-        finally:
-            await self._aunpark()
+        except BaseException:
+            self._count(woke=True, took=False)
+            raise
+        await self._aunpark()
 
     def _spare(self) -> int:
         """Slots held beyond one per awake worker, now no longer held (under the lock)."""
@@ -323,11 +331,6 @@ class Admission:
         if spare and self._on_park is not None:
             self._on_park()
 
-    def _needs_slot(self) -> bool:
-        """Count one more awake worker; whether it must take a slot (under the lock)."""
-        self._awake += 1
-        return not self._closed and self._held < self._awake
-
     def enter(self) -> None:
         """Take a slot for the job on this thread (DeadlineExceededError at the deadline)."""
         with self._state:
@@ -336,28 +339,44 @@ class Admission:
         self._took(self.gate.slots.acquire(timeout=self.remaining()))
 
     def _unpark(self) -> None:
-        with self._state:
-            if not self._needs_slot():
-                return
-        ok = self.gate.acquire_resumed(timeout=self.remaining())
-        if not ok:
-            with self._state:
-                self._awake -= 1
-        self._took(ok)
+        """Take a slot again (ahead of jobs not started yet), then count the worker awake.
+
+        Counted awake only once it holds its slot: a slot a sibling gives back meanwhile
+        goes to whoever waits, not to this job for a worker already blocked on the gate.
+        """
+        took = not self._closed and self.gate.acquire_resumed(timeout=self.remaining())
+        self._count(woke=True, took=took)
+        if not took and not self._closed:
+            raise DeadlineExceededError("the job's deadline passed waiting for a slot")
 
     async def _aunpark(self) -> None:
-        with self._state:
-            if not self._needs_slot():
-                return
-        slots = self._loop_slots or self.gate.loop_slots()
-        await slots.acquire(resumed=True)  # ahead of the jobs not started yet
-        self._took(ok=True)
+        """Async twin of :meth:`_unpark` (its deadline is the task's timeout)."""
+        took = False
+        try:
+            if not self._closed:
+                slots = self._loop_slots or self.gate.loop_slots()
+                await slots.acquire(resumed=True)  # ahead of the jobs not started yet
+                took = True
+        finally:
+            self._count(woke=True, took=took)
 
     def _took(self, ok: bool) -> None:
-        """Record a slot just taken (or give it back when the job was closed meanwhile)."""
+        """Record a slot just taken for the job's own thread (DeadlineExceededError if not)."""
         if not ok:
             raise DeadlineExceededError("the job's deadline passed waiting for a slot")
+        self._count(woke=False, took=True)
+
+    def _count(self, *, woke: bool, took: bool) -> None:
+        """One more worker awake (``woke``) and one more slot held (``took``), together.
+
+        A worker counted awake without a slot is one whose job is ending (its deadline
+        passed, or it was interrupted): its later park or leave then gives back nothing of
+        its siblings'. A slot taken after the job closed goes straight back.
+        """
         with self._state:
+            self._awake += woke
+            if not took:
+                return
             self._held += 1
             spare = self._held if self._closed else self._spare()
             if self._closed:

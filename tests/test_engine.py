@@ -834,3 +834,30 @@ def test_with_one_slot_a_jobs_calls_run_one_after_another(
     assert [r.score for r in results if r is not None] == [7 / 12]
     assert peak.peak == 1
     assert free == 1
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_job_that_times_out_has_its_latency_on_threads_as_on_the_loop(mode: str) -> None:
+    """check_judge's latency percentiles read it: without it they left out the slowest."""
+    release = threading.Event()
+
+    class Stuck:
+        metric_name = "stuck"
+
+        def score_unobserved(self, sample: object, config: object) -> MetricResult:
+            release.wait(30)
+            raise AssertionError("abandoned at its timeout")
+
+        async def ascore_unobserved(self, sample: object, config: object) -> MetricResult:
+            await asyncio.Event().wait()  # cancelled at its timeout
+            raise AssertionError("abandoned at its timeout")
+
+    engine = ScoringEngine(max_concurrency=1, timeout=0.05)
+    try:
+        (result,) = run_jobs(engine, [Job(sample("A"), Stuck())], mode)  # type: ignore[arg-type]
+    finally:
+        release.set()
+    assert result is not None
+    assert result.error == "timed out after 0.05s"
+    assert result.latency_s is not None
+    assert result.latency_s >= 0.05

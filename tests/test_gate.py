@@ -6,7 +6,8 @@ import asyncio
 import threading
 import time
 
-from langchain_ragmetrics._gate import Admission, Gate
+from langchain_ragmetrics._gate import Admission, Gate, admitted
+from langchain_ragmetrics.metrics._base import arun_parallel
 
 
 def free_slots(gate: Gate) -> int:
@@ -125,3 +126,90 @@ def test_on_an_event_loop_a_helper_joins_on_the_loops_free_slot() -> None:
         return joined, again, free
 
     assert asyncio.run(run()) == (True, False, 2)
+
+
+def test_a_slot_given_back_while_a_sibling_waits_for_one_is_not_kept_idle() -> None:
+    """A helper blocked waiting for a slot is not counted awake: when the job's own thread
+    then parks, its slot goes back to the gate, and so to the helper (before, the job kept
+    it "for" the helper, which kept waiting on the gate: two such jobs waited for ever)."""
+    gate = Gate(2)
+    job = started(gate)
+    assert job.try_join()
+    job._park()  # the helper sleeps out a backoff: its slot goes back...
+    assert gate.slots.acquire(blocking=False)  # ...and another job takes it
+    woke = threading.Event()
+
+    def helper_wakes() -> None:
+        job._unpark()
+        woke.set()
+
+    thread = threading.Thread(target=helper_wakes, daemon=True)
+    thread.start()
+    while not gate.resuming:  # the helper now waits for a slot
+        threading.Event().wait(0.001)
+    job._park()  # the job's thread parks (a backoff, or waiting for its helper)
+    assert woke.wait(10)  # the helper has the slot the job's thread gave back
+    assert job.held == 1
+    job.leave()
+    job.close()
+    gate.slots.release()  # the other job's
+    assert free_slots(gate) == 2
+
+
+def test_a_job_timed_out_while_it_waits_for_its_helpers_ends_at_once() -> None:
+    """The timeout cancels the job's task while it waits for a helper without a slot: it
+    ends there (no slot to wait for), and its helper is cancelled, even while another
+    job holds every slot."""
+
+    async def run() -> tuple[bool, list[str]]:
+        gate = Gate(2)
+        slots = gate.loop_slots()
+        await slots.acquire()
+        job = Admission(gate, holding=True, loop_slots=slots)
+        helper_calls: list[str] = []
+        helper_started, other_has_slot, other_may_go = (
+            asyncio.Event(),
+            asyncio.Event(),
+            asyncio.Event(),
+        )
+
+        async def call(i: int) -> int:
+            if i == 1:  # the helper's call: held until cancelled
+                helper_calls.append("start")
+                helper_started.set()
+                try:
+                    await asyncio.Event().wait()
+                except asyncio.CancelledError:
+                    helper_calls.append("cancelled")
+                    raise
+            else:  # the job's own call ends at once; then it waits for the helper
+                await asyncio.sleep(0)
+            return i
+
+        async def other_job() -> None:
+            await helper_started.wait()  # the job holds both slots now
+            await slots.acquire()  # the slot the job's task gives back to wait for its helper
+            other_has_slot.set()
+            await other_may_go.wait()
+            slots.release()
+
+        other = asyncio.ensure_future(other_job())
+        timed_out = False
+        with admitted(job):
+            task = asyncio.ensure_future(arun_parallel(call, [0, 1], limit=2))
+            await other_has_slot.wait()  # every slot is held now, the job's task waits
+            assert job.held == 1  # the helper's
+            try:
+                await asyncio.wait_for(asyncio.shield(task), 0.05)
+            except asyncio.TimeoutError:
+                task.cancel()  # as the engine's timeout does
+                try:
+                    await asyncio.wait_for(task, 10)  # ends at once, or fails in 10 s
+                except asyncio.CancelledError:
+                    timed_out = True
+        job.close()
+        other_may_go.set()
+        await other
+        return timed_out, helper_calls
+
+    assert asyncio.run(run()) == (True, ["start", "cancelled"])

@@ -590,7 +590,7 @@ def check_judge(
             metrics you built yourself (say with your own prompt), reported as
             ``<key>:custom`` and run with their own judge.
         language: Only items in this language (``en`` or ``ja``).
-        max_concurrency: Items scored at the same time.
+        max_concurrency: Judge calls at work at the same time.
         timeout: Seconds before one item is abandoned (counted as a failure).
         retry: Retry policy for the metrics (default: the metrics' own).
         show_progress: Draw a progress bar on stderr (only on a terminal or notebook).

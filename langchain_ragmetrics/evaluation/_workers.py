@@ -29,8 +29,9 @@ whatever order they arrive in.
 Limits stay totals. ``max_concurrency`` is one budget of slots: the parent starts with all of
 them, and when a worker is ready the parent hands it its share (``max_concurrency // N``)
 one slot at a time, each as one of its own jobs finishes (taken ahead of the parent's new
-jobs); so at no moment are more judge calls at work than ``max_concurrency``, and a worker
-that never comes up costs the parent nothing. ``rate_limit_per_minute`` is divided the same
+jobs); so at no moment are more judge calls at work than ``max_concurrency`` (but for those
+of a job abandoned at its timeout, whose slots go to the next jobs), and a worker that never
+comes up costs the parent nothing. ``rate_limit_per_minute`` is divided the same
 way: a ready worker meters its share of the rate (starting with an empty bucket) and the
 parent's own limiter drops by as much.
 
