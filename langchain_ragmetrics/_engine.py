@@ -137,7 +137,9 @@ class _Batch:
         self.waiting = 0  # workers waiting for a slot
         self.running: dict[int, tuple[float, Admission]] = {}
         self.started: dict[int, float] = {}
-        """When each job started (``perf_counter``), for the latency of one that failed."""
+        """When each running job started (``perf_counter``)."""
+        self.elapsed: dict[int, float] = {}
+        """How long each settled job took (its latency, if its result has none: a failure)."""
         self.done: set[int] = set()
         self.outbox: queue.SimpleQueue[tuple[int, MetricResult | BaseException]] = (
             queue.SimpleQueue()
@@ -187,6 +189,9 @@ class _Batch:
                 return False
             self.done.add(index)
             self.running.pop(index, None)
+            start = self.started.pop(index, None)
+            if start is not None:  # measured now, not when the caller gets to deliver it
+                self.elapsed[index] = time.perf_counter() - start
         self.outbox.put((index, outcome))
         return True
 
@@ -587,7 +592,8 @@ class ScoringEngine:
         interrupt) is skipped, so the caller's interrupt is what propagates.
         """
         index, outcome = taken[0]
-        start = batch.started.pop(index, None)  # for a result without latency (a failed job)
+        elapsed = batch.elapsed.pop(index, None)  # for a result without latency (a failure)
+        start = None if elapsed is None else time.perf_counter() - elapsed
         try:
             result = None if index < 0 else self._finish(batch.jobs[index], outcome, start)
         except BaseException:  # the job's own error or interrupt, raised when asked to

@@ -344,8 +344,11 @@ class Admission:
         Counted awake only once it holds its slot: a slot a sibling gives back meanwhile
         goes to whoever waits, not to this job for a worker already blocked on the gate.
         """
-        took = not self._closed and self.gate.acquire_resumed(timeout=self.remaining())
-        self._count(woke=True, took=took)
+        took = False
+        try:
+            took = not self._closed and self.gate.acquire_resumed(timeout=self.remaining())
+        finally:
+            self._count(woke=True, took=took)
         if not took and not self._closed:
             raise DeadlineExceededError("the job's deadline passed waiting for a slot")
 

@@ -861,3 +861,53 @@ def test_a_job_that_times_out_has_its_latency_on_threads_as_on_the_loop(mode: st
     assert result.error == "timed out after 0.05s"
     assert result.latency_s is not None
     assert result.latency_s >= 0.05
+
+
+def test_a_failed_jobs_latency_ends_when_it_failed_not_when_it_is_delivered(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On threads the caller delivers results one by one: a failure that waits behind a
+    slow ``on_result`` is timed to its end, not to its delivery (a hand-moved clock)."""
+    from types import SimpleNamespace
+
+    from langchain_ragmetrics import _engine
+
+    now = [0.0]
+    monkeypatch.setattr(
+        _engine, "time", SimpleNamespace(perf_counter=lambda: now[0], monotonic=time.monotonic)
+    )
+    delivering, failed_settled = threading.Event(), threading.Event()
+    settle = _engine._Batch.settle
+
+    def settle_and_tell(self: Any, index: int, outcome: Any) -> bool:
+        settled = settle(self, index, outcome)
+        if index == 1:
+            failed_settled.set()
+        return settled
+
+    monkeypatch.setattr(_engine._Batch, "settle", settle_and_tell)
+
+    class Quick:
+        metric_name = "quick"
+
+        def __init__(self, fail: bool) -> None:
+            self.fail = fail
+
+        def score_unobserved(self, sample: object, config: object) -> MetricResult:
+            if self.fail:
+                delivering.wait(30)  # fails while the first result is being delivered
+                raise RuntimeError("boom")
+            return MetricResult(metric="quick", score=1.0, latency_s=0.0)
+
+    def slow_delivery(job: Job, result: MetricResult) -> None:
+        if result.score == 1.0:
+            delivering.set()
+            assert failed_settled.wait(30)
+            now[0] += 10.0  # the caller takes 10 s over this result
+
+    engine = ScoringEngine(max_concurrency=2)
+    jobs = [Job(sample("A"), Quick(False)), Job(sample("B"), Quick(True))]  # type: ignore[arg-type]
+    results = engine.run(jobs, on_result=slow_delivery)
+    assert results[1] is not None
+    assert results[1].error == "RuntimeError: boom"
+    assert results[1].latency_s == 0.0  # not 10 s: it failed before that delivery
