@@ -135,9 +135,8 @@ class _Batch:
         self.lock = threading.Lock()
         self.cursor = 0
         self.waiting = 0  # workers waiting for a slot
-        self.running: dict[int, tuple[float, Admission]] = {}
-        self.started: dict[int, float] = {}
-        """When each running job started (``perf_counter``)."""
+        self.running: dict[int, tuple[float, Admission, float]] = {}
+        """Per running job: its deadline, its admission, when it started (``perf_counter``)."""
         self.elapsed: dict[int, float] = {}
         """How long each settled job took (its latency, if its result has none: a failure)."""
         self.done: set[int] = set()
@@ -169,8 +168,7 @@ class _Batch:
         index = self.cursor
         self.cursor += 1
         deadline = math.inf if admission.deadline is None else admission.deadline
-        self.running[index] = (deadline, admission)
-        self.started[index] = time.perf_counter()
+        self.running[index] = (deadline, admission, time.perf_counter())
         return index
 
     def spare(self) -> None:
@@ -188,10 +186,9 @@ class _Batch:
             if index in self.done:
                 return False
             self.done.add(index)
-            self.running.pop(index, None)
-            start = self.started.pop(index, None)
-            if start is not None:  # measured now, not when the caller gets to deliver it
-                self.elapsed[index] = time.perf_counter() - start
+            running = self.running.pop(index, None)
+            if running is not None:  # measured now, not when the caller gets to deliver it
+                self.elapsed[index] = time.perf_counter() - running[2]
         self.outbox.put((index, outcome))
         return True
 
@@ -199,8 +196,8 @@ class _Batch:
         """Jobs past their deadline, and the seconds until the next deadline (capped)."""
         now = time.monotonic()
         with self.lock:
-            late = [(i, a) for i, (deadline, a) in self.running.items() if deadline <= now]
-            upcoming = [d for d, _ in self.running.values() if d > now]
+            late = [(i, a) for i, (deadline, a, _) in self.running.items() if deadline <= now]
+            upcoming = [d for d, _, _ in self.running.values() if d > now]
         wait = min([_WAIT_POLL_S, *(d - now for d in upcoming)])
         return late, max(wait, 0.001)
 
@@ -334,7 +331,7 @@ class ScoringEngine:
         return time.perf_counter()
 
     def _finish(
-        self, job: Job, outcome: MetricResult | BaseException, start: float | None
+        self, job: Job, outcome: MetricResult | BaseException, elapsed: float | None
     ) -> MetricResult:
         """Turn a job's outcome into its result (raising it when asked to) and count it."""
         timed_out = isinstance(outcome, (asyncio.TimeoutError, _JobTimeoutError))
@@ -351,8 +348,8 @@ class ScoringEngine:
             result = MetricResult(metric=job.metric.metric_name, score=math.nan, error=error)
         else:
             result = outcome
-        if result.latency_s is None and start is not None:
-            result.latency_s = time.perf_counter() - start
+        if result.latency_s is None and elapsed is not None:
+            result.latency_s = elapsed
         with self._stats_lock:
             self.stats.finished += 1
             self.stats.failed += int(result.failed)
@@ -433,7 +430,7 @@ class ScoringEngine:
                     admission.close()  # a call left running past its timeout frees its slot
         except Exception as exc:
             outcome = exc
-        return self._finish(job, outcome, start)
+        return self._finish(job, outcome, time.perf_counter() - start)
 
     # ------------------------------------------------------------------ many jobs
 
@@ -593,9 +590,8 @@ class ScoringEngine:
         """
         index, outcome = taken[0]
         elapsed = batch.elapsed.pop(index, None)  # for a result without latency (a failure)
-        start = None if elapsed is None else time.perf_counter() - elapsed
         try:
-            result = None if index < 0 else self._finish(batch.jobs[index], outcome, start)
+            result = None if index < 0 else self._finish(batch.jobs[index], outcome, elapsed)
         except BaseException:  # the job's own error or interrupt, raised when asked to
             if not quiet:
                 raise
