@@ -184,6 +184,7 @@ def runtime_of(handler: Any) -> dict[str, Any]:
         "runtime": kind,
         "runs_in": "child process" if kind == "ProcessRuntime" else "thread",
         "child_pid": pid,
+        "sinks_in_child": list(getattr(background, "sinks_in_child", [])),
     }
 
 
@@ -313,6 +314,7 @@ class Ours:
             "mode": runtime["runs_in"],
             "runtime": runtime["runtime"],
             "child_pid": runtime["child_pid"],
+            "sinks_in_child": runtime["sinks_in_child"],
             "runtime_at_loop_start": self.marks.get("runtime"),
             "isolation_asked": "auto" if self.args.config in ("default", "prod") else None,
             "warnings": self.warnings,

@@ -140,10 +140,18 @@ def _summary(
     }
 
 
-def _driver(mode: str, config: str, judge: JudgeServer, stub: LangSmithStub, *args: str) -> Any:
+def _driver(
+    mode: str,
+    config: str,
+    judge: JudgeServer,
+    stub: LangSmithStub,
+    *args: str,
+    script: str = "_online_driver.py",
+) -> Any:
+    """One run of the online driver (``script``: another checkout's, by its path)."""
     return run_driver(
         sys.executable,
-        "_online_driver.py",
+        script,
         mode,
         "--config",
         config,
@@ -244,43 +252,67 @@ def measure_blocks(
     judge, stub = _servers()
     with judge, stub:
         for config in BLOCK_CONFIGS:
-            report = _driver(
-                "blocks",
-                config,
-                judge,
-                stub,
-                "--rounds",
-                str(rounds),
-                "--block-size",
-                str(block_size),
-                "--warmup",
-                str(warmup),
-                "--rate",
-                str(rate),
-                "--seed",
-                str(SEED),
+            report = blocks_run(
+                config, judge, stub, rounds=rounds, block_size=block_size, warmup=warmup, rate=rate
             )
-            times = report.pop("latencies_s")
-            summary: dict[str, Any] = {
-                side: {
-                    "median_ms": median(values) * 1000,
-                    "p99_ms": percentile(values, 99) * 1000,
-                    "calls": len(values),
-                }
-                for side, values in times.items()
-            }
-            base, noop, ours = summary["none"], summary["noop"], summary[config]
-            summary.update(
-                added_median_ms=ours["median_ms"] - base["median_ms"],
-                added_p99_ms=ours["p99_ms"] - base["p99_ms"],
-                noop_added_median_ms=noop["median_ms"] - base["median_ms"],
-                noop_added_p99_ms=noop["p99_ms"] - base["p99_ms"],
-                accounting=scored_accounting([report["handler"]]),
-                runtime=runtime_label([report["handler"]]),
-                run=report,
-            )
-            out[config] = summary
+            out[config] = blocks_summary(report, config)
     return out
+
+
+def blocks_run(
+    config: str,
+    judge: JudgeServer,
+    stub: LangSmithStub,
+    *,
+    rounds: int,
+    block_size: int,
+    warmup: int,
+    rate: float = RATE,
+    seed: int = SEED,
+    script: str = "_online_driver.py",
+) -> Any:
+    """One process of the blocks method for ``config`` (``script``: another checkout's)."""
+    return _driver(
+        "blocks",
+        config,
+        judge,
+        stub,
+        "--rounds",
+        str(rounds),
+        "--block-size",
+        str(block_size),
+        "--warmup",
+        str(warmup),
+        "--rate",
+        str(rate),
+        "--seed",
+        str(seed),
+        script=script,
+    )
+
+
+def blocks_summary(report: dict[str, Any], config: str) -> dict[str, Any]:
+    """One blocks run's figures: each side's median and p99, what ours and no-op add."""
+    times = report.pop("latencies_s")
+    summary: dict[str, Any] = {
+        side: {
+            "median_ms": median(values) * 1000,
+            "p99_ms": percentile(values, 99) * 1000,
+            "calls": len(values),
+        }
+        for side, values in times.items()
+    }
+    base, noop, ours = summary["none"], summary["noop"], summary[config]
+    summary.update(
+        added_median_ms=ours["median_ms"] - base["median_ms"],
+        added_p99_ms=ours["p99_ms"] - base["p99_ms"],
+        noop_added_median_ms=noop["median_ms"] - base["median_ms"],
+        noop_added_p99_ms=noop["p99_ms"] - base["p99_ms"],
+        accounting=scored_accounting([report["handler"]]),
+        runtime=runtime_label([report["handler"]]),
+        run=report,
+    )
+    return summary
 
 
 def runtime_label(runs: list[dict[str, Any]]) -> str:
@@ -292,6 +324,9 @@ def runtime_label(runs: list[dict[str, Any]]) -> str:
     )
     if pids:
         where += f", child pid{'s' if len(pids) > 1 else ''} {', '.join(map(str, pids))}"
+    moved = sorted({key for r in runs for key in r.get("sinks_in_child", [])})
+    if moved:
+        where += f"; {', '.join(moved)} delivered by the child"
     if any(r.get("warnings") for r in runs) and "ThreadRuntime" in kinds:
         where += ", auto fell back with a warning"
     return where

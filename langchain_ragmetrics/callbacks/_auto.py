@@ -3,9 +3,11 @@
 Under ``auto`` the child runs the judges and the segmentation (the CPU of scoring) and the
 user's sinks stay in this process: the child sends its results up and this process delivers
 them to the very sink objects the user passed (an ``InMemorySink`` the application reads, a
-callable, a file, LangSmith, logs), through the same per-sink outboxes as the thread mode.
-So the sinks never decide the mode. Safe then means the child can score exactly what the
-handler would have scored here:
+callable, a file, logs), through the same per-sink outboxes as the thread mode. A sink the
+child can build again (:meth:`BaseSink.for_child_process`: a ``LangSmithFeedbackSink`` with
+its own client) is built there and delivers from there, so its requests leave the
+application's process. The sinks never decide the mode. Safe then means the child can score
+exactly what the handler would have scored here:
 
 * the metrics and the ``reference_provider`` cross to the child by value, without anything
   defined in ``__main__`` (which the child does not import). Metrics that pickle as they are
@@ -32,6 +34,7 @@ import os
 import pickle
 import sys
 import threading
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from langchain_core.callbacks import BaseCallbackHandler
@@ -39,6 +42,7 @@ from langchain_core.callbacks import BaseCallbackHandler
 from langchain_ragmetrics.callbacks._isolation import ProcessIsolation, ScoringSetup
 from langchain_ragmetrics.callbacks._launch import interpreter
 from langchain_ragmetrics.callbacks._stats import logger
+from langchain_ragmetrics.callbacks.sinks import BaseSink
 from langchain_ragmetrics.metrics._base import BaseRagMetric
 
 if TYPE_CHECKING:
@@ -64,6 +68,9 @@ class Resolved(NamedTuple):
     """``"thread"``, or the isolated mode with a setup that rebuilds the objects given."""
     reason: str | None
     """Why scoring stays in this process (None when it goes to a child)."""
+    in_child: tuple[int, ...] = ()
+    """Positions of the sinks that the child builds again and delivers with
+    (:meth:`BaseSink.for_child_process`); the others deliver in this process."""
 
 
 class ShippedSetup:
@@ -71,20 +78,27 @@ class ShippedSetup:
 
     The metrics are the parent's own objects, or a :class:`ScoringRecipe` (judge-less
     metrics and one recipe per distinct judge) whose judges the child builds. The child
-    gets no sinks: it sends its results to the parent's.
+    builds the sinks that can be built again (``sinks``: the pickled list of their
+    :meth:`BaseSink.for_child_process` callables) and sends every other result to the
+    parent's sinks.
     """
 
-    def __init__(self, blob: bytes, names: list[str], judges: int = 0) -> None:
+    def __init__(
+        self, blob: bytes, names: list[str], judges: int = 0, sinks: bytes | None = None
+    ) -> None:
         self.blob = blob
         self.names = names
         self.judges = judges
+        self.sinks = sinks
 
     def __call__(self) -> ScoringSetup:
         shipped, provider = pickle.loads(self.blob)  # noqa: S301 - our parent's bytes
         from langchain_ragmetrics.evaluation._recipe import ScoringRecipe
 
         metrics = shipped.build_metrics() if isinstance(shipped, ScoringRecipe) else shipped
-        return ScoringSetup(metrics=metrics, sinks=[], reference_provider=provider)
+        factories = [] if self.sinks is None else pickle.loads(self.sinks)  # noqa: S301
+        sinks = [factory() for factory in factories]
+        return ScoringSetup(metrics=metrics, sinks=sinks, reference_provider=provider)
 
     def __repr__(self) -> str:
         recipes = f"; {self.judges} judge recipe{'s' * (self.judges != 1)}" if self.judges else ""
@@ -122,11 +136,13 @@ def resolve_auto(
     metrics: list[BaseRagMetric],
     reference_provider: Any,
     trace_judge: str | BaseCallbackHandler | None,
+    sinks: Sequence[BaseSink] = (),
 ) -> Resolved:
     """Choose the isolated mode when the child can do the same work (see the module doc).
 
-    The arguments are the handler's checked options; the sinks do not decide (they deliver
-    in this process in either mode). A fallback warns once per process.
+    The arguments are the handler's checked options. The sinks do not decide the mode: with
+    a child, those that can be built again there deliver from it, the others here. A
+    fallback warns once per process.
     """
 
     def stay(reason: str) -> Resolved:
@@ -157,7 +173,30 @@ def resolve_auto(
             "judge, or a class defined in __main__)"
         )
     names = [m.metric_name for m in metrics]
-    return Resolved(ProcessIsolation(setup=ShippedSetup(blob, names, judges)), None)
+    moved, factories = _sinks_for_child(sinks)
+    shipped = ShippedSetup(blob, names, judges, _portable(factories) if factories else None)
+    return Resolved(ProcessIsolation(setup=shipped), None, moved)
+
+
+def _sinks_for_child(sinks: Sequence[BaseSink]) -> tuple[tuple[int, ...], list[Any]]:
+    """The positions of the sinks the child can build again, and how it builds them."""
+    moved: list[int] = []
+    factories: list[Any] = []
+    for i, sink in enumerate(sinks):
+        try:
+            factory = sink.for_child_process()
+        except Exception as exc:  # a sink's own hook must not fail the handler's construction
+            logger.warning(
+                "%s.for_child_process() failed (%s: %s); it delivers in this process",
+                type(sink).__name__,
+                type(exc).__name__,
+                exc,
+            )
+            continue
+        if factory is not None and _portable(factory) is not None:
+            moved.append(i)
+            factories.append(factory)
+    return tuple(moved), factories
 
 
 def _recipe(metrics: list[BaseRagMetric]) -> ScoringRecipe | str:

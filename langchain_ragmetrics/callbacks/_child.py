@@ -8,9 +8,10 @@ sends its counters (when they change, and at least every ``heartbeat`` seconds:
 the parent's proof of life) and its log records on the other pipe. If the parent goes away
 the child closes its sinks briefly and exits.
 
-Under ``isolation="auto"`` (``ChildStart.forward_results``) the child has no sinks: it sends
-its results up as :class:`Results` batches, with each report (every 0.2 s at most) and
-before each flush or close answer, and the parent's sinks deliver them.
+Under ``isolation="auto"`` (``ChildStart.forward_results``) the child sends its results up as
+:class:`Results` batches, with each report (every 0.2 s at most) and before each flush or
+close answer, and the parent's sinks deliver them; its own sinks are only those it builds
+again (``BaseSink.for_child_process``), and without parent sinks nothing is sent up.
 """
 
 from __future__ import annotations

@@ -17,7 +17,9 @@ Where the sinks run depends on who asked for the child. With an explicit
 sends its results up in batches (:class:`~langchain_ragmetrics.callbacks._messages.Results`)
 and this process delivers them through one outbox per sink, as the thread mode does (see
 ``_outbox``), so an ``InMemorySink`` the application holds fills up, a callable runs here and
-files are written by the application.
+files are written by the application. The exception is a sink the child builds again
+(``BaseSink.for_child_process``): it delivers there, and its figures come up with the
+child's reports, under the key it has here.
 """
 
 from __future__ import annotations
@@ -61,7 +63,13 @@ from langchain_ragmetrics.callbacks._messages import (
     ScoreItems,
     picklable,
 )
-from langchain_ragmetrics.callbacks._outbox import SinkOutbox, close_all, flush_all, outboxes_for
+from langchain_ragmetrics.callbacks._outbox import (
+    SinkOutbox,
+    close_all,
+    flush_all,
+    outboxes_for,
+    sink_keys,
+)
 from langchain_ragmetrics.callbacks._settings import HandlerSettings
 from langchain_ragmetrics.callbacks._stats import Counters, FailureLog, HandlerStats, SinkStats
 from langchain_ragmetrics.callbacks.sinks import BaseSink
@@ -132,9 +140,11 @@ class ProcessRuntime:
         isolation: The child's setup and supervision options.
         counters: Shared counters (the child's are added in as they arrive).
         failures: Shared log-once reporter.
-        sinks: Sinks of this process (``isolation="auto"``): the child sends its results
-            here and these deliver them, each through its own outbox. None: the child's
-            setup builds and runs the sinks.
+        sinks: The user's sinks (``isolation="auto"``): the child sends its results here
+            and these deliver them, each through its own outbox, except those at the
+            positions ``in_child``, which the child's setup builds again and delivers with.
+            None: the child's setup builds and runs the sinks.
+        in_child: Positions in ``sinks`` of those delivered by the child.
     """
 
     engine = None
@@ -148,6 +158,7 @@ class ProcessRuntime:
         counters: Counters,
         failures: FailureLog,
         sinks: Sequence[BaseSink] | None = None,
+        in_child: Sequence[int] = (),
     ) -> None:
         self._child_start = settings.for_child()  # checks trace_judge now, not in the child
         max_queue_size = settings.max_queue_size
@@ -177,10 +188,26 @@ class ProcessRuntime:
         """Set with a flush or close request: the feeder sends at once, without its pause."""
         self._outboxes: list[SinkOutbox] | None = None
         """This process's sink outboxes (None: the sinks run in the child)."""
+        self._order: list[str] = []
+        """Every sink's key, in the user's order (empty: the keys the child reports)."""
+        self._child_keys: dict[str, str] = {}
+        """The key a sink built again in the child has there -> its key here."""
         if sinks is not None:
+            keys = sink_keys(sinks)
+            moved = set(in_child)
+            here = [i for i in range(len(sinks)) if i not in moved]
             self._outboxes = outboxes_for(
-                sinks, max_size=settings.sink_queue_size, name=name, failures=failures
+                [sinks[i] for i in here],
+                keys=[keys[i] for i in here],
+                max_size=settings.sink_queue_size,
+                name=name,
+                failures=failures,
             )
+            there = sorted(moved)
+            there_keys = sink_keys([sinks[i] for i in there])  # as the child will name them
+            self._child_keys = {k: keys[i] for k, i in zip(there_keys, there, strict=True)}
+            self._order = keys
+            self._sinks = {keys[i]: dict.fromkeys(_SINK_COUNTS, 0) for i in there}
 
     # ------------------------------------------------------------------ caller side
 
@@ -196,6 +223,11 @@ class ProcessRuntime:
         with self._cond:
             child = self._child
             return None if child is None or child.dead else child.process.pid
+
+    @property
+    def sinks_in_child(self) -> list[str]:
+        """Keys of the user's sinks that the child builds again and delivers with."""
+        return list(self._child_keys.values())
 
     @property
     def children_started(self) -> int:
@@ -348,14 +380,16 @@ class ProcessRuntime:
             self.close(timeout)
 
     def sink_stats(self) -> dict[str, SinkStats]:
-        """Each sink's figures: this process's sinks, or the child's added up over restarts."""
-        if self._outboxes is not None:
-            return {box.key: box.stats() for box in self._outboxes}
+        """Each sink's figures: this process's sinks, and the child's added up over restarts."""
+        here = {box.key: box.stats() for box in self._outboxes or ()}
         with self._cond:
-            return {
+            there = {
                 key: SinkStats(**totals, pending=self._sink_pending.get(key, 0))
                 for key, totals in self._sinks.items()
             }
+        if not self._order:
+            return {**here, **there}
+        return {key: here[key] if key in here else there[key] for key in self._order}
 
     def reset_sink_stats(self) -> None:
         """Zero the sinks' counts (``pending`` stays live)."""
@@ -438,7 +472,7 @@ class ProcessRuntime:
         start = ChildStart(
             self._child_start,
             log_levels=_log_levels(),
-            forward_results=self._outboxes is not None,
+            forward_results=bool(self._outboxes),
         )
         self._children += 1
         try:
@@ -570,7 +604,8 @@ class ProcessRuntime:
         used = {k: usage[k] - child.usage.get(k, 0) for k in _USAGE_FIELDS}
         child.totals = totals
         child.usage = usage
-        for key, figures in stats.sinks.items():
+        for child_key, figures in stats.sinks.items():
+            key = self._child_keys.get(child_key, child_key)
             seen = child.sinks.setdefault(key, {})
             sums = self._sinks.setdefault(key, dict.fromkeys(_SINK_COUNTS, 0))
             for name in _SINK_COUNTS:

@@ -36,6 +36,7 @@ __all__ = [
     "flush_all",
     "outboxes_for",
     "sink_concurrency",
+    "sink_keys",
 ]
 
 _ALONE: Hashable = object()
@@ -296,29 +297,35 @@ class SinkOutbox:
             call.future.set_exception(exc)
 
 
-def outboxes_for(
-    sinks: Sequence[BaseSink], *, max_size: int, name: str, failures: FailureLog
-) -> list[SinkOutbox]:
-    """One outbox per sink, keyed by class name (``JsonlSink``, then ``JsonlSink#2`` ...)."""
-    out: list[SinkOutbox] = []
-    keys: set[str] = set()
-    for i, sink in enumerate(sinks):
+def sink_keys(sinks: Sequence[BaseSink]) -> list[str]:
+    """Each sink's key in ``stats.sinks``: its class name, then ``#2``, ``#3`` ... for repeats."""
+    out: list[str] = []
+    for sink in sinks:
         base = type(sink).__name__
         key, n = base, 1
-        while key in keys:
+        while key in out:
             n += 1
             key = f"{base}#{n}"
-        keys.add(key)
-        out.append(
-            SinkOutbox(
-                sink,
-                key=key,
-                max_size=max_size,
-                thread_name=f"{name}-sink-{i}",
-                failures=failures,
-            )
-        )
+        out.append(key)
     return out
+
+
+def outboxes_for(
+    sinks: Sequence[BaseSink],
+    *,
+    max_size: int,
+    name: str,
+    failures: FailureLog,
+    keys: Sequence[str] | None = None,
+) -> list[SinkOutbox]:
+    """One outbox per sink, keyed by ``keys`` (default :func:`sink_keys`)."""
+    keys = sink_keys(sinks) if keys is None else keys
+    return [
+        SinkOutbox(
+            sink, key=key, max_size=max_size, thread_name=f"{name}-sink-{i}", failures=failures
+        )
+        for i, (sink, key) in enumerate(zip(sinks, keys, strict=True))
+    ]
 
 
 def flush_all(

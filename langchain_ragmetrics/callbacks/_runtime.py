@@ -74,13 +74,17 @@ def start_runtime(
     counters: Counters,
     failures: FailureLog,
     sinks: Sequence[BaseSink] | None = None,
+    in_child: Sequence[int] = (),
 ) -> Runtime:
     """The runtime ``settings.isolation`` asks for (threads started lazily, on first work).
 
-    ``sinks``: with a child process, sinks of this process that deliver the child's results
-    (``isolation="auto"``); None: the child's setup builds its own.
+    ``sinks``: with a child process, the user's sinks (``isolation="auto"``): those at the
+    positions ``in_child`` are built again in the child and deliver there, the others
+    deliver the child's results here; None: the child's setup builds its own.
     """
     process = settings.process
     if process is not None:
-        return ProcessRuntime(settings, process, counters=counters, failures=failures, sinks=sinks)
+        return ProcessRuntime(
+            settings, process, counters=counters, failures=failures, sinks=sinks, in_child=in_child
+        )
     return ThreadRuntime(settings, counters=counters, failures=failures)

@@ -96,8 +96,10 @@ class RagMetricsCallbackHandler(BaseCallbackHandler):
             that is safe (POSIX, not frozen; the metrics and ``reference_provider`` pickle,
             or the metrics' judges can be rebuilt there from a recipe, as ``ChatOpenAI``
             can; ``trace_judge`` is not a tracer object), with the results delivered to
-            ``sinks`` here, in this process; else on this process's threads with one
-            warning saying why. ``"thread"``: on background threads of this process.
+            ``sinks`` here, in this process (a sink the child can build again, such as a
+            ``LangSmithFeedbackSink`` with its own client, delivers from the child); else
+            on this process's threads with one warning saying why. ``"thread"``: on
+            background threads of this process.
             ``"process"`` or a :class:`ProcessIsolation`: in a child process that builds
             its own metrics and sinks (``ProcessIsolation.setup``; then ``metrics``,
             ``sinks`` and ``reference_provider`` must be None here); the caller's thread
@@ -152,19 +154,24 @@ class RagMetricsCallbackHandler(BaseCallbackHandler):
         self.metrics = self.settings.metrics
         """The metrics scored with (in a child process: copies of these)."""
         self.sinks = self.settings.sinks
-        """The sinks results go to (always these objects, in this process, unless an explicit
-        ``ProcessIsolation(setup=...)`` builds others in the child)."""
+        """The sinks results go to: these objects, in this process, except those the child
+        process builds again and delivers with (``BaseSink.for_child_process``: a
+        ``LangSmithFeedbackSink`` with its own client) and those an explicit
+        ``ProcessIsolation(setup=...)`` builds in the child."""
         local_sinks: list[BaseSink] | None = None
+        in_child: tuple[int, ...] = ()
         if auto:
             resolved = resolve_auto(
                 metrics=self.metrics,
                 reference_provider=self.settings.reference_provider,
                 trace_judge=self.settings.trace_judge,
+                sinks=self.sinks,
             )
             if resolved.isolation != "thread":
                 options.update(metrics=None, sinks=None, reference_provider=None)
                 self.settings = HandlerSettings(**options, isolation=resolved.isolation)
-                local_sinks = self.sinks  # the child sends its results here
+                local_sinks = self.sinks  # the child sends its results here (but see in_child)
+                in_child = resolved.in_child
         self.sample_rate = self.settings.sample_rate
         self.exit_timeout = self.settings.exit_timeout
         self.name = name
@@ -174,7 +181,11 @@ class RagMetricsCallbackHandler(BaseCallbackHandler):
             max_open_traces=max_open_traces, find_trace_id=langsmith_trace_id
         )
         self._background = start_runtime(
-            self.settings, counters=self._counters, failures=self._failures, sinks=local_sinks
+            self.settings,
+            counters=self._counters,
+            failures=self._failures,
+            sinks=local_sinks,
+            in_child=in_child,
         )
         self.engine = self._background.engine
         self._finalizer = weakref.finalize(self, self._background.stop_when_idle)

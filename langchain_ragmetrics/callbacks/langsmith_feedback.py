@@ -15,7 +15,8 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
+from functools import partial
 from typing import TYPE_CHECKING, Any, Literal
 from uuid import UUID
 
@@ -116,7 +117,19 @@ class LangSmithFeedbackSink(BaseSink):
         backoff: float = 0.5,
         ingest_retries: int = 4,
         max_concurrency: int = 16,
+        _credentials: tuple[str | None, str | None] | None = None,
     ) -> None:
+        self._options: dict[str, Any] = {
+            "run": run,
+            "project_name": project_name,
+            "timeout": timeout,
+            "max_retries": max_retries,
+            "failure_threshold": failure_threshold,
+            "cooldown": cooldown,
+            "backoff": backoff,
+            "ingest_retries": ingest_retries,
+            "max_concurrency": max_concurrency,
+        }
         self.max_concurrency = whole_number("max_concurrency", max_concurrency)
         if run not in ("retriever", "root"):
             msg = f"`run` must be 'retriever' or 'root', got {run!r}"
@@ -147,9 +160,9 @@ class LangSmithFeedbackSink(BaseSink):
         self._errors_sent: OrderedDict[tuple[int, str], None] = OrderedDict()
         self._errors_lock = threading.Lock()
         self.disabled_reason: str | None = None
-        # Read now, not through langsmith.utils.get_env_var: that caches per process.
-        self._api_key = _env("API_KEY")
-        self._api_url = _env("ENDPOINT")
+        # Read now, not through langsmith.utils.get_env_var: that caches per process. A sink
+        # rebuilt in the scoring process is given the values its original read.
+        self._api_key, self._api_url = _credentials or (_env("API_KEY"), _env("ENDPOINT"))
         if client is None and self._api_key is None:
             self.disabled_reason = "no LangSmith API key (set LANGSMITH_API_KEY or pass client=...)"
             logger.warning(
@@ -157,6 +170,18 @@ class LangSmithFeedbackSink(BaseSink):
                 "dropped and counted in stats.sinks['LangSmithFeedbackSink'].dropped",
                 self.disabled_reason,
             )
+
+    @override
+    def for_child_process(self) -> Callable[[], BaseSink] | None:
+        """The same sink, built in the scoring process, when this one builds its own client.
+
+        Its requests (about a millisecond of CPU each) then leave the application's
+        process. A sink given a ``client``, a disabled one (no API key) and a subclass stay
+        in the application's process.
+        """
+        if type(self) is not LangSmithFeedbackSink or not self._owns_client or not self.enabled:
+            return None
+        return partial(_rebuilt, self._options, (self._api_key, self._api_url))
 
     @property
     def breaker(self) -> CircuitBreaker:
@@ -364,6 +389,13 @@ class LangSmithFeedbackSink(BaseSink):
         self.flush(timeout)
         if self._owns_client and self._client is not None:
             self._client.close(timeout=timeout)
+
+
+def _rebuilt(
+    options: dict[str, Any], credentials: tuple[str | None, str | None]
+) -> LangSmithFeedbackSink:
+    """A sink with ``options`` and the original's credentials (in the scoring process)."""
+    return LangSmithFeedbackSink(**options, _credentials=credentials)
 
 
 def _unresolved(name: str, why: str) -> Exception:

@@ -88,6 +88,18 @@ class BaseSink(ABC):
     def flush(self, timeout: float | None = None) -> None:  # noqa: B027 - optional hook
         """Push buffered results out, waiting at most ``timeout`` seconds."""
 
+    def for_child_process(self) -> Callable[[], BaseSink] | None:
+        """How the handler's scoring process may build this sink again, or None: not at all.
+
+        Under the default ``isolation="auto"`` a sink that returns a picklable callable here
+        is built in the child process that scores, and delivers from there: its requests
+        then cost the application's process nothing. The sink object passed to the handler
+        stays idle; its figures are in ``handler.stats.sinks``. The default, None, keeps the
+        sink in the application's process (it holds what the application reads: a list, a
+        file, a callable, a client it was given).
+        """
+        return None
+
     def close(self, timeout: float | None = None) -> None:
         """Flush and release resources; called once by the handler's ``close``.
 

@@ -230,6 +230,12 @@ def test_online_measures_every_config(tmp_path: Path) -> None:
     if prod["runtime"] == "ThreadRuntime":  # auto fell back: it said so, and the table says so
         assert prod["warnings"]
         assert "auto fell back" in result["latency"]["prod"]["runtime"]
+    else:  # its LangSmith sink builds its own client: the child delivers with it
+        assert prod["sinks_in_child"] == ["LangSmithFeedbackSink"]
+        assert (
+            "LangSmithFeedbackSink delivered by the child" in result["latency"]["prod"]["runtime"]
+        )
+        assert runs["default"][0]["sinks_in_child"] == []  # a LoggingSink logs here
     assert result["latency"]["prod"]["accounting"]["sinks"]["LangSmithFeedbackSink"] == {
         "delivered": 80,  # 40 retrievals x 2 metrics, every one sent to the stub
         "skipped": 0,
@@ -243,6 +249,26 @@ def test_online_measures_every_config(tmp_path: Path) -> None:
     assert "Method check (A/A" in result["table"]
     memory = result["memory"]
     assert memory["delivered"] == memory["handler_stats"]["scored"] > 0
+
+
+def test_online_checkouts_alternates_both_sides(tmp_path: Path) -> None:
+    """``online_checkouts.py --tiny``, this checkout against itself: a run per side, each in
+    a process of its own that imports the package from its side's root, every retrieval
+    scored and every feedback sent."""
+    result = run_bench("online_checkouts.py", tmp_path, "--before", str(REPO), timeout=600)
+    prod = result["configs"]["prod"]
+    assert set(prod) == {"before", "after"}
+    for side in ("before", "after"):
+        (run,) = prod[side]
+        assert run["none"]["calls"] == run["noop"]["calls"] == run["prod"]["calls"] == 10
+        accounting = run["accounting"]
+        assert accounting["unscored"] == 0
+        assert (
+            accounting["sinks"]["LangSmithFeedbackSink"]["delivered"] == 2 * accounting["sampled"]
+        )
+    assert (
+        result["command"] == f"python bench/online_checkouts.py --tiny --no-ragas --before {REPO}"
+    )
 
 
 def test_online_retrievals_are_all_distinct() -> None:

@@ -20,3 +20,11 @@ def _fallback_warning_given() -> Iterator[None]:
     _auto.mark_warned()
     yield
     _auto.reset_warning()
+
+
+@pytest.fixture
+def fresh_warning() -> Iterator[None]:
+    """Every test sees the once-per-process fallback warning afresh (the default's tests)."""
+    _auto.reset_warning()
+    yield
+    _auto.reset_warning()

@@ -17,7 +17,7 @@ import logging
 import os
 import signal
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -53,14 +53,6 @@ START = 120.0
 """Generous bound for a child's start on a loaded machine, plus its work."""
 N = 4
 VERDICT = {"relevant_sentence_indices": [0], "reason": "held"}
-
-
-@pytest.fixture
-def fresh_warning() -> Iterator[None]:
-    """Every test sees the once-per-process fallback warning afresh."""
-    _auto.reset_warning()
-    yield
-    _auto.reset_warning()
 
 
 def fallbacks(caplog: pytest.LogCaptureFixture) -> list[str]:

@@ -16,7 +16,7 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -55,14 +55,6 @@ def _local_metric() -> ContextRelevance:
         pass
 
     return Local()
-
-
-@pytest.fixture
-def fresh_warning() -> Iterator[None]:
-    """Every test sees the once-per-process fallback warning afresh."""
-    _auto.reset_warning()
-    yield
-    _auto.reset_warning()
 
 
 @pytest.fixture
