@@ -34,11 +34,13 @@ import os
 import pickle
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from langchain_core.callbacks import BaseCallbackHandler
 
+from langchain_ragmetrics._errors import SinkUnavailableError
+from langchain_ragmetrics._retrieval import OnlineResult
 from langchain_ragmetrics.callbacks._isolation import ProcessIsolation, ScoringSetup
 from langchain_ragmetrics.callbacks._launch import interpreter
 from langchain_ragmetrics.callbacks._stats import logger
@@ -97,12 +99,42 @@ class ShippedSetup:
 
         metrics = shipped.build_metrics() if isinstance(shipped, ScoringRecipe) else shipped
         factories = [] if self.sinks is None else pickle.loads(self.sinks)  # noqa: S301
-        sinks = [factory() for factory in factories]
-        return ScoringSetup(metrics=metrics, sinks=sinks, reference_provider=provider)
+        return ScoringSetup(
+            metrics=metrics, sinks=[_build_sink(f) for f in factories], reference_provider=provider
+        )
 
     def __repr__(self) -> str:
         recipes = f"; {self.judges} judge recipe{'s' * (self.judges != 1)}" if self.judges else ""
         return f"ShippedSetup({', '.join(self.names)}{recipes}; {len(self.blob):,} bytes)"
+
+
+def _build_sink(factory: Callable[[], BaseSink]) -> BaseSink:
+    """The sink ``factory`` builds in the child, or one that refuses every result if it fails.
+
+    A sink that cannot be built must not turn scoring off for the other sinks: its results
+    count as dropped, and the reason is logged (once) in the application's process.
+    """
+    try:
+        sink = factory()
+        if not isinstance(sink, BaseSink):
+            msg = f"it returned {type(sink).__name__}, not a sink"
+            raise TypeError(msg)
+    except Exception as exc:
+        reason = f"a sink could not be built in the scoring process ({type(exc).__name__}: {exc})"
+        logger.warning("ragmetrics: %s; its results are dropped", reason)
+        return _Unavailable(reason)
+    return sink
+
+
+class _Unavailable(BaseSink):
+    """Stands for a sink the child could not build: refuses every result (counted dropped)."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    def emit(self, item: OnlineResult) -> None:
+        del item
+        raise SinkUnavailableError(self.reason)
 
 
 def _portable(value: object) -> bytes | None:

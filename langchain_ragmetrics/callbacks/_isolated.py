@@ -190,8 +190,11 @@ class ProcessRuntime:
         """This process's sink outboxes (None: the sinks run in the child)."""
         self._order: list[str] = []
         """Every sink's key, in the user's order (empty: the keys the child reports)."""
-        self._child_keys: dict[str, str] = {}
-        """The key a sink built again in the child has there -> its key here."""
+        self._child_keys: list[str] = []
+        """The keys here of the sinks the child builds again, in the child's order (its
+        figures come in that order, under names of its own: they are matched by position)."""
+        self._idle: list[BaseSink] = []
+        """The user's objects of those sinks: idle here, closed with the others."""
         if sinks is not None:
             keys = sink_keys(sinks)
             moved = set(in_child)
@@ -204,8 +207,8 @@ class ProcessRuntime:
                 failures=failures,
             )
             there = sorted(moved)
-            there_keys = sink_keys([sinks[i] for i in there])  # as the child will name them
-            self._child_keys = {k: keys[i] for k, i in zip(there_keys, there, strict=True)}
+            self._child_keys = [keys[i] for i in there]
+            self._idle = [sinks[i] for i in there]
             self._order = keys
             self._sinks = {keys[i]: dict.fromkeys(_SINK_COUNTS, 0) for i in there}
 
@@ -227,7 +230,7 @@ class ProcessRuntime:
     @property
     def sinks_in_child(self) -> list[str]:
         """Keys of the user's sinks that the child builds again and delivers with."""
-        return list(self._child_keys.values())
+        return list(self._child_keys)
 
     @property
     def children_started(self) -> int:
@@ -343,6 +346,13 @@ class ProcessRuntime:
 
     def _close_sinks(self, timeout: float | None) -> bool:
         """Deliver what this process's sinks hold and close them, within ``timeout``."""
+        for sink in self._idle:  # it sent nothing; a client it was asked for is closed
+            try:
+                sink.close(0)
+            except Exception as exc:
+                self._failures.report(
+                    f"sink-close:{type(sink).__name__}", f"{type(sink).__name__}.close: {exc}", exc
+                )
         if self._outboxes is None:
             return True
         return close_all(self._outboxes, timeout, self._failures)
@@ -604,15 +614,8 @@ class ProcessRuntime:
         used = {k: usage[k] - child.usage.get(k, 0) for k in _USAGE_FIELDS}
         child.totals = totals
         child.usage = usage
-        for child_key, figures in stats.sinks.items():
-            key = self._child_keys.get(child_key, child_key)
-            seen = child.sinks.setdefault(key, {})
-            sums = self._sinks.setdefault(key, dict.fromkeys(_SINK_COUNTS, 0))
-            for name in _SINK_COUNTS:
-                value = getattr(figures, name)
-                sums[name] += value - seen.get(name, 0)
-                seen[name] = value
-            self._sink_pending[key] = figures.pending
+        if not child.dead:  # a report read after its death: what its sinks held is counted
+            self._apply_sinks(child, stats)
         done = stats.processed + stats.dropped + stats.abandoned
         if done > child.done:
             self._crashes = 0
@@ -621,6 +624,22 @@ class ProcessRuntime:
             self._counters.add(**delta)
         if any(used.values()):
             self._counters.add_usage(Usage(**used))
+
+    def _apply_sinks(self, child: _Child, stats: HandlerStats) -> None:
+        """Add what the child's sinks counted since its last report (lock held).
+
+        The sinks the child builds again from the user's are matched by position: the
+        child names them after what it built, the user knows them by their keys here.
+        """
+        mapped = self._child_keys or list(stats.sinks)
+        for key, figures in zip(mapped, stats.sinks.values(), strict=False):
+            seen = child.sinks.setdefault(key, {})
+            sums = self._sinks.setdefault(key, dict.fromkeys(_SINK_COUNTS, 0))
+            for name in _SINK_COUNTS:
+                value = getattr(figures, name)
+                sums[name] += value - seen.get(name, 0)
+                seen[name] = value
+            self._sink_pending[key] = figures.pending
 
     def _kill(self, child: _Child, reason: str) -> None:
         process = child.process

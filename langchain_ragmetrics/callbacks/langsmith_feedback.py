@@ -181,7 +181,16 @@ class LangSmithFeedbackSink(BaseSink):
         """
         if type(self) is not LangSmithFeedbackSink or not self._owns_client or not self.enabled:
             return None
-        return partial(_rebuilt, self._options, (self._api_key, self._api_url))
+        options = {
+            **self._options,
+            "run": self.run,
+            "timeout": self.timeout,
+            "max_concurrency": self.max_concurrency,
+            # The project this process traces to now (langsmith keeps the first it read),
+            # not what the child's environment may say when it starts.
+            "project_name": self._project_name(),
+        }
+        return partial(_rebuilt, options, (self._api_key, self._api_url))
 
     @property
     def breaker(self) -> CircuitBreaker:

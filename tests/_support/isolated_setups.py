@@ -16,6 +16,7 @@ from typing import Any
 from langchain_openai import ChatOpenAI
 
 from langchain_ragmetrics import (
+    BaseSink,
     CallableSink,
     ContextRelevance,
     IDBasedContextRecall,
@@ -26,6 +27,8 @@ from langchain_ragmetrics.callbacks import ScoringSetup
 from langchain_ragmetrics.metrics import RetryPolicy
 
 __all__ = [
+    "BrokenInChild",
+    "FileInChild",
     "crashing_setup",
     "jsonl_setup",
     "kill_on_emit_setup",
@@ -102,3 +105,34 @@ def sample_dump_setup(path: str) -> ScoringSetup:
         metrics=[IDBasedContextRecall()],
         sinks=[CallableSink(partial(_write_sample, path))],
     )
+
+
+class FileInChild(BaseSink):
+    """Built again in the default child as a ``JsonlSink`` of ``path`` (another class: its
+    figures must still land under this sink's key); never delivers here."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def emit(self, item: OnlineResult) -> None:
+        msg = "FileInChild delivers from the child only"
+        raise AssertionError(msg)
+
+    def for_child_process(self) -> Any:
+        return partial(JsonlSink, self.path)
+
+
+def _no_backend() -> BaseSink:
+    msg = "no backend here"
+    raise RuntimeError(msg)
+
+
+class BrokenInChild(BaseSink):
+    """Its factory raises in the child: it must not turn scoring off for the other sinks."""
+
+    def emit(self, item: OnlineResult) -> None:
+        msg = "BrokenInChild delivers from the child only"
+        raise AssertionError(msg)
+
+    def for_child_process(self) -> Any:
+        return _no_backend

@@ -12,11 +12,13 @@ given a client, a disabled one and a subclass deliver in the application's proce
 
 from __future__ import annotations
 
+import logging
 import os
 import pickle
 import signal
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import langsmith
 import pytest
@@ -30,6 +32,7 @@ from langchain_ragmetrics import (
 )
 from langchain_ragmetrics.callbacks import _auto
 from langchain_ragmetrics.callbacks._isolated import ProcessRuntime
+from tests._support.isolated_setups import BrokenInChild, FileInChild
 from tests._support.langsmith_stub import LangSmithStub
 from tests._support.openai_server import JudgeServer
 from tests._support.rag import question, rag_app
@@ -256,3 +259,87 @@ def test_close_with_langsmith_never_answering_is_bounded_and_counts_what_was_hel
         assert [r.score for r in memory.results] == [0.5] * N  # this process's sink has all
     finally:
         langsmith_app.release_hangs()
+
+
+def test_a_sink_of_your_own_can_opt_in_and_one_that_fails_to_build_only_drops_its_own(
+    judge_server: JudgeServer,
+    make_judge: JudgeFactory,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    fresh_warning: None,
+) -> None:
+    """``FileInChild`` is built in the child as a ``JsonlSink`` (another class: its figures
+    still land under its own key, matched by position); ``BrokenInChild``'s factory raises
+    there: its results count as dropped, with a warning, and the other sinks get them all."""
+    app = rag_app(judge_server, make_judge)
+    path = tmp_path / "child.jsonl"
+    memory = InMemorySink()
+    with caplog.at_level(logging.WARNING, logger="langchain_ragmetrics"):
+        handler = RagMetricsCallbackHandler(
+            metrics=[ContextRelevance(llm=make_judge())],
+            sinks=[BrokenInChild(), memory, FileInChild(path)],
+        )
+        runtime = handler._background
+        assert isinstance(runtime, ProcessRuntime)
+        assert runtime.sinks_in_child == ["BrokenInChild", "FileInChild"]
+        for i in range(N):
+            app.chain.invoke(question(i), config={"callbacks": [handler]})
+        assert handler.flush(START)
+        stats = handler.stats
+        assert list(stats.sinks) == ["BrokenInChild", "InMemorySink", "FileInChild"]
+        assert (stats.sinks["BrokenInChild"].dropped, stats.sinks["BrokenInChild"].delivered) == (
+            N,
+            0,
+        )
+        assert stats.sinks["InMemorySink"].delivered == N
+        assert stats.sinks["FileInChild"].delivered == N
+        assert len(path.read_text(encoding="utf-8").splitlines()) == N  # written by the child
+        assert (stats.processed, stats.scored) == (N, N)  # scoring stayed on
+        assert handler.close(START)
+    warned = [r.getMessage() for r in caplog.records if "could not be built" in r.getMessage()]
+    assert len(warned) == 1
+    assert "no backend here" in warned[0]
+
+
+def test_the_child_sends_feedback_to_the_project_this_process_traces_to(
+    langsmith_env: LangSmithStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without ``project_name``, the rebuilt sink gets the project this process uses now
+    (langsmith keeps the first it read), not what the child's environment says later."""
+    monkeypatch.setenv("LANGSMITH_PROJECT", "traced-here")
+    sink = LangSmithFeedbackSink()
+    expected = sink._project_name()
+    factory = sink.for_child_process()
+    assert factory is not None
+    monkeypatch.setenv("LANGSMITH_PROJECT", "changed-later")
+    assert factory().project_name == expected
+
+
+def test_options_changed_after_construction_reach_the_child(langsmith_env: LangSmithStub) -> None:
+    sink = LangSmithFeedbackSink(project_name="app")
+    sink.run = "root"
+    sink.timeout = 2.5
+    sink.max_concurrency = 3
+    factory = sink.for_child_process()
+    assert factory is not None
+    built = factory()
+    assert (built.run, built.timeout, built.max_concurrency) == ("root", 2.5, 3)
+
+
+def test_close_closes_the_idle_object_too(
+    judge_server: JudgeServer,
+    make_judge: JudgeFactory,
+    langsmith_app: LangSmithStub,
+    fresh_warning: None,
+) -> None:
+    """The object passed sends nothing, but ``close`` still closes it (and so any client the
+    user had it build: ``sink.client``)."""
+    sink = LangSmithFeedbackSink(project_name="app")
+    assert sink.client is not None  # the user asked the object for its client: it built one
+    handler = RagMetricsCallbackHandler(metrics=[ContextRelevance(llm=make_judge())], sinks=[sink])
+    runtime = handler._background
+    assert isinstance(runtime, ProcessRuntime)
+    assert runtime.sinks_in_child == ["LangSmithFeedbackSink"]  # it owns that client: rebuilt
+    assert not sink.delivery.requests.closing.is_set()
+    assert handler.close(START)
+    assert sink.delivery.requests.closing.is_set()  # LangSmithFeedbackSink.close ran
