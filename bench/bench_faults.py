@@ -31,9 +31,12 @@ row are 2 s of ``Retry-After`` no client may shorten).
 Target (issue 18): with faults <= 1.5x the fault-free wall time.
 
 Usage: ``python bench/bench_faults.py [--tiny] [--repeats N] [--model slow|fast|both]
-[--samples N] [--metrics all|NAME,...] [--out DIR]``; ``--samples 200 --metrics all`` runs
-issue 18's own check (200 samples x the four LLM-judged metrics, 1,000 judge calls without
-faults) and writes ``faults_check.json`` beside the published ``faults.json``.
+[--samples N] [--metrics all|NAME,...] [--before DIR] [--out DIR]``; ``--before DIR`` runs
+every configuration with another checkout's driver too (``git worktree add DIR <commit>``),
+the two taking turns run by run, each compared with its own fault-free runs;
+``--samples 200 --metrics all`` runs issue 18's own check (200 samples x the four LLM-judged
+metrics, 1,000 judge calls without faults) and writes ``faults_check.json`` beside the
+published ``faults.json``.
 ``--no-ragas`` is accepted and changes nothing: there is no RAGAS side.
 """
 
@@ -44,9 +47,10 @@ import math
 import random
 import sys
 import threading
+from pathlib import Path
 from typing import Any
 
-from _common import base_parser, median, publish, ratio, table
+from _common import REPO, base_parser, median, publish, ratio, table
 from _judge import BenchJudge
 from bench_throughput import CONCURRENCY, distinct_dataset, throughput_run
 
@@ -151,6 +155,11 @@ class FaultyJudge:
         return reply_delay(self.latency, answer)
 
 
+def run_key(name: str, side: str) -> str:
+    """A configuration's key in the results: its scenario, and ``|side`` with ``--before``."""
+    return f"{name}|{side}" if side else name
+
+
 def timeline(log: list[tuple[JudgeRequest, str, float]]) -> dict[str, Any]:
     """Where the time of one run went, from the judge's request log.
 
@@ -194,35 +203,46 @@ def measure(
     models: tuple[str, ...] = ("slow", "fast"),
     asynchronous: bool = False,
     metrics: str = METRICS,
+    before: Path | None = None,
 ) -> dict[str, Any]:
     """Alternate fault-free and faulty runs (fresh processes) and summarise.
 
     ``metrics`` is a comma-separated list of metric names, or ``"all"`` for the four
     LLM-judged ones (issue 18's own check: 200 samples x 4 metrics, 1,000 judge calls).
+    ``before``: another checkout's root; every configuration then also runs with that
+    checkout's driver (which imports its package), the two sides taking turns run by run,
+    and each side's faulty runs are compared with its own fault-free runs.
     """
     dataset = distinct_dataset(out, samples)
     faulty = FaultyJudge(BenchJudge(), latency=latency)
     plan = scenarios(models)
-    runs: dict[str, list[dict[str, Any]]] = {name: [] for name, *_ in plan}
+    drivers = {"": "_ours_driver.py"}
+    if before is not None:
+        drivers = {"before": str(before / "bench" / "_ours_driver.py"), "after": "_ours_driver.py"}
+    runs: dict[str, list[dict[str, Any]]] = {
+        run_key(name, side): [] for name, *_ in plan for side in drivers
+    }
     chosen = [] if metrics == "all" else ["--metrics", metrics]
     extra = [*chosen, *(["--async"] if asynchronous else [])]
     with JudgeServer(faulty) as server:  # no latency of its own: the judge sets each wait
-        for _ in range(repeats):
+        for repeat in range(repeats):
             for name, rate, kinds, slow_errors in plan:
-                faulty.rate, faulty.kinds = rate, kinds or faulty.kinds
-                faulty.slow_errors = slow_errors
-                faulty.reset()
-                server.reset()
-                report = throughput_run(
-                    sys.executable, "_ours_driver.py", server.base_url, dataset, *extra
-                )
-                report["requests"] = len(faulty.log)
-                report["faults"] = faulty.faults
-                report["failed_jobs"] = sum(s["failed"] for s in report["scores"].values())
-                report["timeline"] = timeline(faulty.log)
-                runs[name].append(report)
+                sides = list(drivers) if repeat % 2 == 0 else list(drivers)[::-1]
+                for side in sides:
+                    faulty.rate, faulty.kinds = rate, kinds or faulty.kinds
+                    faulty.slow_errors = slow_errors
+                    faulty.reset()
+                    server.reset()
+                    report = throughput_run(
+                        sys.executable, drivers[side], server.base_url, dataset, *extra
+                    )
+                    report["requests"] = len(faulty.log)
+                    report["faults"] = faulty.faults
+                    report["failed_jobs"] = sum(s["failed"] for s in report["scores"].values())
+                    report["timeline"] = timeline(faulty.log)
+                    runs[run_key(name, side)].append(report)
     # A job is one judge call of a fault-free run (entity recall makes two per sample).
-    jobs = round(median([r["requests"] for r in runs["none"]]))
+    jobs = round(median([r["requests"] for r in runs[run_key("none", list(drivers)[-1])]]))
     summary = {}
     for name, reports in runs.items():
         walls = [r["wall_s"] for r in reports]
@@ -240,10 +260,11 @@ def measure(
             "tail_busy_slots": median([t["tail_busy_slots"] for t in lines]),
             "timelines": lines,
         }
-    base = summary["none"]["median_wall_s"]
-    for entry in summary.values():
-        entry["slowdown"] = ratio(entry["median_wall_s"], base)
+    for key, entry in summary.items():
+        base = summary[run_key("none", key.partition("|")[2])]
+        entry["slowdown"] = ratio(entry["median_wall_s"], base["median_wall_s"])
     return {
+        "sides": {} if before is None else {"before": str(before), "after": str(REPO)},
         "samples": samples,
         "metrics": metrics,
         "jobs": jobs,
@@ -260,7 +281,7 @@ def render(result: dict[str, Any]) -> str:
     """Markdown table and the verdict on the target, per fault model."""
     rows = [
         [
-            label(name),
+            label(name.partition("|")[0]) + (f" ({name.partition('|')[2]})" if "|" in name else ""),
             s["requests"],
             s["faults"],
             s["failed_jobs"],
@@ -290,12 +311,16 @@ def render(result: dict[str, Any]) -> str:
     verdicts = []
     for model in result["models"]:
         names = [
-            n for n in result["runs"] if n != "none" and n.endswith("-fast") == (model == "fast")
+            n
+            for n in result["runs"]
+            if not n.startswith("none")
+            and n.partition("|")[0].endswith("-fast") == (model == "fast")
         ]
         verdicts.append(
             f"Fault model *{MODELS[model]}*: "
             + ", ".join(
-                f"{n.removesuffix('-fast')} {result['runs'][n]['slowdown']:.2f}x (target <= "
+                f"{n.replace('-fast', '').replace('|', ' ')} "
+                f"{result['runs'][n]['slowdown']:.2f}x (target <= "
                 f"{TARGET:g}x: {'met' if result['runs'][n]['slowdown'] <= TARGET else 'MISSED'})"
                 for n in names
             )
@@ -306,7 +331,16 @@ def render(result: dict[str, Any]) -> str:
         f"{metrics_label(result.get('metrics', METRICS))} ({result['jobs']} judge calls "
         f"without faults), concurrency {result['concurrency']}, judge latency "
         f"{result['latency_s'] * 1000:.0f} ms, default RetryPolicy, "
-        f"{len(result['runs']['none']['walls_s'])} runs per configuration, alternating. Fault "
+        f"{len(next(iter(result['runs'].values()))['walls_s'])} runs per configuration, "
+        "alternating"
+        + (
+            " (each with the checkout before, `"
+            + result["sides"]["before"]
+            + "`, and this one, taking turns run by run)"
+            if result.get("sides")
+            else ""
+        )
+        + ". Fault "
         "models: *faults take the latency* (every fault after the judge's latency, as a slow "
         "500: the hard case) and *429/500 at once, malformed after the latency* (errors "
         "answered without latency, as rate-limiting gateways do; a malformed answer still "
@@ -347,6 +381,12 @@ def main(argv: list[str] | None = None) -> int:
         default=METRICS,
         help=f'comma-separated metric names, or "all" (issue 18\'s check); default {METRICS}',
     )
+    parser.add_argument(
+        "--before",
+        type=Path,
+        default=None,
+        help="another checkout's root: run every configuration with its driver too, in turns",
+    )
     args = parser.parse_args(argv)
     samples, latency = (12, 0.01) if args.tiny else (SAMPLES, LATENCY)
     samples = args.samples or samples
@@ -360,10 +400,13 @@ def main(argv: list[str] | None = None) -> int:
         models=models,
         asynchronous=args.asynchronous,
         metrics=args.metrics,
+        before=args.before,
     )
     name = "faults" if not args.asynchronous else "faults_async"
     if args.metrics != METRICS or args.samples:
         name += "_check"  # not the published configuration: kept apart from its figures
+    if args.before is not None:
+        name += "_checkouts"
     title = "Retries under faults" + (" (aevaluate)" if args.asynchronous else "")
     publish(args.out, name, title, render(result), result)
     return 0

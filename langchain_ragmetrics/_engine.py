@@ -3,9 +3,10 @@
 ``evaluate()``, ``aevaluate()`` and the online callback's worker all run their jobs through a
 :class:`ScoringEngine`, so the package has a single concurrency system:
 
-* a job holds one of ``max_concurrency`` slots while it works and gives it back while it
-  sleeps out a retry backoff (:class:`~langchain_ragmetrics._gate.Admission`), so retries
-  cost little throughput; ``rate_limit_per_minute`` meters every judge request, retries
+* a job holds one of ``max_concurrency`` slots per call at work and gives it back while it
+  sleeps out a retry backoff (:class:`~langchain_ragmetrics._gate.Admission`), first to its
+  own calls not started yet, so retries cost little throughput and a job's calls do not
+  wait for each other's backoffs; ``rate_limit_per_minute`` meters every judge request, retries
   included, with langchain-core's ``InMemoryRateLimiter``;
 * :meth:`ScoringEngine.run` scores jobs on threads with each metric's sync ``invoke`` (no
   event loop: it works the same from a script, a notebook or an async web handler, and it

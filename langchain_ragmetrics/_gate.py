@@ -167,7 +167,8 @@ class Admission:
     A job is worked on by its own thread (or task) and, while it sends several judge calls at
     once, by helpers that each joined with a slot of their own (:meth:`try_join`). Each of
     them that is awake (not sleeping out a backoff, not waiting for the others) holds one
-    slot: sleeping gives it back, waking takes one again ahead of jobs not started yet.
+    slot: sleeping gives it back (to the job's own next call first, see
+    :meth:`starting_siblings`), waking takes one again ahead of jobs not started yet.
 
     Args:
         gate: The engine's gate.
@@ -196,6 +197,8 @@ class Admission:
         self._awake = 1  # the job's own thread or task, and the helpers that joined
         self._held = 1 if holding else 0
         self._closed = False
+        self._on_sleep: Callable[[], bool] | None = None
+        """Set while the job has calls not started (:meth:`starting_siblings`)."""
 
     @property
     def held(self) -> int:
@@ -279,27 +282,45 @@ class Admission:
             async with self._aparked():
                 await asyncio.wait(tasks)
 
+    @contextlib.contextmanager
+    def starting_siblings(self, start: Callable[[], bool]) -> Iterator[None]:
+        """While the block runs, a worker sleeping out a backoff hands its slot to ``start``.
+
+        The slot is handed over, never released and taken again (a job not started yet
+        waiting for one would get it first), unless a job back from its backoff waits for a
+        slot. ``start`` then starts a helper on that slot, which ends with :meth:`leave`, and
+        returns True; or returns False when the job has no call left to start, and the slot
+        goes back as when a helper leaves. So the job's own calls not started yet go first
+        (the retry's wait overlaps them): a job's calls do not wait for each other's
+        backoffs.
+        """
+        previous, self._on_sleep = self._on_sleep, start
+        try:
+            yield
+        finally:
+            self._on_sleep = previous
+
     # ----------------------------------------------------------------- backoff
 
     def sleep(self, seconds: float) -> None:
         """Sleep out a backoff without the slot, then take a slot again (thread)."""
-        with self._parked():
+        with self._parked(backoff=True):
             time.sleep(seconds)
 
     async def asleep(self, seconds: float) -> None:
         """Async twin of :meth:`sleep`."""
-        async with self._aparked():
+        async with self._aparked(backoff=True):
             await asyncio.sleep(seconds)
 
     @contextlib.contextmanager
-    def _parked(self) -> Iterator[None]:
+    def _parked(self, *, backoff: bool = False) -> Iterator[None]:
         """The block runs without this worker's slot; a slot is taken again after it.
 
         A block that raises (Ctrl-C, a cancelled task) ends the job: the worker is counted
         awake again without waiting for a slot.
         """
-        self._park()
         try:
+            self._park(backoff=backoff)
             yield
         except BaseException:
             self._count(woke=True, took=False)
@@ -307,10 +328,10 @@ class Admission:
         self._unpark()
 
     @contextlib.asynccontextmanager
-    async def _aparked(self) -> AsyncIterator[None]:
+    async def _aparked(self, *, backoff: bool = False) -> AsyncIterator[None]:
         """Async twin of :meth:`_parked` (a timeout cancels the task in the block)."""
-        self._park()
         try:
+            self._park(backoff=backoff)
             yield
         except BaseException:
             self._count(woke=True, took=False)
@@ -323,13 +344,37 @@ class Admission:
         self._held -= spare
         return spare
 
-    def _park(self) -> None:
+    def _park(self, *, backoff: bool = False) -> None:
+        """This worker stops using its slot (it sleeps, waits or leaves); see ``_spare``.
+
+        A backoff under :meth:`starting_siblings` hands the slot to the job's next call.
+        """
+        start = self._on_sleep if backoff else None
         with self._state:
             self._awake -= 1
             spare = self._spare()
+            handed = start is not None and spare > 0 and not self._closed and not self._resumed()
+            if handed:  # kept for the helper ``start`` begins: counted awake, as try_join does
+                spare -= 1
+                self._held += 1
+                self._awake += 1
         self._release(spare)
+        if handed and start is not None:
+            try:
+                started = start()
+            except BaseException:
+                self.leave()  # the handed slot goes back
+                raise
+            if not started:
+                self.leave()  # no call left to start: given back, as when a helper leaves
+            return
         if spare and self._on_park is not None:
             self._on_park()
+
+    def _resumed(self) -> bool:
+        """Whether a job back from its backoff waits for a slot (it goes first)."""
+        slots = self._loop_slots
+        return (slots.resuming if slots is not None else self.gate.resuming) > 0
 
     def enter(self) -> None:
         """Take a slot for the job on this thread (DeadlineExceededError at the deadline)."""

@@ -823,6 +823,44 @@ def test_a_jobs_calls_that_back_off_at_once_give_their_slots_back_and_finish(
 
 
 @pytest.mark.parametrize("mode", MODES)
+def test_a_call_backing_off_lets_the_jobs_next_calls_go_first(
+    judge_server: JudgeServer, make_judge: Callable[..., Any], mode: str
+) -> None:
+    """One slot, a job of three calls, and a job waiting: the first call meets a 429. While
+    it sleeps out the backoff its slot goes to the job's calls not started yet (they do not
+    wait for its retry, and the waiting job does not pass them), and the retry comes once
+    they are done: the slot is never idle meanwhile. Before: 0, 0, 1, 2, then the next job
+    (threads); 0, the next job's calls, then 0, 1, 2 (asyncio)."""
+    order: list[str] = []
+    lock = threading.Lock()
+    judge = keyword_precision("岸田")
+    first_passage = JA_PM.contexts[0]
+
+    def answer(req: JudgeRequest) -> Any:
+        passage = payload(req)["passage"]
+        with lock:
+            order.append(passage)
+            refuse = order.count(passage) == 1 and passage == first_passage
+        if refuse:
+            return reply_error(429, "slow down", headers={"Retry-After": "0.01"})
+        return judge(req)
+
+    judge_server.script = answer
+    engine = ScoringEngine(max_concurrency=1)
+    precision = ContextPrecision(llm=make_judge(), per_context=True, retry=FAST)
+    later = JA_PM.model_copy(update={"contexts": ["別の文書です", "もう一つの文書です"]})
+    jobs = [Job(JA_PM, precision), Job(later, precision)]  # the second waits for the slot
+    results, free = run_and_count_free_slots(engine, jobs, mode)
+    assert [r.score for r in results if r is not None] == [7 / 12, 0.0]
+    # The slot is handed to the job's next calls, not to the job waiting (which asyncio's
+    # arun starts at once); then the retry and that job's calls (in an order that depends
+    # on whether the retry's short backoff ended before the helper's calls did).
+    assert order[:3] == [first_passage, *JA_PM.contexts[1:]]
+    assert sorted(order[3:]) == sorted([first_passage, *later.contexts])
+    assert free == 1
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_with_one_slot_a_jobs_calls_run_one_after_another(
     judge_server: JudgeServer, make_judge: Callable[..., Any], mode: str
 ) -> None:

@@ -6,6 +6,8 @@ import asyncio
 import threading
 import time
 
+import pytest
+
 from langchain_ragmetrics._gate import Admission, Gate, admitted
 from langchain_ragmetrics.metrics._base import arun_parallel
 
@@ -213,3 +215,100 @@ def test_a_job_timed_out_while_it_waits_for_its_helpers_ends_at_once() -> None:
         return timed_out, helper_calls
 
     assert asyncio.run(run()) == (True, ["start", "cancelled"])
+
+
+def test_a_backoff_hands_its_slot_to_the_jobs_calls_not_started() -> None:
+    """Sleeping out a backoff hands the slot to the job's ``starting_siblings`` hook: never
+    released (a job not started yet, waiting for one, cannot take it) and the engine is not
+    told of a spare slot; the helper's ``leave`` gives it back to the sleeper."""
+    gate = Gate(1)
+    parks: list[str] = []
+    job = Admission(gate, holding=True, on_park=lambda: parks.append("engine"))
+    assert gate.slots.acquire(blocking=False)
+    seen: list[tuple[int, int, list[str]]] = []
+
+    def helper() -> None:
+        """The sibling's call: done once the sleeper waits to wake (its park is over)."""
+        deadline = time.monotonic() + 30
+        while gate.resuming == 0 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        seen.append((job.held, free_slots(gate), list(parks)))
+        job.leave()  # its slot goes to the sleeper, back from its backoff
+
+    def start() -> bool:
+        threading.Thread(target=helper).start()
+        return True
+
+    with job.starting_siblings(start):
+        job.sleep(0)  # wakes once the helper gave the slot back
+    assert seen == [(1, 0, [])]  # the helper held it all along; the engine was not told
+    assert job.held == 1
+    job.close()
+    assert free_slots(gate) == 1
+
+
+def test_a_backoff_with_no_call_to_start_gives_the_slot_to_the_engine() -> None:
+    gate = Gate(1)
+    parks: list[str] = []
+    job = Admission(gate, holding=True, on_park=lambda: parks.append("engine"))
+    assert gate.slots.acquire(blocking=False)
+    with job.starting_siblings(lambda: False):  # nothing left to start
+        job.sleep(0)
+    assert parks == ["engine"]  # the engine may start another worker for the slot
+    job.close()
+    assert free_slots(gate) == 1
+
+
+def test_a_job_back_from_its_backoff_goes_before_the_siblings() -> None:
+    gate = Gate(2)
+    job = started(gate)
+    calls: list[int] = []
+    with gate._turns:
+        gate._resuming += 1  # another job, back from its backoff, waits for a slot
+    try:
+        with job.starting_siblings(lambda: calls.append(1) or True):
+            job._park(backoff=True)
+            assert calls == []  # not handed: released for the job that waits
+            assert (job.held, free_slots(gate)) == (0, 2)
+            job._unpark()
+    finally:
+        with gate._turns:
+            gate._resuming -= 1
+    job.close()
+    assert free_slots(gate) == 2
+
+
+def test_a_hook_that_raises_gives_the_handed_slot_back_and_ends_the_wait() -> None:
+    gate = Gate(1)
+    job = started(gate)
+
+    def broken() -> bool:
+        raise RuntimeError("can't start new thread")
+
+    with job.starting_siblings(broken), pytest.raises(RuntimeError):
+        job.sleep(0)
+    assert free_slots(gate) == 1  # nothing kept for a helper that never started
+    job.close()
+    assert free_slots(gate) == 1
+
+
+def test_waiting_for_helpers_and_leaving_do_not_offer_the_slot_to_siblings() -> None:
+    """Only a backoff does: the job's thread waits for its helpers, or a helper leaves,
+    once every call was taken."""
+    gate = Gate(2)
+    job = started(gate)
+    offers: list[int] = []
+
+    def offer() -> bool:
+        offers.append(1)
+        return False
+
+    done = threading.Event()
+    with job.starting_siblings(offer):
+        assert job.try_join()
+        job.leave()  # a helper done
+        threading.Timer(0.01, done.set).start()
+        job.wait(done)  # parks until the event, then takes a slot back
+    assert offers == []
+    job.close()
+    assert free_slots(gate) == 2

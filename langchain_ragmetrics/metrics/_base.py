@@ -14,7 +14,7 @@ from abc import abstractmethod
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from langchain_core.callbacks import (
     AsyncCallbackManagerForChainRun,
@@ -496,59 +496,117 @@ def run_parallel(fn: Callable[[_T], _R], items: Sequence[_T], *, limit: int) -> 
     the caller's context (as ``ContextThreadPoolExecutor`` does), so the engine's admission
     and any tracing context carry over. Under the engine each helper needs a free slot of
     its own (:meth:`~langchain_ragmetrics._gate.Admission.try_join`): without one the calls
-    run on fewer threads, so ``max_concurrency`` bounds the calls at work. Every call runs;
-    the first exception in item order is raised after all of them have finished (a Ctrl-C in
-    the caller's own call at once).
+    run on fewer threads, so ``max_concurrency`` bounds the calls at work; a call sleeping out
+    a backoff frees its slot for a call not started yet. Every call runs; the first exception
+    in item order is raised after all of them have finished (a Ctrl-C in the caller's own
+    call at once).
     """
-    count = len(items)
-    results: list[Any] = [None] * count
-    errors: dict[int, BaseException] = {}
-    lock = threading.Lock()
-    finished = threading.Event()
-    taken = done = 0
+    return _ParallelCalls(fn, items, limit).run()
 
-    def work(caught: type[BaseException]) -> None:
-        nonlocal taken, done
+
+class _ParallelCalls(Generic[_T, _R]):
+    """The state of one :func:`run_parallel`: the calls handed out, done, and their outcomes."""
+
+    def __init__(self, fn: Callable[[_T], _R], items: Sequence[_T], limit: int) -> None:
+        self.fn = fn
+        self.items = items
+        self.limit = limit
+        self.count = len(items)
+        self.results: list[Any] = [None] * self.count
+        self.errors: dict[int, BaseException] = {}
+        self.lock = threading.Lock()
+        self.finished = threading.Event()
+        self.taken = self.done = 0
+        self.workers = 1  # the caller
+        self.context = contextvars.copy_context()
+        self.admission = current_admission()
+
+    def work(self, caught: type[BaseException]) -> None:
+        """Take the next call and run it, until none is left."""
         while True:
-            with lock:
-                index = taken
-                if index >= count:
+            with self.lock:
+                index = self.taken
+                if index >= self.count:
                     return
-                taken += 1
+                self.taken += 1
             try:
-                results[index] = fn(items[index])
+                self.results[index] = self.fn(self.items[index])
             except caught as exc:  # re-raised by the caller, in item order
-                errors[index] = exc
-            with lock:
-                done += 1
-                if done == count:
-                    finished.set()
+                self.errors[index] = exc
+            with self.lock:
+                self.done += 1
+                if self.done == self.count:
+                    self.finished.set()
 
-    def helper(admission: Admission) -> None:
+    def helper(self, admission: Admission) -> None:
+        """A helper thread (it keeps even a BaseException: a lost count would hang the caller)."""
         try:
-            work(BaseException)
+            self.work(BaseException)
         finally:
             admission.leave()
 
-    context = contextvars.copy_context()
-    admission = current_admission()
-    for _ in range(min(limit, count) - 1):
-        # A helper keeps even a BaseException for the caller: a lost count would hang it.
+    def _wanted(self) -> bool:
+        """Count one more worker if the limit allows one and calls are left to take."""
+        with self.lock:
+            # Workers are never counted down: a helper ends only once every call is taken.
+            if self.workers >= self.limit or self.taken >= self.count:
+                return False
+            self.workers += 1
+            return True
+
+    def _start_helper(self, admission: Admission) -> None:
+        """A helper thread on a slot the job holds for it (it ends with ``leave``)."""
+        try:
+            _CALL_THREADS.submit(partial(self.context.copy().run, self.helper, admission))
+        except BaseException:
+            with self.lock:
+                self.workers -= 1
+            raise
+
+    def join(self) -> bool:
+        """One more helper, if the limit allows, calls are left and a slot is free now."""
+        admission = self.admission
+        if admission is None or not self._wanted():
+            return False
+        if not admission.try_join():
+            with self.lock:
+                self.workers -= 1
+            return False
+        try:
+            self._start_helper(admission)
+        except BaseException:
+            admission.leave()
+            raise
+        return True
+
+    def handed(self) -> bool:
+        """A worker's backoff handed the job a slot: a helper takes the next call on it."""
+        admission = self.admission
+        if admission is None or not self._wanted():
+            return False
+        self._start_helper(admission)
+        return True
+
+    def run(self) -> list[Any]:
+        admission = self.admission
         if admission is None:
-            _CALL_THREADS.submit(partial(context.copy().run, work, BaseException))
-        elif admission.try_join():
-            _CALL_THREADS.submit(partial(context.copy().run, helper, admission))
+            for _ in range(min(self.limit, self.count) - 1):
+                _CALL_THREADS.submit(partial(self.context.copy().run, self.work, BaseException))
+            self.work(Exception)  # the caller's own Ctrl-C propagates at once
+            if self.count:
+                self.finished.wait()
         else:
-            break  # no free slot: the calls left run on the threads that have one
-    work(Exception)  # the caller's own Ctrl-C propagates at once
-    if count:
-        if admission is None:
-            finished.wait()
-        else:
-            admission.wait(finished)  # without its slot, which a helper may need
-    if errors:
-        raise errors[min(errors)]
-    return results
+            for _ in range(min(self.limit, self.count) - 1):
+                if not self.join():
+                    break  # no free slot: the calls left run on the threads that have one
+            # A worker sleeping out a backoff frees its slot: a call not started takes it.
+            with admission.starting_siblings(self.handed):
+                self.work(Exception)
+                if self.count:
+                    admission.wait(self.finished)  # without its slot, which a helper may need
+        if self.errors:
+            raise self.errors[min(self.errors)]
+        return self.results
 
 
 async def arun_parallel(
@@ -563,9 +621,12 @@ async def arun_parallel(
     results: list[Any] = [None] * count
     errors: dict[int, BaseException] = {}
     indices = iter(range(count))
+    taken = 0  # one event loop: the counters need no lock
 
     async def work() -> None:
-        for index in indices:  # one event loop: taking the next index needs no lock
+        nonlocal taken
+        for index in indices:
+            taken = index + 1
             try:
                 results[index] = await fn(items[index])
             except Exception as exc:  # re-raised by the caller, in item order
@@ -579,20 +640,41 @@ async def arun_parallel(
 
     admission = current_admission()
     helpers: list[asyncio.Future[None]] = []
+
+    def wanted() -> bool:
+        # Helpers are never counted down: one ends only once every call is taken.
+        return admission is not None and len(helpers) + 1 < limit and taken < count
+
+    def join() -> bool:
+        """One more helper task, if the limit allows, calls are left and a slot is free."""
+        if admission is None or not wanted() or not admission.try_join():
+            return False
+        helpers.append(asyncio.ensure_future(helper(admission)))
+        return True
+
+    def handed() -> bool:
+        """A task's backoff handed the job a slot: a helper takes the next call on it."""
+        if admission is None or not wanted():
+            return False
+        helpers.append(asyncio.ensure_future(helper(admission)))
+        return True
+
     for _ in range(min(limit, count) - 1):
         if admission is None:
             helpers.append(asyncio.ensure_future(work()))
-        elif admission.try_join():
-            helpers.append(asyncio.ensure_future(helper(admission)))
-        else:
+        elif not join():
             break  # no free slot: the calls left run on the tasks that have one
     try:
-        await work()
-        if helpers:
-            if admission is None:
+        if admission is None:
+            await work()
+            if helpers:
                 await asyncio.wait(helpers)
-            else:
-                await admission.await_all(helpers)
+        else:
+            # A task sleeping out a backoff frees its slot: a call not started takes it.
+            with admission.starting_siblings(handed):
+                await work()
+                if helpers:
+                    await admission.await_all(helpers)
     except BaseException:
         for task in helpers:
             task.cancel()

@@ -168,6 +168,35 @@ def test_faults_on_issue_18s_check_counts_every_judge_call(tmp_path: Path) -> No
     )
 
 
+def test_faults_with_another_checkout_runs_both_sides_against_their_own_baseline(
+    tmp_path: Path,
+) -> None:
+    """``--before DIR`` (this checkout against itself): every configuration on both sides,
+    each faulty run compared with its own side's fault-free runs."""
+    result = run_bench(
+        "bench_faults.py",
+        tmp_path,
+        "--model",
+        "fast",
+        "--before",
+        str(REPO),
+        timeout=300,
+        name="faults_checkouts",
+    )
+    sides = ("before", "after")
+    assert set(result["runs"]) == {
+        f"{name}|{side}" for name in ("none", "mixed-fast", "transient-fast") for side in sides
+    }
+    assert result["sides"] == {"before": str(REPO), "after": str(REPO)}
+    for side in sides:
+        none = result["runs"][f"none|{side}"]
+        assert none["requests"] == result["jobs"] == 24
+        mixed = result["runs"][f"mixed-fast|{side}"]
+        assert mixed["slowdown"] == pytest.approx(mixed["median_wall_s"] / none["median_wall_s"])
+    assert "mixed before" in result["table"]
+    assert "mixed after" in result["table"]
+
+
 def test_the_fault_models_wait_as_labelled() -> None:
     """Answers and malformed answers wait the latency; 429s and 500s only when slow."""
     faulty = bench_faults.FaultyJudge(BenchJudge(), latency=0.1)
