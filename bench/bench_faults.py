@@ -19,7 +19,9 @@ Two fault models, each run with both mixes:
   ran); a malformed answer still comes after the latency (the model did the work).
 
 The configurations alternate in one session, each run a fresh process
-(``_ours_driver.py throughput``), so the ratios compare like with like on a noisy machine.
+(``_ours_driver.py throughput``), so the ratios compare like with like on a noisy machine; in
+each round every configuration's fault draws start from the same seed (since 2026-11-28;
+before, the draws ran on from run to run, so each run met other faults).
 From the judge's request log, each run also gives its timeline: when the last job not started
 yet sent its first request, how long the *tail* after it lasted (only retries left) and how
 many of the 16 slots were busy in it on average.
@@ -67,6 +69,8 @@ SAMPLES = 300
 METRICS = "context_recall,context_precision"
 LATENCY = 0.100
 FAULT_RATE = 0.30
+SEED = 7
+"""The fault draws of round ``r`` start from ``SEED + r``, in every configuration."""
 REPEATS = 3
 TARGET = 1.5
 RETRY_AFTER = {"Retry-After": "1"}
@@ -111,7 +115,7 @@ class FaultyJudge:
     server itself runs without latency: the judge puts the wait on each reply.)
     """
 
-    def __init__(self, judge: BenchJudge, *, latency: float, seed: int = 7) -> None:
+    def __init__(self, judge: BenchJudge, *, latency: float, seed: int = SEED) -> None:
         self.judge = judge
         self.latency = latency
         self.rate = 0.0
@@ -125,11 +129,18 @@ class FaultyJudge:
         """The timed side's requests, what each got (``ok`` or the fault's kind) and after how
         many seconds."""
 
-    def reset(self) -> None:
-        """Forget the count and the log (before each run)."""
+    def reset(self, seed: int | None = None) -> None:
+        """Forget the count and the log (before each run); with ``seed``, restart the draws.
+
+        Every configuration of a round starts from the same seed, so the sides compared in
+        a round meet the same sequence of faults (which request draws which still depends
+        on the order requests arrive in).
+        """
         with self._lock:
             self.faults = 0
             self.log = []
+            if seed is not None:
+                self._random = random.Random(seed)
 
     def __call__(self, req: JudgeRequest) -> Reply:
         timed = req.headers.get("x-bench-side") == "ours"
@@ -231,7 +242,7 @@ def measure(
                 for side in sides:
                     faulty.rate, faulty.kinds = rate, kinds or faulty.kinds
                     faulty.slow_errors = slow_errors
-                    faulty.reset()
+                    faulty.reset(seed=SEED + repeat)
                     server.reset()
                     report = throughput_run(
                         sys.executable, drivers[side], server.base_url, dataset, *extra
