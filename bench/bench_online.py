@@ -60,8 +60,8 @@ the same in the mode a production user gets by default, at 20 sampled retrievals
 with nothing dropped.
 
 Usage: ``python bench/bench_online.py [--tiny] [--repeats N] [--invocations N] [--rate R]
-[--rounds N] [--block-size N] [--order shuffle|alternate] [--no-blocks] [--no-memory]
-[--out DIR]``
+[--rounds N] [--block-size N] [--block-runs N] [--order shuffle|alternate] [--no-blocks]
+[--no-memory] [--out DIR]``
 """
 
 from __future__ import annotations
@@ -245,18 +245,60 @@ def measure_latency(
 
 
 def measure_blocks(
-    *, rounds: int, block_size: int, warmup: int, rate: float = RATE
+    *, rounds: int, block_size: int, warmup: int, rate: float = RATE, runs: int = 1
 ) -> dict[str, Any]:
-    """Issue 18's method: per handler config, one process of interleaved blocks."""
-    out: dict[str, Any] = {"rounds": rounds, "block_size": block_size, "rate_per_s": rate}
+    """Issue 18's method: per handler config, ``runs`` processes of interleaved blocks.
+
+    The configs take turns run by run (the order rotated each run, each run its own seed);
+    with several runs a config's figures are the medians over its runs, each run's kept.
+    """
+    out: dict[str, Any] = {
+        "rounds": rounds,
+        "block_size": block_size,
+        "rate_per_s": rate,
+        "runs": runs,
+    }
+    per_config: dict[str, list[dict[str, Any]]] = {c: [] for c in BLOCK_CONFIGS}
     judge, stub = _servers()
     with judge, stub:
-        for config in BLOCK_CONFIGS:
-            report = blocks_run(
-                config, judge, stub, rounds=rounds, block_size=block_size, warmup=warmup, rate=rate
-            )
-            out[config] = blocks_summary(report, config)
+        for run in range(runs):
+            shift = run % len(BLOCK_CONFIGS)
+            for config in BLOCK_CONFIGS[shift:] + BLOCK_CONFIGS[:shift]:
+                report = blocks_run(
+                    config,
+                    judge,
+                    stub,
+                    rounds=rounds,
+                    block_size=block_size,
+                    warmup=warmup,
+                    rate=rate,
+                    seed=SEED + run,
+                )
+                per_config[config].append(blocks_summary(report, config))
+    for config, summaries in per_config.items():
+        out[config] = summaries[0] if runs == 1 else combine_blocks(summaries, config)
     return out
+
+
+def combine_blocks(summaries: list[dict[str, Any]], config: str) -> dict[str, Any]:
+    """A config's blocks figures over several runs: medians, with each run's added figures."""
+    combined: dict[str, Any] = {
+        side: {
+            key: median([s[side][key] for s in summaries])
+            for key in ("median_ms", "p99_ms", "calls")
+        }
+        for side in ("none", "noop", config)
+    }
+    for key in ("added_median_ms", "added_p99_ms", "noop_added_median_ms", "noop_added_p99_ms"):
+        combined[key] = median([s[key] for s in summaries])
+        combined[f"{key}_per_run"] = [s[key] for s in summaries]
+    reports = [s["run"]["handler"] for s in summaries]
+    combined.update(
+        accounting=scored_accounting(reports),
+        runtime=runtime_label(reports),
+        per_run=summaries,
+    )
+    return combined
 
 
 def blocks_run(
@@ -419,49 +461,58 @@ def render(
         "verdicts use the blocks (issue 18's own method); the paired table is the cross-check."
     ]
     if blocks:
+        runs = blocks.get("runs", 1)
         parts.append(
             f"**Blocks** (the verdicts use these): per handler config one process in which "
             f"blocks of {blocks['block_size']} calls with no handler, a do-nothing handler and "
             f"ours take turns ({blocks['rounds']} blocks each, a seeded random order per "
             f"round), every call paced at {blocks['rate_per_s']:g} a second, the wait outside "
             "its timing; added = ours - the no-handler blocks."
+            + (
+                f" {runs} such processes per config, the configs taking turns run by run; "
+                "the figures are medians over the runs, each run's added median and p99 "
+                "beside them."
+                if runs > 1
+                else ""
+            )
         )
         rows = []
         for config in BLOCK_CONFIGS:
             b = blocks[config]
             a = b["accounting"]
-            rows.append(
-                [
-                    NAMES[config],
-                    b["runtime"],
-                    b[config]["median_ms"],
-                    b["none"]["median_ms"],
-                    b["added_median_ms"],
-                    b[config]["p99_ms"],
-                    b["none"]["p99_ms"],
-                    b["added_p99_ms"],
-                    f"{b['noop_added_median_ms']:.3f} / {b['noop_added_p99_ms']:.2f}",
-                    f"{a['processed'] - a['failed_results']} of {a['sampled']} "
-                    f"({a['dropped']} dropped, {a['failed_results']} failed)",
-                ]
-            )
-        parts.append(
-            table(
-                [
-                    "config",
-                    "runs in",
-                    "median ms",
-                    "no handler median ms",
-                    "added median ms",
-                    "p99 ms",
-                    "no handler p99 ms",
-                    "added p99 ms",
-                    "do-nothing handler added median / p99 ms",
-                    "retrievals scored",
-                ],
-                rows,
-            )
-        )
+            row = [
+                NAMES[config],
+                b["runtime"],
+                b[config]["median_ms"],
+                b["none"]["median_ms"],
+                b["added_median_ms"],
+                b[config]["p99_ms"],
+                b["none"]["p99_ms"],
+                b["added_p99_ms"],
+                f"{b['noop_added_median_ms']:.3f} / {b['noop_added_p99_ms']:.2f}",
+                f"{a['processed'] - a['failed_results']} of {a['sampled']} "
+                f"({a['dropped']} dropped, {a['failed_results']} failed)",
+            ]
+            if runs > 1:
+                row[5:5] = [", ".join(f"{v:.3f}" for v in b["added_median_ms_per_run"])]
+                row.insert(9, ", ".join(f"{v:.2f}" for v in b["added_p99_ms_per_run"]))
+            rows.append(row)
+        headers = [
+            "config",
+            "runs in",
+            "median ms",
+            "no handler median ms",
+            "added median ms",
+            "p99 ms",
+            "no handler p99 ms",
+            "added p99 ms",
+            "do-nothing handler added median / p99 ms",
+            "retrievals scored",
+        ]
+        if runs > 1:
+            headers[5:5] = ["added median ms per run"]
+            headers.insert(9, "added p99 ms per run")
+        parts.append(table(headers, rows))
     parts.append(
         f"**Paired** ({invocations} pairs per run, {repeats} run{'s' if repeats != 1 else ''} "
         "per config in fresh "
@@ -718,6 +769,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--block-size", type=int, default=None, help=f"blocks: calls a block ({BLOCK_SIZE})"
     )
+    parser.add_argument(
+        "--block-runs",
+        type=int,
+        default=1,
+        help="blocks: processes per config, the configs in turns; medians over them (1)",
+    )
     args = parser.parse_args(argv)
     invocations = args.invocations or (30 if args.tiny else INVOCATIONS)
     repeats = args.repeats or (1 if args.tiny else REPEATS)
@@ -737,6 +794,7 @@ def main(argv: list[str] | None = None) -> int:
             block_size=args.block_size or (5 if args.tiny else BLOCK_SIZE),
             warmup=5 if args.tiny else WARMUP // 2,
             rate=args.rate,
+            runs=args.block_runs,
         )
     )
     memory = {} if args.no_memory else measure_memory(traces=60 if args.tiny else TRACES)

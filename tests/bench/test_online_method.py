@@ -175,3 +175,30 @@ def test_accounting_sums_the_sinks() -> None:
     accounting = bench_online.scored_accounting([{"handler_stats": stats}] * 2)
     assert accounting["sinks"] == {"LangSmithFeedbackSink": {"delivered": 38, "dropped": 2}}
     assert accounting["unscored"] == 0
+
+
+def _blocks_report(none_ms: float, ours_ms: float, pid: int) -> dict[str, Any]:
+    """A blocks run's report: 10 calls per side, ours ``ours_ms`` slower than none's."""
+    stats = {"sampled": 10, "dropped": 0, "processed": 10, "failed": 0, "sinks": {}}
+    return {
+        "latencies_s": {
+            "none": [none_ms / 1000] * 10,
+            "noop": [(none_ms + 0.1) / 1000] * 10,
+            "default": [(none_ms + ours_ms) / 1000] * 10,
+        },
+        "handler": {"runtime": "ProcessRuntime", "child_pid": pid, "handler_stats": stats},
+    }
+
+
+def test_several_blocks_runs_give_medians_and_keep_each_run() -> None:
+    summaries = [
+        bench_online.blocks_summary(_blocks_report(2.0, added, pid), "default")
+        for added, pid in ((0.2, 1), (0.5, 2), (0.3, 3))
+    ]
+    combined = bench_online.combine_blocks(summaries, "default")
+    assert combined["added_median_ms"] == pytest.approx(0.3)
+    assert combined["added_median_ms_per_run"] == pytest.approx([0.2, 0.5, 0.3])
+    assert combined["noop_added_median_ms"] == pytest.approx(0.1)
+    assert combined["default"]["median_ms"] == pytest.approx(2.3)
+    assert combined["accounting"]["sampled"] == 30  # every run's retrievals counted
+    assert combined["runtime"] == "child process (ProcessRuntime), child pids 1, 2, 3"
