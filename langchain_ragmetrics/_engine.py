@@ -164,6 +164,9 @@ class _Batch:
                 return None
             return self._start(admission)
 
+    def wait_for_job(self) -> None:
+        """Wait for a job to take (a fixed list has them all at once: returns at once)."""
+
     def _start(self, admission: Admission) -> int:
         """Hand out the job at the cursor; call with the lock held."""
         index = self.cursor
@@ -206,12 +209,14 @@ class _Batch:
 class JobFeed(_Batch):
     """Jobs that arrive while :meth:`ScoringEngine.run_feed` runs; ``refill`` asks for more.
 
-    ``refill(block)`` is called without the feed's lock: when the feed has run dry
-    (``block``: it should not return before asking) or is running low (``low`` jobs or fewer
-    left, so the next ones arrive before they are needed). Jobs come in through :meth:`add`;
+    ``refill(block)`` is called without the feed's lock, when the feed has run dry or is
+    running low (``low`` jobs or fewer left, so the next ones arrive before they are needed).
+    With ``block`` False it must not wait (a thread holding a slot asks); with ``block`` True
+    (a thread holding none) it may wait for the answer. Jobs come in through :meth:`add`;
     :meth:`close` says no more will, :meth:`cancel` stops the run. ``refill`` returns True when
     it did either before returning (a local source), False when the answer comes later (a
-    request to another process): then the taking thread waits for it.
+    request to another process, or none at hand yet): then the taking thread waits for it,
+    without a slot.
     """
 
     def __init__(self, refill: Callable[[bool], bool], *, low: int = 0) -> None:
@@ -253,8 +258,13 @@ class JobFeed(_Batch):
             self.arrived.notify_all()
 
     def take(self, admission: Admission) -> int | None:
-        """The next job for a worker thread holding a slot; waits for more while none is left."""
-        while True:
+        """The next job for a worker thread holding a slot, or None when there is none now.
+
+        It never waits with the slot: when the feed is dry it asks ``refill(False)`` (a job
+        at hand, or a request on its way) and takes what came at once; else the thread gives
+        its slot back and waits in :meth:`wait_for_job`.
+        """
+        for asked in (False, True):
             with self.lock:
                 if self.stop.is_set():
                     return None
@@ -262,16 +272,28 @@ class JobFeed(_Batch):
                     index = self._start(admission)
                     left = len(self.job_list) - self.cursor
                     break
-                if self.closed:
+                if self.closed or asked:
                     return None
-            if self.refill(True):
-                continue  # jobs came in synchronously (or none will): take again at once
-            with self.lock:
-                if self.cursor >= len(self.job_list) and not self.closed and not self.stop.is_set():
-                    self.arrived.wait(_WAIT_POLL_S)
-        if left <= self.low:
+            if not self.refill(False):
+                return None  # the answer comes later
+        if self.low and left <= self.low:
             self.refill(False)
         return index
+
+    def wait_for_job(self) -> None:
+        """Wait, holding no slot, until a job is there to take or none will come.
+
+        ``refill(True)`` may block until it has an answer (the parent's share of the feed
+        waits for its workers' jobs); else this waits for jobs to arrive, a poll at most.
+        """
+        with self.lock:
+            if self.stop.is_set() or self.closed or self.cursor < len(self.job_list):
+                return
+        if self.refill(True):
+            return
+        with self.lock:
+            if self.cursor >= len(self.job_list) and not self.closed and not self.stop.is_set():
+                self.arrived.wait(_WAIT_POLL_S)
 
 
 class _WakeUpError(Exception):
@@ -636,14 +658,26 @@ class ScoringEngine:
                     batch.waiting += 1
             counted = False
             got = self.gate.acquire_fresh(timeout=_WAIT_POLL_S)
+            index = None
+            if got:
+                admission = Admission(
+                    self.gate, self._deadline(), holding=True, on_park=batch.spare
+                )
+                index = batch.take(admission)
+                if index is None:
+                    admission.close()
+                    if not batch.exhausted:
+                        # More may come (a feed): wait for it without the slot, which a job
+                        # back from its backoff needs meanwhile. Still counted as waiting,
+                        # so no thread is started for a slot while this one waits.
+                        batch.wait_for_job()
+                        counted = True
+                        continue
             with batch.lock:
                 batch.waiting -= 1
             if not got:
                 continue
-            admission = Admission(self.gate, self._deadline(), holding=True, on_park=batch.spare)
-            index = batch.take(admission)
             if index is None:
-                admission.close()
                 return
             with self._stats_lock:
                 self.stats.started += 1

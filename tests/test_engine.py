@@ -24,7 +24,13 @@ from langchain_ragmetrics import (
     NonLLMContextRecall,
     RagSample,
 )
-from langchain_ragmetrics._engine import Job, ScoringEngine, failure_report, make_rate_limiter
+from langchain_ragmetrics._engine import (
+    Job,
+    JobFeed,
+    ScoringEngine,
+    failure_report,
+    make_rate_limiter,
+)
 from langchain_ragmetrics._gate import Admission, LoopSlots
 from langchain_ragmetrics._schema import MetricResult
 from langchain_ragmetrics._threads import DaemonThreadPool
@@ -663,6 +669,52 @@ def test_a_job_back_from_its_backoff_goes_before_new_jobs(
     assert [r.score for r in results if r is not None] == [0.5] * 3
     order = [payload(r)["question"] for r in judge_server.requests]
     assert order == ["#0", "#1", "#0", "#2"]
+
+
+def test_a_thread_waiting_for_the_feed_holds_no_slot(
+    judge_server: JudgeServer, make_judge: Callable[..., Any]
+) -> None:
+    """A feed that has run dry (a worker process waiting for the parent's answer, the parent
+    waiting for its workers' last jobs) is waited for without a slot: a job back from its
+    backoff takes the slot meanwhile. Before, the thread that found the feed dry waited in
+    ``refill`` on its slot, and with one slot the retry waited for the feed (issue 18: retries
+    sent seconds late at the end of a run with worker processes)."""
+    answer_feed = threading.Event()
+    retried = threading.Event()
+    seen: list[str] = []
+
+    def script(req: JudgeRequest) -> Any:
+        seen.append(payload(req)["question"])
+        if len(seen) == 1:
+            return reply_error(500, "injected")  # A backs off and gives its slot back
+        retried.set()
+        return EINSTEIN_VERDICTS
+
+    def refill(block: bool) -> bool:
+        if block:  # waits for an answer, as the parent does for its workers' last jobs
+            answer_feed.wait(30)
+            feed.close()
+            return True
+        return False  # nothing at hand: a thread holding a slot must not wait here
+
+    judge_server.script = script
+    engine = ScoringEngine(max_concurrency=1)
+    recall = ContextRecall(llm=make_judge(), retry=RetryPolicy(initial_backoff=0))
+    feed = JobFeed(refill)
+    feed.add([Job(sample("A"), recall)])
+    results: list[MetricResult] = []
+    runner = threading.Thread(
+        target=engine.run_feed, args=(feed,), kwargs={"on_result": lambda j, r: results.append(r)}
+    )
+    runner.start()
+    try:
+        assert retried.wait(30), "the retry waited for the feed's answer"
+    finally:
+        answer_feed.set()
+        runner.join(30)
+    assert not runner.is_alive()
+    assert seen == ["A", "A"]
+    assert [r.score for r in results] == [0.5]
 
 
 def test_on_the_event_loop_too_a_job_back_from_its_backoff_goes_before_new_jobs(

@@ -472,12 +472,20 @@ class _Feed:
         self.handed: dict[Key, int] = {}  # times a job went to a worker
         self.stopped = False
 
-    def take_own(self) -> Key | None:
-        """A job for the parent; waits while the feed is empty but a worker still holds jobs."""
+    def take_own(self, *, wait: bool) -> tuple[Key | None, bool]:
+        """A job for the parent (or None), and whether more may come.
+
+        With ``wait``, it waits while the feed is empty but a worker still holds jobs (they
+        come back to it if the worker dies); the caller then holds no slot.
+        """
         with self.lock:
-            while not self.pending and self.held and not self.stopped:
+            while wait and not self.pending and self.held and not self.stopped:
                 self.lock.wait(_POLL_S)
-            return self.pending.popleft() if self.pending and not self.stopped else None
+            if self.stopped:
+                return None, False
+            if self.pending:
+                return self.pending.popleft(), True
+            return None, bool(self.held)
 
     def take_for(self, worker: _Worker, count: int) -> list[Key]:
         with self.lock:
@@ -587,14 +595,16 @@ class _Pool:
         engine = self.engine
 
         def refill(block: bool) -> bool:
-            if not block:  # one job at a time, taken when a slot is free: none hoarded
-                return True
-            key = self.feed.take_own()
-            if key is None:
-                batch.close()
-            else:
+            # One job at a time, asked for by a thread that holds a slot (none hoarded); with
+            # ``block`` (the thread holds none) it waits while the workers hold the last ones.
+            key, more = self.feed.take_own(wait=block)
+            if key is not None:
                 row, col = key
                 batch.add([Job(self.samples[row], self.metrics[col], key)])
+            elif not more:
+                batch.close()
+            else:
+                return False
             return True
 
         def deliver(job: Job, result: MetricResult) -> None:

@@ -861,3 +861,31 @@ def test_auto_uses_a_forked_worker_for_metrics_defined_in_the_script(
         assert report["seen"] == []
     else:
         assert report["seen"] == ([[2, "fork"]] if method == "fork" else [])
+
+
+def test_the_parents_share_of_the_feed_waits_for_the_workers_last_jobs_only_when_asked() -> None:
+    """Without ``wait`` (a thread holding a slot asks) the feed answers at once: nothing now,
+    more may come while a worker holds jobs. With ``wait`` (a thread holding no slot) it
+    waits: for a dead worker's job back in the feed, or for the last job to finish."""
+    feed = workers_module._Feed([(0, 0), (1, 0)])
+    worker = SimpleNamespace(holding=set())
+    assert feed.take_for(worker, 2) == [(0, 0), (1, 0)]  # type: ignore[arg-type]
+    assert feed.take_own(wait=False) == (None, True)
+
+    answers: list[tuple[Any, bool]] = []
+    waiter = threading.Thread(target=lambda: answers.append(feed.take_own(wait=True)))
+    waiter.start()
+    feed.reclaim(worker, restarts=1)  # type: ignore[arg-type]  # the worker died
+    waiter.join(30)
+    assert answers == [((0, 0), True)]
+    assert feed.take_own(wait=False) == ((1, 0), True)
+
+    feed = workers_module._Feed([(0, 0)])
+    assert feed.take_for(worker, 1) == [(0, 0)]  # type: ignore[arg-type]
+    waiter = threading.Thread(target=lambda: answers.append(feed.take_own(wait=True)))
+    waiter.start()
+    feed.finished(worker, (0, 0))  # type: ignore[arg-type]
+    waiter.join(30)
+    assert answers[-1] == (None, False)
+    feed.stop()
+    assert feed.take_own(wait=True) == (None, False)
