@@ -135,7 +135,7 @@ class _Batch:
         """Starts one more job thread (set by the run)."""
         self.lock = threading.Lock()
         self.cursor = 0
-        self.waiting = 0  # workers waiting for a slot
+        self.waiting = 0  # workers waiting for a slot (or, holding none, for a job)
         self.running: dict[int, tuple[float, Admission, float]] = {}
         """Per running job: its deadline, its admission, when it started (``perf_counter``)."""
         self.elapsed: dict[int, float] = {}
@@ -214,9 +214,10 @@ class JobFeed(_Batch):
     With ``block`` False it must not wait (a thread holding a slot asks); with ``block`` True
     (a thread holding none) it may wait for the answer. Jobs come in through :meth:`add`;
     :meth:`close` says no more will, :meth:`cancel` stops the run. ``refill`` returns True when
-    it did either before returning (a local source), False when the answer comes later (a
-    request to another process, or none at hand yet): then the taking thread waits for it,
-    without a slot.
+    it did either before returning (a local source; with ``block``, also when a job is at
+    hand for the next ``refill(False)``), False when the answer comes later (a request to
+    another process, or none at hand yet): then the taking thread waits for it, without a
+    slot.
     """
 
     def __init__(self, refill: Callable[[bool], bool], *, low: int = 0) -> None:
@@ -524,7 +525,7 @@ class ScoringEngine:
         Returns once ``feed`` is closed and every job that came is delivered to
         ``on_result``, or when the feed is cancelled or ``stop`` is set (finished jobs are
         still delivered). The run keeps ``max_concurrency`` threads, which wait in
-        :meth:`JobFeed.take` while the feed is empty.
+        :meth:`JobFeed.wait_for_job`, holding no slot, while the feed is empty.
         """
 
         def record(index: int, result: MetricResult) -> None:

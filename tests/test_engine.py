@@ -672,13 +672,14 @@ def test_a_job_back_from_its_backoff_goes_before_new_jobs(
 
 
 def test_a_thread_waiting_for_the_feed_holds_no_slot(
-    judge_server: JudgeServer, make_judge: Callable[..., Any]
+    judge_server: JudgeServer, make_judge: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A feed that has run dry (a worker process waiting for the parent's answer, the parent
     waiting for its workers' last jobs) is waited for without a slot: a job back from its
     backoff takes the slot meanwhile. Before, the thread that found the feed dry waited in
     ``refill`` on its slot, and with one slot the retry waited for the feed (issue 18: retries
     sent seconds late at the end of a run with worker processes)."""
+    asked = threading.Event()  # a thread waits in refill(True) for the feed's answer
     answer_feed = threading.Event()
     retried = threading.Event()
     seen: list[str] = []
@@ -692,14 +693,24 @@ def test_a_thread_waiting_for_the_feed_holds_no_slot(
 
     def refill(block: bool) -> bool:
         if block:  # waits for an answer, as the parent does for its workers' last jobs
+            asked.set()
             answer_feed.wait(30)
             feed.close()
             return True
         return False  # nothing at hand: a thread holding a slot must not wait here
 
+    # A's backoff lasts until a thread waits for the feed: then A needs the slot back.
+    def sleep(self: Admission, seconds: float) -> None:
+        self._park()
+        try:
+            asked.wait(30)
+        finally:
+            self._unpark()
+
+    monkeypatch.setattr(Admission, "sleep", sleep)
     judge_server.script = script
     engine = ScoringEngine(max_concurrency=1)
-    recall = ContextRecall(llm=make_judge(), retry=RetryPolicy(initial_backoff=0))
+    recall = ContextRecall(llm=make_judge(), retry=RetryPolicy(max_retries=1))
     feed = JobFeed(refill)
     feed.add([Job(sample("A"), recall)])
     results: list[MetricResult] = []
@@ -708,7 +719,8 @@ def test_a_thread_waiting_for_the_feed_holds_no_slot(
     )
     runner.start()
     try:
-        assert retried.wait(30), "the retry waited for the feed's answer"
+        assert asked.wait(10), "no thread waited for the feed"
+        assert retried.wait(10), "the retry waited for the feed's answer"
     finally:
         answer_feed.set()
         runner.join(30)

@@ -472,15 +472,20 @@ class _Feed:
         self.handed: dict[Key, int] = {}  # times a job went to a worker
         self.stopped = False
 
-    def take_own(self, *, wait: bool) -> tuple[Key | None, bool]:
-        """A job for the parent (or None), and whether more may come.
+    def wait_own(self) -> bool:
+        """Wait while the feed is empty but a worker holds jobs; True when one is there to take.
 
-        With ``wait``, it waits while the feed is empty but a worker still holds jobs (they
-        come back to it if the worker dies); the caller then holds no slot.
+        A dead worker's jobs come back to the feed. This takes none: the caller holds no
+        slot, and a job is taken only by a thread that holds one (none hoarded).
         """
         with self.lock:
-            while wait and not self.pending and self.held and not self.stopped:
+            while not self.pending and self.held and not self.stopped:
                 self.lock.wait(_POLL_S)
+            return bool(self.pending) and not self.stopped
+
+    def take_own(self) -> tuple[Key | None, bool]:
+        """A job for the parent (or None, at once), and whether more may come."""
+        with self.lock:
             if self.stopped:
                 return None, False
             if self.pending:
@@ -595,22 +600,26 @@ class _Pool:
         engine = self.engine
 
         def refill(block: bool) -> bool:
-            # One job at a time, asked for by a thread that holds a slot (none hoarded); with
-            # ``block`` (the thread holds none) it waits while the workers hold the last ones.
-            key, more = self.feed.take_own(wait=block)
-            if key is not None:
-                row, col = key
-                batch.add([Job(self.samples[row], self.metrics[col], key)])
-            elif not more:
-                batch.close()
-            else:
-                return False
+            # ``block``: the thread holds no slot; it waits while the workers hold the last
+            # jobs, and takes none (it takes one once it holds a slot: none hoarded).
+            if block and self.feed.wait_own():
+                return True
+            with taking:  # a job taken is added before another thread may close the batch
+                key, more = self.feed.take_own()
+                if key is not None:
+                    row, col = key
+                    batch.add([Job(self.samples[row], self.metrics[col], key)])
+                elif not more:
+                    batch.close()
+                else:
+                    return False
             return True
 
         def deliver(job: Job, result: MetricResult) -> None:
             row, col = job.tag
             self.events.put(("result", row, col, result))
 
+        taking = threading.Lock()
         batch = self.own = JobFeed(refill)
         try:
             engine.run_feed(batch, on_result=deliver)

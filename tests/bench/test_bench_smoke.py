@@ -341,6 +341,23 @@ def test_local_benchmarks_run(script: str, tmp_path: Path) -> None:
         assert all(v > 0 for case in result["cases"].values() for v in case.values())
 
 
+def test_fault_floor_simulates_every_scenario_with_the_packages_retry_rules(
+    tmp_path: Path,
+) -> None:
+    result = run_bench("fault_floor.py", tmp_path, "--samples", "20")
+    assert result["seeds"] == 20
+    assert result["fault_free_s"] == pytest.approx(100 * 0.1 / 16, abs=0.1)  # 100 calls
+    scenarios = result["scenarios"]
+    assert set(scenarios) == {
+        "mixed-slow", "transient-slow", "mixed-fast", "transient-fast",
+    }  # fmt: skip
+    for name, row in scenarios.items():
+        assert row["p5_s"] <= row["median_s"] <= row["p95_s"], name
+        assert row["median_s"] > result["fault_free_s"]  # faults cost time in every draw
+        assert 0.0 <= row["share_within_target"] <= 1.0
+        assert row["median_requests"] > 100  # every fault was retried or failed its call
+
+
 def test_monitor_benchmark_scores_every_run(tmp_path: Path) -> None:
     levels = run_bench("bench_monitor.py", tmp_path)["levels"]
     (level,) = levels.values()

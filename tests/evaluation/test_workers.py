@@ -863,29 +863,39 @@ def test_auto_uses_a_forked_worker_for_metrics_defined_in_the_script(
         assert report["seen"] == ([[2, "fork"]] if method == "fork" else [])
 
 
-def test_the_parents_share_of_the_feed_waits_for_the_workers_last_jobs_only_when_asked() -> None:
-    """Without ``wait`` (a thread holding a slot asks) the feed answers at once: nothing now,
-    more may come while a worker holds jobs. With ``wait`` (a thread holding no slot) it
-    waits: for a dead worker's job back in the feed, or for the last job to finish."""
+def test_the_parents_share_of_the_feed_waits_for_the_workers_last_jobs_and_takes_none() -> None:
+    """A thread holding a slot is answered at once: nothing now, more may come while a worker
+    holds jobs. A thread holding none waits: for a dead worker's jobs back in the feed, which
+    it leaves there (a thread takes one once it holds a slot, so the parent hoards none and a
+    live worker still gets its share), or for the last job to finish."""
     feed = workers_module._Feed([(0, 0), (1, 0)])
     worker = SimpleNamespace(holding=set())
     assert feed.take_for(worker, 2) == [(0, 0), (1, 0)]  # type: ignore[arg-type]
-    assert feed.take_own(wait=False) == (None, True)
+    assert feed.take_own() == (None, True)
 
-    answers: list[tuple[Any, bool]] = []
-    waiter = threading.Thread(target=lambda: answers.append(feed.take_own(wait=True)))
-    waiter.start()
+    woke: list[bool] = []
+    waiters = [threading.Thread(target=lambda: woke.append(feed.wait_own())) for _ in range(3)]
+    for waiter in waiters:
+        waiter.start()
+    waiters[0].join(0.3)
+    assert all(waiter.is_alive() for waiter in waiters)  # nothing to take yet: they wait
     feed.reclaim(worker, restarts=1)  # type: ignore[arg-type]  # the worker died
-    waiter.join(30)
-    assert answers == [((0, 0), True)]
-    assert feed.take_own(wait=False) == ((1, 0), True)
+    for waiter in waiters:
+        waiter.join(30)
+    assert woke == [True, True, True]
+    assert feed.take_own() == ((0, 0), True)  # both jobs are still in the feed, in order
+    assert feed.take_own() == ((1, 0), True)
+    assert feed.take_own() == (None, False)
 
     feed = workers_module._Feed([(0, 0)])
     assert feed.take_for(worker, 1) == [(0, 0)]  # type: ignore[arg-type]
-    waiter = threading.Thread(target=lambda: answers.append(feed.take_own(wait=True)))
+    waiter = threading.Thread(target=lambda: woke.append(feed.wait_own()))
     waiter.start()
+    waiter.join(0.3)
+    assert waiter.is_alive()
     feed.finished(worker, (0, 0))  # type: ignore[arg-type]
     waiter.join(30)
-    assert answers[-1] == (None, False)
+    assert woke[-1] is False
+    assert feed.take_own() == (None, False)  # the parent's share of the run ends
     feed.stop()
-    assert feed.take_own(wait=True) == (None, False)
+    assert feed.wait_own() is False
