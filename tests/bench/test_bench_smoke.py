@@ -346,6 +346,7 @@ def test_fault_floor_simulates_every_scenario_with_the_packages_retry_rules(
 ) -> None:
     result = run_bench("fault_floor.py", tmp_path, "--samples", "20")
     assert result["seeds"] == 20
+    assert result["calls"] == 100  # entity recall sends two calls a sample
     assert result["fault_free_s"] == pytest.approx(100 * 0.1 / 16, abs=0.1)  # 100 calls
     scenarios = result["scenarios"]
     assert set(scenarios) == {
@@ -356,6 +357,20 @@ def test_fault_floor_simulates_every_scenario_with_the_packages_retry_rules(
         assert row["median_s"] > result["fault_free_s"]  # faults cost time in every draw
         assert 0.0 <= row["share_within_target"] <= 1.0
         assert row["median_requests"] > 100  # every fault was retried or failed its call
+
+
+def test_fault_floor_takes_the_metrics_of_the_published_faults_run(tmp_path: Path) -> None:
+    result = run_bench(
+        "fault_floor.py",
+        tmp_path,
+        "--samples",
+        "32",
+        "--metrics",
+        "context_recall,context_precision",
+    )
+    assert result["metrics"] == ["context_recall", "context_precision"]
+    assert result["calls"] == 64
+    assert result["fault_free_s"] == pytest.approx(0.4)  # 64 calls, 16 at a time, 100 ms each
 
 
 def test_monitor_benchmark_scores_every_run(tmp_path: Path) -> None:
