@@ -115,6 +115,8 @@ class _Child:
     done: int = 0
     ready: bool = False
     dead: bool = False
+    lost: int = 0
+    """Retrievals counted abandoned at its death, less those a later report showed done."""
     fatal: bool = False
     closed: bool | None = None
     heard: float = field(default_factory=time.monotonic)
@@ -549,9 +551,17 @@ class ProcessRuntime:
         start = self.isolation.start_timeout
         reason = "exited"
         while True:
+            # close() may reap a child it killed, which closes the sentinel (-1): then the
+            # pipe alone tells the end, after the reports still in it are read.
+            sentinel = child.process.sentinel
+            waited: list[Connection | int] = (
+                [child.recv] if sentinel < 0 else [child.recv, sentinel]
+            )
             try:
-                ready = wait([child.recv, child.process.sentinel], _TICK_SECONDS)
-            except OSError:
+                ready = wait(waited, _TICK_SECONDS)
+            except (OSError, ValueError):
+                if child.process.sentinel != sentinel:  # closed while this waited: again
+                    continue
                 break
             if child.recv in ready:
                 try:
@@ -619,6 +629,10 @@ class ProcessRuntime:
         done = stats.processed + stats.dropped + stats.abandoned
         if done > child.done:
             self._crashes = 0
+            if child.lost:  # read after its death: these were counted abandoned, wrongly
+                recovered = min(child.lost, done - child.done)
+                child.lost -= recovered
+                delta["abandoned"] -= recovered
         child.done = done
         if any(delta.values()):
             self._counters.add(**delta)
@@ -657,7 +671,7 @@ class ProcessRuntime:
             if child.dead:
                 return
             child.dead = True
-            lost = max(0, child.sent - child.done)
+            lost = child.lost = max(0, child.sent - child.done)
             for key, held in self._sink_pending.items():  # what its sinks held is lost
                 self._sinks.setdefault(key, dict.fromkeys(_SINK_COUNTS, 0))["dropped"] += held
             self._sink_pending.clear()

@@ -466,3 +466,43 @@ def test_a_retrieval_from_a_live_trace_keeps_only_plain_data() -> None:
     failed = Retrieval.from_trace(capture, answer_from=broken)
     assert failed.question == "q?"  # the query, as question_from="query" says
     assert failed.error == "answer_from raised KeyError: 'no answer here'"
+
+
+@pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_report_read_after_the_childs_death_moves_its_retrievals_out_of_abandoned(
+    judge_server: JudgeServer, make_judge: JudgeFactory, jsonl: Path
+) -> None:
+    """close() gives up on a child that does not settle in time and counts what it held as
+    abandoned at once; the child's report of those retrievals, still in the pipe, is read
+    after that. It counts them processed and no longer abandoned: each retrieval is counted
+    once. Before, both counted (processed + abandoned above sampled), and the listener then
+    died on the sentinel close() had closed (ValueError in its thread)."""
+    from langchain_ragmetrics.callbacks._messages import Closed, Flushed, Report, Results
+
+    app = rag_app(judge_server, make_judge)
+    setup = partial(isolated_setups.jsonl_setup, judge_server.base_url, str(jsonl))
+    handler = isolated_handler(setup)
+    runtime = background(handler)
+    holding, hold = threading.Event(), threading.Event()
+    handle = runtime._handle
+
+    def held_handle(child: Any, message: Any) -> None:
+        reports = (Results, Report, Flushed, Closed)
+        stats = getattr(message, "stats", None)
+        if isinstance(message, reports) and stats is not None and stats.processed:
+            holding.set()  # the listener reads nothing more until the test lets it
+            hold.wait(CEILING)
+        handle(child, message)
+
+    runtime._handle = held_handle  # type: ignore[method-assign]
+    try:
+        ask(app, handler, range(2))
+        assert holding.wait(START), "the child never reported a processed retrieval"
+        assert handler.close(1.0) is False  # not settled in time: killed, counted abandoned
+        assert handler.stats.abandoned == 2
+    finally:
+        hold.set()
+    wait_until(lambda: handler.stats.processed == 2, "the late report", timeout=CEILING)
+    stats = handler.stats
+    assert (stats.sampled, stats.processed, stats.abandoned) == (2, 2, 0)
+    assert stats.sampled == stats.dropped + stats.processed + stats.queued + stats.abandoned
