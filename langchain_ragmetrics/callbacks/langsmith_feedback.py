@@ -68,13 +68,13 @@ class LangSmithFeedbackSink(BaseSink):
     Feedback on a run LangSmith has not ingested yet (404) is retried with backoff, up to
     ``ingest_retries`` times, without counting against the breaker.
 
-    Without ``client``, the sink builds its own from the environment (``LANGSMITH_API_KEY``,
-    ``LANGSMITH_ENDPOINT``) with a request timeout of ``timeout`` seconds, no transport
-    retries and no background batching, so that every send has a known outcome; without an
-    API key it disables itself with one warning at construction (results are counted as
-    dropped). A client you pass is used as it is: if it batches in the background (the
-    default ``langsmith.Client``), feedback with a trace id rides its batches, and a
-    result counts as delivered once handed to that client.
+    Without ``client``, the sink builds its own from ``api_key`` and ``api_url``, or the
+    environment (``LANGSMITH_API_KEY``, ``LANGSMITH_ENDPOINT``), with a request timeout of
+    ``timeout`` seconds, no transport retries and no background batching, so that every send
+    has a known outcome; without an API key it disables itself with one warning at
+    construction (results are counted as dropped). A client you pass is used as it is: if it
+    batches in the background (the default ``langsmith.Client``), feedback with a trace id
+    rides its batches, and a result counts as delivered once handed to that client.
 
     Feedback goes to the project the runs are traced to (``session_id``, which LangSmith
     requires of feedback on a run): ``project_name``, default ``LANGSMITH_PROJECT`` or
@@ -102,6 +102,10 @@ class LangSmithFeedbackSink(BaseSink):
         ingest_retries: Retries of feedback on a run LangSmith has not ingested yet (404),
             and, apart, of the lookup of a project it does not hold yet.
         max_concurrency: Results sent at once (each on a thread of the sink's outbox).
+        api_url: The LangSmith endpoint of the client the sink builds; default
+            ``LANGSMITH_ENDPOINT`` (or LangSmith's own). Not with ``client``.
+        api_key: The API key of the client the sink builds; default ``LANGSMITH_API_KEY``.
+            Not with ``client``.
     """
 
     def __init__(
@@ -117,7 +121,8 @@ class LangSmithFeedbackSink(BaseSink):
         backoff: float = 0.5,
         ingest_retries: int = 4,
         max_concurrency: int = 16,
-        _credentials: tuple[str | None, str | None] | None = None,
+        api_url: str | None = None,
+        api_key: str | None = None,
     ) -> None:
         self._options: dict[str, Any] = {
             "run": run,
@@ -160,11 +165,19 @@ class LangSmithFeedbackSink(BaseSink):
         self._errors_sent: OrderedDict[tuple[int, str], None] = OrderedDict()
         self._errors_lock = threading.Lock()
         self.disabled_reason: str | None = None
+        if client is not None and (api_url is not None or api_key is not None):
+            msg = (
+                "pass `client` or `api_url` / `api_key` (for the client the sink builds), not both"
+            )
+            raise ValueError(msg)
         # Read now, not through langsmith.utils.get_env_var: that caches per process. A sink
         # rebuilt in the scoring process is given the values its original read.
-        self._api_key, self._api_url = _credentials or (_env("API_KEY"), _env("ENDPOINT"))
+        self._api_key = api_key or _env("API_KEY")
+        self._api_url = api_url or _env("ENDPOINT")
         if client is None and self._api_key is None:
-            self.disabled_reason = "no LangSmith API key (set LANGSMITH_API_KEY or pass client=...)"
+            self.disabled_reason = (
+                "no LangSmith API key (pass api_key=..., set LANGSMITH_API_KEY, or pass client=...)"
+            )
             logger.warning(
                 "LangSmithFeedbackSink disabled: %s; results meant for LangSmith are "
                 "dropped and counted in stats.sinks['LangSmithFeedbackSink'].dropped",
@@ -190,7 +203,7 @@ class LangSmithFeedbackSink(BaseSink):
             # not what the child's environment may say when it starts.
             "project_name": self._project_name(),
         }
-        return partial(_rebuilt, options, (self._api_key, self._api_url))
+        return partial(_rebuilt, {**options, "api_url": self._api_url, "api_key": self._api_key})
 
     @property
     def breaker(self) -> CircuitBreaker:
@@ -214,7 +227,7 @@ class LangSmithFeedbackSink(BaseSink):
 
     @property
     def client(self) -> Client:
-        """The LangSmith client (built from the environment on first use).
+        """The LangSmith client (built on first use, from ``api_url`` / ``api_key`` or the env).
 
         The client we build has a request timeout, no transport retries (this sink retries
         with its own backoff and breaker), no background batching, and the environment's
@@ -400,11 +413,9 @@ class LangSmithFeedbackSink(BaseSink):
             self._client.close(timeout=timeout)
 
 
-def _rebuilt(
-    options: dict[str, Any], credentials: tuple[str | None, str | None]
-) -> LangSmithFeedbackSink:
-    """A sink with ``options`` and the original's credentials (in the scoring process)."""
-    return LangSmithFeedbackSink(**options, _credentials=credentials)
+def _rebuilt(options: dict[str, Any]) -> LangSmithFeedbackSink:
+    """A sink with ``options``, the original's credentials among them (in the scoring process)."""
+    return LangSmithFeedbackSink(**options)
 
 
 def _unresolved(name: str, why: str) -> Exception:

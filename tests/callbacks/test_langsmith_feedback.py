@@ -163,6 +163,37 @@ def test_without_a_trace_id_feedback_is_posted_directly(
     assert "trace_id" not in feedback or feedback["trace_id"] is None
 
 
+def test_a_sink_given_api_url_and_api_key_builds_its_client_from_them(
+    judge_server: JudgeServer,
+    make_judge: JudgeFactory,
+    langsmith_stub: LangSmithStub,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in ("API_KEY", "ENDPOINT"):  # nothing in the environment
+        monkeypatch.delenv(f"LANGSMITH_{name}", raising=False)
+        monkeypatch.delenv(f"LANGCHAIN_{name}", raising=False)
+    app = rag_app(judge_server, make_judge)
+    langsmith_stub.feedback_needs_run = False
+    langsmith_stub.create_project("app")
+    sink = LangSmithFeedbackSink(api_url=langsmith_stub.url, api_key="key-1", project_name="app")
+    assert sink.enabled
+    with online_handler(app.llm, sinks=[sink]) as handler:
+        app.chain.invoke(question(1), config={"callbacks": [handler]})
+        assert handler.flush(10)
+    assert handler.stats.sinks["LangSmithFeedbackSink"].delivered == 1
+    posts = langsmith_stub.requests_to("POST", "/feedback")
+    assert [r.headers.get("x-api-key") for r in posts] == ["key-1"]
+
+
+def test_a_client_and_credentials_for_another_are_refused_by_name(
+    langsmith_client: langsmith.Client,
+) -> None:
+    with pytest.raises(ValueError, match=r"`client` or `api_url` / `api_key`"):
+        LangSmithFeedbackSink(langsmith_client, api_key="key-1")
+    with pytest.raises(ValueError, match=r"`client` or `api_url` / `api_key`"):
+        LangSmithFeedbackSink(langsmith_client, api_url="http://127.0.0.1:1")
+
+
 def test_a_project_not_there_yet_is_waited_for_and_feedback_never_goes_without_it(
     judge_server: JudgeServer,
     make_judge: JudgeFactory,
