@@ -117,6 +117,8 @@ class _Child:
     dead: bool = False
     lost: int = 0
     """Retrievals counted abandoned at its death, less those a later report showed done."""
+    lost_in: int = 0
+    """The counters' generation ``lost`` was counted in (a reset since drops it)."""
     fatal: bool = False
     closed: bool | None = None
     heard: float = field(default_factory=time.monotonic)
@@ -601,8 +603,9 @@ class ProcessRuntime:
                 self._apply(child, message.stats)
             elif isinstance(message, Flushed):
                 self._apply(child, message.stats)
-                child.tokens.discard(message.token)
-                self._flushed[message.token] = message.ok
+                if message.token in child.tokens:  # else its waiter was answered already
+                    child.tokens.discard(message.token)
+                    self._flushed[message.token] = message.ok
             elif isinstance(message, Closed):
                 self._apply(child, message.stats)
                 child.closed = message.ok
@@ -627,12 +630,13 @@ class ProcessRuntime:
         if not child.dead:  # a report read after its death: what its sinks held is counted
             self._apply_sinks(child, stats)
         done = stats.processed + stats.dropped + stats.abandoned
-        if done > child.done:
+        if done > child.done and not child.dead:
             self._crashes = 0
-            if child.lost:  # read after its death: these were counted abandoned, wrongly
-                recovered = min(child.lost, done - child.done)
-                child.lost -= recovered
-                delta["abandoned"] -= recovered
+        if done > child.done and child.lost and child.lost_in == self._counters.generation:
+            # Read after its death: these were counted abandoned, and are not.
+            recovered = min(child.lost, done - child.done)
+            child.lost -= recovered
+            delta["abandoned"] -= recovered
         child.done = done
         if any(delta.values()):
             self._counters.add(**delta)
@@ -672,6 +676,7 @@ class ProcessRuntime:
                 return
             child.dead = True
             lost = child.lost = max(0, child.sent - child.done)
+            child.lost_in = self._counters.generation
             for key, held in self._sink_pending.items():  # what its sinks held is lost
                 self._sinks.setdefault(key, dict.fromkeys(_SINK_COUNTS, 0))["dropped"] += held
             self._sink_pending.clear()

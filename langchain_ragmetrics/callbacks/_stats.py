@@ -101,6 +101,8 @@ class Counters:
         self._lock = threading.Lock()
         self._totals = dict.fromkeys(_COUNTERS, 0)
         self._usage = Usage()
+        self.generation = 0
+        """How many times :meth:`reset` zeroed the totals (a count taken before is gone)."""
 
     def add(self, **increments: int) -> None:
         """Add to named counters (unknown names raise KeyError)."""
@@ -142,6 +144,7 @@ class Counters:
         with self._lock:
             self._totals = dict.fromkeys(_COUNTERS, 0)
             self._usage = Usage()
+            self.generation += 1
 
 
 class FailureLog:

@@ -46,10 +46,16 @@ _REMEMBERED_ERRORS = 4096
 """Pairs whose error feedback a sink remembers sending (the most recent ones)."""
 
 
+def _given(value: str | None) -> str | None:
+    """A setting as given, stripped; None when absent or blank (as an unset variable)."""
+    stripped = (value or "").strip()
+    return stripped or None
+
+
 def _env(name: str) -> str | None:
     """``LANGSMITH_<name>`` or ``LANGCHAIN_<name>`` from the environment, if set."""
     for prefix in ("LANGSMITH_", "LANGCHAIN_"):
-        value = os.environ.get(prefix + name, "").strip()
+        value = _given(os.environ.get(prefix + name))
         if value:
             return value
     return None
@@ -103,9 +109,10 @@ class LangSmithFeedbackSink(BaseSink):
             and, apart, of the lookup of a project it does not hold yet.
         max_concurrency: Results sent at once (each on a thread of the sink's outbox).
         api_url: The LangSmith endpoint of the client the sink builds; default
-            ``LANGSMITH_ENDPOINT`` (or LangSmith's own). Not with ``client``.
+            ``LANGSMITH_ENDPOINT`` (or LangSmith's own). Not with ``client``. Blank counts
+            as not given.
         api_key: The API key of the client the sink builds; default ``LANGSMITH_API_KEY``.
-            Not with ``client``.
+            Not with ``client``. Blank counts as not given.
     """
 
     def __init__(
@@ -165,6 +172,7 @@ class LangSmithFeedbackSink(BaseSink):
         self._errors_sent: OrderedDict[tuple[int, str], None] = OrderedDict()
         self._errors_lock = threading.Lock()
         self.disabled_reason: str | None = None
+        api_url, api_key = _given(api_url), _given(api_key)
         if client is not None and (api_url is not None or api_key is not None):
             msg = (
                 "pass `client` or `api_url` / `api_key` (for the client the sink builds), not both"

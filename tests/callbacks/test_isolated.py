@@ -469,14 +469,16 @@ def test_a_retrieval_from_a_live_trace_keeps_only_plain_data() -> None:
 
 
 @pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
+@pytest.mark.parametrize("reset_between", [False, True])
 def test_a_report_read_after_the_childs_death_moves_its_retrievals_out_of_abandoned(
-    judge_server: JudgeServer, make_judge: JudgeFactory, jsonl: Path
+    judge_server: JudgeServer, make_judge: JudgeFactory, jsonl: Path, reset_between: bool
 ) -> None:
     """close() gives up on a child that does not settle in time and counts what it held as
     abandoned at once; the child's report of those retrievals, still in the pipe, is read
     after that. It counts them processed and no longer abandoned: each retrieval is counted
     once. Before, both counted (processed + abandoned above sampled), and the listener then
-    died on the sentinel close() had closed (ValueError in its thread)."""
+    died on the sentinel close() had closed (ValueError in its thread). With the counters
+    reset in between, the abandoned count it would correct is gone: nothing is taken off."""
     from langchain_ragmetrics.callbacks._messages import Closed, Flushed, Report, Results
 
     app = rag_app(judge_server, make_judge)
@@ -498,11 +500,18 @@ def test_a_report_read_after_the_childs_death_moves_its_retrievals_out_of_abando
     try:
         ask(app, handler, range(2))
         assert holding.wait(START), "the child never reported a processed retrieval"
+        # Both scored (their reports wait in the pipe) before close gives up on the child.
+        wait_until(lambda: len(lines(jsonl)) == 2, "both results written", timeout=START)
         assert handler.close(1.0) is False  # not settled in time: killed, counted abandoned
         assert handler.stats.abandoned == 2
+        if reset_between:
+            handler.reset_stats()
     finally:
         hold.set()
     wait_until(lambda: handler.stats.processed == 2, "the late report", timeout=CEILING)
     stats = handler.stats
+    if reset_between:
+        assert (stats.sampled, stats.processed, stats.abandoned) == (0, 2, 0)
+        return
     assert (stats.sampled, stats.processed, stats.abandoned) == (2, 2, 0)
     assert stats.sampled == stats.dropped + stats.processed + stats.queued + stats.abandoned

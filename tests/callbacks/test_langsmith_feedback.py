@@ -192,6 +192,17 @@ def test_a_client_and_credentials_for_another_are_refused_by_name(
         LangSmithFeedbackSink(langsmith_client, api_key="key-1")
     with pytest.raises(ValueError, match=r"`client` or `api_url` / `api_key`"):
         LangSmithFeedbackSink(langsmith_client, api_url="http://127.0.0.1:1")
+    assert LangSmithFeedbackSink(langsmith_client, api_key=" ").enabled  # blank: not given
+
+
+def test_a_blank_api_key_counts_as_not_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("API_KEY", "ENDPOINT"):
+        monkeypatch.delenv(f"LANGSMITH_{name}", raising=False)
+        monkeypatch.delenv(f"LANGCHAIN_{name}", raising=False)
+    assert not LangSmithFeedbackSink(api_key="  ").enabled  # disabled, as with no key at all
+    monkeypatch.setenv("LANGSMITH_API_KEY", "from-env")
+    sink = LangSmithFeedbackSink(api_key="", api_url=" ")
+    assert (sink.enabled, sink._api_key, sink._api_url) == (True, "from-env", None)
 
 
 def test_a_project_not_there_yet_is_waited_for_and_feedback_never_goes_without_it(
