@@ -584,3 +584,21 @@ def test_langsmith_stub_hides_a_run_for_whole_queries_and_holds_only_the_next_re
     langsmith_stub.release_hangs()
     worker.join(10)
     assert not worker.is_alive()
+
+
+def test_langsmith_stub_keeps_a_runs_end_when_its_post_lands_after_its_patch(
+    langsmith_stub: LangSmithStub,
+) -> None:
+    """The client sends batches on several threads: a post may come after its patch."""
+    run = str(uuid.UUID(int=7))
+    ended = {"id": run, "end_time": "2026-11-28T00:00:01", "outputs": {"documents": ["d"]}}
+    with langsmith_stub._lock:
+        langsmith_stub._store_run("patch", ended)
+        langsmith_stub._store_run(
+            "post", {"id": run, "name": "r", "outputs": {}, "end_time": None, "inputs": {"q": 1}}
+        )
+    stored = langsmith_stub.run(run)
+    assert stored is not None
+    assert stored["outputs"] == {"documents": ["d"]}
+    assert stored["end_time"] == "2026-11-28T00:00:01"
+    assert (stored["name"], stored["inputs"]) == ("r", {"q": 1})  # what only the post had

@@ -591,7 +591,13 @@ class LangSmithStub(LoopbackServer):
         run_id = str(payload.get("id"))
         self._run_ops.append((operation, copy.deepcopy(payload)))
         merged = self._runs.setdefault(run_id, {"id": run_id})
-        merged.update({k: v for k, v in payload.items() if v is not None or k not in merged})
+        if operation == "post":
+            # The client sends its batches on several threads, so a run's post may land after
+            # its patch: it fills what the patch left unset and overwrites nothing (an
+            # ``outputs: {}`` would wipe the retriever's documents), as LangSmith merges.
+            merged.update({k: v for k, v in payload.items() if merged.get(k) is None})
+        else:
+            merged.update({k: v for k, v in payload.items() if v is not None or k not in merged})
         project = merged.get("session_name")
         # A post or patch may carry ``session_id: null``: LangSmith resolves it from the name.
         if project and merged.get("session_id") is None:

@@ -45,12 +45,19 @@ def trace_questions(
 
     def arrived() -> list[dict[str, Any]]:
         runs = [r for r in retriever_runs(stub) if r["inputs"].get("query") in wanted]
-        done = [r for r in runs if r.get("end_time") and stub.run(r["trace_id"])]
+        # Ended, with what it ended with: a run's end can reach the stub in more than one
+        # request (seen with the v2 backend: end_time before outputs).
+        done = [r for r in runs if _ended(r) and stub.run(r["trace_id"])]
         roots = [stub.run(r["trace_id"]) or {} for r in done]
         finished = len(done) == len(wanted) and all(root.get("end_time") for root in roots)
         return runs if finished else []
 
     return stub.wait_for(arrived, timeout=30)
+
+
+def _ended(run: dict[str, Any]) -> bool:
+    """Whether the stub holds the run's end: its end time, and its outputs or error."""
+    return bool(run.get("end_time")) and (run.get("outputs") is not None or bool(run.get("error")))
 
 
 def retriever_runs(stub: LangSmithStub) -> list[dict[str, Any]]:
