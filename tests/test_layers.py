@@ -27,6 +27,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "_ids",
         "_interrupts",
         "_links",
+        "_loops",
         "_options",
         "_otel",
         "_progress",

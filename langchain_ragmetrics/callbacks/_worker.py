@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager
 from typing import Any, Generic, Literal, TypeVar
 
+from langchain_ragmetrics._loops import new_event_loop
 from langchain_ragmetrics._options import whole_number
 from langchain_ragmetrics._queue import BoundedQueue, Entry
 from langchain_ragmetrics.callbacks._stats import Counters, FailureLog
@@ -182,7 +183,7 @@ class BackgroundWorker(Generic[T]):
 
     def _thread_main(self) -> None:
         with self._thread_context():
-            loop = asyncio.new_event_loop()
+            loop = new_event_loop()
             asyncio.set_event_loop(loop)
             try:
                 loop.run_until_complete(self._serve(loop))

@@ -61,6 +61,7 @@ from langchain_ragmetrics._langsmith_feedback import (
     FeedbackItem,
     read_environment_once,
 )
+from langchain_ragmetrics._loops import new_event_loop
 from langchain_ragmetrics._options import flag, number_above_zero, whole_number
 from langchain_ragmetrics._retrieval import OnlineResult, QuestionFrom, Retrieval, score_retrieval
 from langchain_ragmetrics._schema import Usage
@@ -302,7 +303,7 @@ class _LoopThread:
 
     def __init__(self) -> None:
         self.pid = os.getpid()
-        self.loop = asyncio.new_event_loop()
+        self.loop = new_event_loop()
         self.thread = threading.Thread(
             target=contextvars.Context().run,
             args=(self._run,),

@@ -1,0 +1,46 @@
+"""Event loops for our own threads, quiet about one harmless error of other libraries' clients.
+
+The openai SDK closes an async HTTP client it garbage-collects by starting ``aclose()`` on
+whatever loop runs in the collecting thread. When the client's pooled connections belong to
+a loop that has ended, that task fails with "Event loop is closed" and asyncio logs it at
+ERROR as "Task exception was never retrieved". On our worker and monitor loops the client is
+usually not even ours (langchain-openai caches one per endpoint and evicts the oldest), and
+nothing is lost: the sockets close when collected. That one case goes to DEBUG; every other
+unhandled error of the loop still reaches asyncio's default handler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+__all__ = ["new_event_loop"]
+
+logger = logging.getLogger(__name__)
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """A new event loop whose exception handler drops a stale client's failed ``aclose()``."""
+    loop = asyncio.new_event_loop()
+    loop.set_exception_handler(_handle)
+    return loop
+
+
+def _handle(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    if _stale_aclose(context):
+        logger.debug("a collected HTTP client could not close connections of an ended loop")
+        return
+    loop.default_exception_handler(context)
+
+
+def _stale_aclose(context: dict[str, Any]) -> bool:
+    """True when an ``aclose()`` task failed only because its connections' loop had ended."""
+    exc = context.get("exception")
+    task = context.get("future")
+    if not (isinstance(exc, RuntimeError) and str(exc) == "Event loop is closed"):
+        return False
+    if not isinstance(task, asyncio.Task):
+        return False
+    name = getattr(task.get_coro(), "__qualname__", "")
+    return isinstance(name, str) and name.rsplit(".", 1)[-1] == "aclose"

@@ -1,0 +1,108 @@
+"""Our own event loops: a stale client's failed close is quiet, every other error is not."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import openai
+import pytest
+
+from langchain_ragmetrics._loops import new_event_loop
+from tests._support.openai_server import JudgeServer, text_script
+
+
+def _client_with_a_connection_of_an_ended_loop(server: JudgeServer) -> openai.AsyncOpenAI:
+    """An SDK client that made one call on a loop which has ended since: its pool keeps the
+    connection, and closing that connection needs the ended loop."""
+    server.script = text_script("hello")
+    client = openai.AsyncOpenAI(base_url=server.base_url, api_key="test", max_retries=0)
+
+    async def call() -> None:
+        await client.chat.completions.create(
+            model="judge-model", messages=[{"role": "user", "content": "hi"}]
+        )
+
+    asyncio.run(call())
+    return client
+
+
+def _run_and_collect(loop: asyncio.AbstractEventLoop, main: Callable[[], Any]) -> None:
+    """Run ``main()`` on ``loop``, close it, and collect: a finished task whose error nobody
+    read reports it when collected."""
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+    gc.collect()
+
+
+def _drop_on(loop: asyncio.AbstractEventLoop, holder: list[Any]) -> None:
+    """Drop the last reference to the client while ``loop`` runs, as a collection on its
+    thread would, then let the close task the SDK starts run."""
+
+    async def drop() -> None:
+        holder.clear()
+        gc.collect()  # the SDK's __del__ starts aclose() on this running loop
+        for _ in range(5):
+            await asyncio.sleep(0)
+
+    _run_and_collect(loop, drop)
+
+
+def _asyncio_errors(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "asyncio" and r.levelno >= 40]
+
+
+@pytest.mark.parametrize(
+    ("make_loop", "logged"),
+    [(new_event_loop, False), (asyncio.new_event_loop, True)],
+    ids=["ours", "plain asyncio (the noise this avoids)"],
+)
+def test_a_collected_client_whose_connections_belong_to_an_ended_loop_closes_quietly(
+    judge_server: JudgeServer,
+    caplog: pytest.LogCaptureFixture,
+    make_loop: Callable[[], asyncio.AbstractEventLoop],
+    logged: bool,
+) -> None:
+    holder: list[Any] = [_client_with_a_connection_of_an_ended_loop(judge_server)]
+    caplog.set_level(logging.DEBUG)
+    _drop_on(make_loop(), holder)
+    errors = _asyncio_errors(caplog)
+    assert bool(errors) is logged, errors
+    if logged:
+        assert "Event loop is closed" in caplog.text
+    else:
+        assert any(
+            r.name == "langchain_ragmetrics._loops" and r.levelno == logging.DEBUG
+            for r in caplog.records
+        )
+
+
+def test_any_other_unread_task_error_on_our_loop_is_still_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def aclose() -> None:  # same name, different error: not the harmless case
+        raise RuntimeError("the pool is broken")
+
+    async def fail() -> None:
+        raise RuntimeError("Event loop is closed")  # same error, not a close
+
+    loop = new_event_loop()
+
+    async def start() -> None:
+        loop.create_task(aclose())
+        loop.create_task(fail())
+        for _ in range(3):
+            await asyncio.sleep(0)
+
+    _run_and_collect(loop, start)
+    errors = _asyncio_errors(caplog)
+    assert len(errors) == 2, errors
+    assert "the pool is broken" in caplog.text
+    assert "coro=<test_any_other_unread_task_error_on_our_loop_is_still_logged.<locals>.fail()" in (
+        caplog.text
+    )
