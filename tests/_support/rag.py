@@ -12,6 +12,7 @@ that item's fact first, so every result can be checked for correct attribution.
 from __future__ import annotations
 
 import itertools
+import logging
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -276,3 +277,9 @@ def online_handler(llm: BaseChatModel, **overrides: Any) -> RagMetricsCallbackHa
     }
     options.update(overrides)
     return RagMetricsCallbackHandler(**options)
+
+
+def ours(record: logging.LogRecord) -> bool:
+    """True for a record the package logged: "warns once" counts ours, not other libraries'
+    (a client another test left behind may log when it is collected)."""
+    return record.name == "langchain_ragmetrics" or record.name.startswith("langchain_ragmetrics.")
