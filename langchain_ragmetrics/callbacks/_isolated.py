@@ -188,6 +188,7 @@ class ProcessRuntime:
         self._disabled = False
         self._tokens = itertools.count(1)
         self._flushed: dict[int, bool] = {}
+        self._waiting: set[int] = set()  # tokens of the flush() calls still waiting
         self._hurry = threading.Event()
         """Set with a flush or close request: the feeder sends at once, without its pause."""
         self._outboxes: list[SinkOutbox] | None = None
@@ -305,10 +306,12 @@ class ProcessRuntime:
                 return False
             else:
                 token = next(self._tokens)
+                self._waiting.add(token)
                 self._queue.put(FlushRequest(token, timeout), counted=False)
                 self._hurry.set()
-                answered = self._cond.wait_for(lambda: token in self._flushed, timeout)
-                done = self._flushed.pop(token, False) if answered else False
+                self._cond.wait_for(lambda: token in self._flushed, timeout)
+                self._waiting.discard(token)  # an answer after the deadline is not kept
+                done = self._flushed.pop(token, False)
                 left = 0 if done else self._outstanding()
         self._counters.set("pending_at_deadline", left)
         if self._outboxes:  # the child's answer came after its results: deliver them here
@@ -458,6 +461,11 @@ class ProcessRuntime:
                 self._hurry.wait(_FEED_PAUSE_SECONDS)
             self._hurry.clear()
 
+    def _answer(self, token: int, *, ok: bool) -> None:
+        """Answer the ``flush()`` waiting on ``token`` (lock held); dropped once it gave up."""
+        if token in self._waiting:
+            self._flushed[token] = ok
+
     def _replace_child(self, taken: list[_Entry]) -> _Child | None:
         """A new child, or None (queued work abandoned) when disabled or idle and stopping.
 
@@ -473,7 +481,7 @@ class ProcessRuntime:
         dropped = taken + [entry.item for entry in self._queue.abandon(close=False)]
         for entry in dropped:
             if isinstance(entry, FlushRequest):
-                self._flushed[entry.token] = False
+                self._answer(entry.token, ok=False)
         lost = sum(isinstance(entry, Retrieval) for entry in dropped)
         if lost:
             self._counters.add(abandoned=lost)
@@ -605,7 +613,7 @@ class ProcessRuntime:
                 self._apply(child, message.stats)
                 if message.token in child.tokens:  # else its waiter was answered already
                     child.tokens.discard(message.token)
-                    self._flushed[message.token] = message.ok
+                    self._answer(message.token, ok=message.ok)
             elif isinstance(message, Closed):
                 self._apply(child, message.stats)
                 child.closed = message.ok
@@ -681,7 +689,7 @@ class ProcessRuntime:
                 self._sinks.setdefault(key, dict.fromkeys(_SINK_COUNTS, 0))["dropped"] += held
             self._sink_pending.clear()
             for token in child.tokens:
-                self._flushed[token] = False
+                self._answer(token, ok=False)
             child.tokens.clear()
             if reason is not None:
                 self._crashes += 1

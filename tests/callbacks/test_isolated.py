@@ -298,6 +298,36 @@ def test_a_full_queue_drops_the_newest_and_the_identity_holds(
     assert sorted(r["question"] for r in lines(jsonl)) == [question(i) for i in range(3)]
 
 
+@pytest.mark.parametrize("then", ["answered late", "child killed"])
+def test_a_flush_that_gave_up_keeps_nothing_of_its_late_answer(
+    judge_server: JudgeServer,
+    make_judge: JudgeFactory,
+    jsonl: Path,
+    release: threading.Event,
+    then: str,
+) -> None:
+    app = rag_app(judge_server, make_judge)
+    judge_server.script = rag_router(RelevantSentences=lambda req: reply_hold(release, VERDICT))
+    setup = partial(isolated_setups.jsonl_setup, judge_server.base_url, str(jsonl))
+    with isolated_handler(setup) as handler:
+        runtime = background(handler)
+        ask(app, handler, range(1))
+        wait_until(lambda: judge_server.count("RelevantSentences") == 1, "the held call")
+        assert handler.flush(0.2) is False  # the judge holds the only call
+        if then == "answered late":
+            release.set()
+            # The child answers the flushes in order, so the first answer was read by now.
+            assert handler.flush(START)
+        else:
+            pid = runtime.child_pid
+            assert pid is not None
+            os.kill(pid, signal.SIGKILL)
+            wait_until(lambda: handler.stats.abandoned == 1, "the death", timeout=START)
+            release.set()
+        with runtime._cond:
+            assert (runtime._flushed, runtime._waiting) == ({}, set())
+
+
 def test_a_failing_setup_turns_scoring_off_with_one_warning(
     judge_server: JudgeServer, make_judge: JudgeFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
