@@ -45,6 +45,17 @@ class CircuitBreaker:
             return self._open_until is not None and self._clock() < self._open_until
 
     @property
+    def tripped(self) -> bool:
+        """Whether the last failures opened the circuit and no success came since.
+
+        Unlike :attr:`is_open` it does not lapse with the cool-down: with ``cooldown=0`` the
+        circuit is never open, yet a request that failed ``threshold`` times in a row tripped
+        it, as :meth:`failure` said.
+        """
+        with self._lock:
+            return self._open_until is not None
+
+    @property
     def retry_in(self) -> float:
         """Seconds until the next attempt is allowed (0 when closed or half-open)."""
         with self._lock:

@@ -187,7 +187,7 @@ class GuardedRequests:
                 (a lookup shared by several callers, which may answer from memory or raise
                 the failure of a lookup another caller ran): this call then retries and
                 waits as usual but counts nothing, and raises a failure at once when the
-                breaker is open after it.
+                breaker tripped on it (whatever the cool-down, as a request that opens it).
             landed: For a request that must not be stored twice: after a try that may have
                 reached the server (no answer, 5xx, a lost reply), this looks for what it
                 stored and returns it, or None; only then is the request sent again. It runs
@@ -234,7 +234,7 @@ class GuardedRequests:
                     if not tells_breaker:
                         self.answered()
                     raise
-                opened = self.breaker.is_open if tells_breaker else self.failed()
+                opened = self.breaker.tripped if tells_breaker else self.failed()
                 if kind == "refused" or opened or failures >= self.max_retries:
                     raise
                 uncertain = True

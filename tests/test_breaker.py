@@ -18,6 +18,7 @@ def test_opens_after_the_threshold_pauses_then_lets_one_try_through() -> None:
     breaker = CircuitBreaker(threshold=3, cooldown=30, clock=clock)
     assert [breaker.failure() for _ in range(2)] == [False, False]
     assert not breaker.is_open
+    assert not breaker.tripped
     assert breaker.failure() is True  # the third failure in a row opens it
     assert breaker.is_open
     assert breaker.retry_in == 30
@@ -25,11 +26,13 @@ def test_opens_after_the_threshold_pauses_then_lets_one_try_through() -> None:
     assert breaker.is_open
     clock.now += 1  # cool-down over: half-open, one attempt may go
     assert not breaker.is_open
+    assert breaker.tripped  # no success since the failures that opened it
     assert breaker.failure() is True  # that attempt failed: open again at once
     assert breaker.retry_in == 30
     clock.now += 31
     assert breaker.success() is True  # it worked: closed, and the count starts over
     assert not breaker.is_open
+    assert not breaker.tripped
     assert breaker.failure() is False
 
 
@@ -39,6 +42,15 @@ def test_a_success_resets_the_count() -> None:
     assert breaker.success() is False  # it was not open
     assert breaker.failure() is False
     assert breaker.failure() is True
+
+
+def test_with_no_cooldown_it_is_never_open_but_trips() -> None:
+    breaker = CircuitBreaker(threshold=1, cooldown=0, clock=Clock())
+    assert breaker.failure() is True
+    assert not breaker.is_open
+    assert breaker.tripped
+    breaker.success()
+    assert not breaker.tripped
 
 
 @pytest.mark.parametrize(("threshold", "cooldown"), [(0, 1), (1, -1)])

@@ -214,10 +214,12 @@ def test_a_rejected_request_fails_at_once_and_the_server_counts_as_up() -> None:
     assert not guard.breaker.is_open
 
 
-def test_a_request_that_tells_the_breaker_and_opens_it_is_not_tried_again() -> None:
+@pytest.mark.parametrize("cooldown", [30.0, 0.0])
+def test_a_request_that_tells_the_breaker_and_opens_it_is_not_tried_again(cooldown: float) -> None:
     """A shared lookup counts its own failures: the call counts none of them again, and
-    stops at once when the lookup's count opened the breaker (as a request that opens it)."""
-    guard = _guard(max_retries=5, failure_threshold=2, request_timeout=None)
+    stops at once when the lookup's count opened the breaker (as a request that opens it),
+    also when a cool-down of 0 means the breaker never stays open."""
+    guard = _guard(max_retries=5, failure_threshold=2, request_timeout=None, cooldown=cooldown)
 
     tries: list[int] = []
 
@@ -230,13 +232,14 @@ def test_a_request_that_tells_the_breaker_and_opens_it_is_not_tried_again() -> N
     with pytest.raises(ConnectionRefusedError):
         guard.call(lookup, classify=_classify, tells_breaker=True)
     assert len(tries) == 2  # the second failure opened it: no third try, no wait
-    assert guard.breaker.is_open
+    assert guard.breaker.tripped
+    assert guard.breaker.is_open is (cooldown > 0)
     guard.breaker.success()
     request, tries = _failing(_AuthError("401 bad key"))  # refused: at once, whatever it says
     with pytest.raises(_AuthError):
         guard.call(request, classify=_classify, tells_breaker=True)
     assert len(tries) == 1
-    assert not guard.breaker.is_open  # the call itself counted nothing
+    assert not guard.breaker.tripped  # the call itself counted nothing
 
 
 @pytest.mark.parametrize(
