@@ -560,18 +560,14 @@ class ProcessRuntime:
         hang = self.isolation.hang_timeout
         start = self.isolation.start_timeout
         reason = "exited"
+        # The sentinel is released by this thread alone (below), once it is done with it:
+        # a close() that reaps the child meanwhile leaves it open, so no wait meets a
+        # descriptor closed, or closed and reused, under it.
+        waited: list[Connection | int] = [child.recv, child.process.sentinel]
         while True:
-            # close() may reap a child it killed, which closes the sentinel (-1): then the
-            # pipe alone tells the end, after the reports still in it are read.
-            sentinel = child.process.sentinel
-            waited: list[Connection | int] = (
-                [child.recv] if sentinel < 0 else [child.recv, sentinel]
-            )
             try:
                 ready = wait(waited, _TICK_SECONDS)
             except (OSError, ValueError):
-                if child.process.sentinel != sentinel:  # closed while this waited: again
-                    continue
                 break
             if child.recv in ready:
                 try:
@@ -593,6 +589,8 @@ class ProcessRuntime:
         self._on_death(child, None if quiet else f"{reason} (exit code {code})")
         with contextlib.suppress(OSError):
             child.recv.close()
+        with contextlib.suppress(OSError, ValueError):  # ValueError: a Process still running
+            child.process.close()
 
     def _handle(self, child: _Child, message: ChildMessage) -> None:
         child.heard = time.monotonic()

@@ -55,6 +55,8 @@ class ChildProcess(Protocol):
 
     def kill(self) -> None: ...
 
+    def close(self) -> None: ...
+
 
 class ScriptProcess:
     """A child started with ``subprocess``, shaped like a ``multiprocessing.Process``."""
@@ -79,10 +81,17 @@ class ScriptProcess:
     def join(self, timeout: float | None = None) -> None:
         with contextlib.suppress(subprocess.TimeoutExpired):
             self._popen.wait(timeout)
-        if self._popen.returncode is not None:
+
+    def close(self) -> None:
+        """Release the sentinel; only its reader calls this, so no wait meets a reused fd.
+
+        Unlike ``multiprocessing.Process.close`` it never refuses: a child still running is
+        left to be reaped by ``subprocess``.
+        """
+        sentinel, self._sentinel = self._sentinel, -1
+        if sentinel >= 0:
             with contextlib.suppress(OSError):
-                os.close(self._sentinel)
-            self._sentinel = -1
+                os.close(sentinel)
 
     def is_alive(self) -> bool:
         return self._popen.poll() is None

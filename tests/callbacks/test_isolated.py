@@ -507,7 +507,8 @@ def test_a_report_read_after_the_childs_death_moves_its_retrievals_out_of_abando
     abandoned at once; the child's report of those retrievals, still in the pipe, is read
     after that. It counts them processed and no longer abandoned: each retrieval is counted
     once. Before, both counted (processed + abandoned above sampled), and the listener then
-    died on the sentinel close() had closed (ValueError in its thread). With the counters
+    died on the sentinel close() had closed (ValueError in its thread); the sentinel is now
+    the listener's to release. With the counters
     reset in between, the abandoned count it would correct is gone: nothing is taken off."""
     from langchain_ragmetrics.callbacks._messages import Closed, Flushed, Report, Results
 
@@ -530,15 +531,23 @@ def test_a_report_read_after_the_childs_death_moves_its_retrievals_out_of_abando
     try:
         ask(app, handler, range(2))
         assert holding.wait(START), "the child never reported a processed retrieval"
+        child = runtime._child
+        assert child is not None
         # Both scored (their reports wait in the pipe) before close gives up on the child.
         wait_until(lambda: len(lines(jsonl)) == 2, "both results written", timeout=START)
         assert handler.close(1.0) is False  # not settled in time: killed, counted abandoned
         assert handler.stats.abandoned == 2
+        assert child.process.exitcode is not None  # killed and reaped by close()...
+        assert child.process.sentinel >= 0  # ...yet the fd the listener waits on stays open
         if reset_between:
             handler.reset_stats()
     finally:
         hold.set()
     wait_until(lambda: handler.stats.processed == 2, "the late report", timeout=CEILING)
+    assert child.listener is not None
+    child.listener.join(CEILING)
+    assert not child.listener.is_alive()
+    assert child.process.sentinel == -1  # released by the listener, once done with it
     stats = handler.stats
     if reset_between:
         assert (stats.sampled, stats.processed, stats.abandoned) == (0, 2, 0)
