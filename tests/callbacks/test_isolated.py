@@ -75,6 +75,25 @@ def isolated_handler(setup: Any, **options: Any) -> RagMetricsCallbackHandler:
     )
 
 
+def run_app(*args: str) -> subprocess.CompletedProcess[str]:
+    """``python *args`` from the repository root, as a user's app with no judge or LangSmith
+    settings in its environment; it must exit 0."""
+    root = Path(__file__).resolve().parents[2]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "LANGSMITH_"))}
+    env["PYTHONPATH"] = str(root)  # a script's own directory comes first on its path
+    done = subprocess.run(
+        [sys.executable, *args],
+        cwd=root,
+        env=env,
+        timeout=300,
+        check=False,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    return done
+
+
 def ask(app: RagApp, handler: RagMetricsCallbackHandler, items: range) -> list[str]:
     return [app.chain.invoke(question(i), config={"callbacks": [handler]}) for i in items]
 
@@ -370,6 +389,52 @@ def test_default_setup_uses_the_environments_judge_and_logs_in_the_parent(
     assert all(r.processName != "MainProcess" for r in logged)
 
 
+def test_a_setup_defined_in_the_users_script_runs_in_a_multiprocessing_child(
+    judge_server: JudgeServer, tmp_path: Path
+) -> None:
+    """A setup the script itself defines needs the script's ``__main__`` in the child: the
+    child is then a ``multiprocessing`` spawn (not the ``subprocess`` one); it scores, and is
+    reaped and released when the handler closes."""
+    jsonl = tmp_path / "scores.jsonl"
+    script = tmp_path / "app.py"
+    script.write_text(
+        f"""
+from langchain_openai import ChatOpenAI
+from langchain_ragmetrics import RagMetricsCallbackHandler
+from langchain_ragmetrics.callbacks import ProcessIsolation
+from langchain_ragmetrics.callbacks._isolated import ProcessRuntime
+from tests._support import isolated_setups
+from tests._support.rag import build_chain, corpus, make_retriever, question
+
+
+def setup():
+    return isolated_setups.jsonl_setup({judge_server.base_url!r}, {str(jsonl)!r})
+
+
+if __name__ == "__main__":
+    llm = ChatOpenAI(model="m", base_url={judge_server.base_url!r}, api_key="test")
+    chain = build_chain(llm, make_retriever(corpus(10)))
+    handler = RagMetricsCallbackHandler(isolation=ProcessIsolation(setup=setup))
+    for i in range(2):
+        chain.invoke(question(i), config={{"callbacks": [handler]}})
+    assert handler.flush(120)
+    runtime = handler._background
+    assert isinstance(runtime, ProcessRuntime)
+    child = runtime._child
+    print(type(child.process).__module__, type(child.process).__name__)
+    assert handler.close(60)
+    child.listener.join(60)
+    assert not child.listener.is_alive()
+    print("released", child.process._closed)  # Process.close() ran
+""",
+        encoding="utf-8",
+    )
+    judge_server.script = rag_router()
+    done = run_app(str(script))
+    assert done.stdout.splitlines() == ["multiprocessing.context SpawnProcess", "released True"]
+    assert sorted(r["question"] for r in lines(jsonl)) == [question(0), question(1)]
+
+
 @pytest.mark.parametrize("reference", ["kept", "dropped"])
 def test_the_exit_hook_flushes_the_child(
     reference: str, judge_server: JudgeServer, tmp_path: Path
@@ -398,18 +463,7 @@ for i in range(2):
 {drop}
 """
     judge_server.script = rag_router()
-    root = Path(__file__).resolve().parents[2]
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "LANGSMITH_"))}
-    done = subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=root,
-        env=env,
-        timeout=300,
-        check=False,
-        capture_output=True,
-        text=True,
-    )
-    assert done.returncode == 0, done.stderr
+    run_app("-c", script)
     assert sorted(r["question"] for r in lines(jsonl)) == [question(0), question(1)]
 
 
