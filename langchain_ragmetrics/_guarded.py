@@ -18,8 +18,9 @@ they live here once. Each failed request is sorted by the caller's ``classify`` 
 A request may tell the breaker about the server's answers itself (``tells_breaker``: a
 lookup shared by several sends, counted once by the lookup, which may answer from memory or
 hand its failure to the sends that waited on it). Its errors are then sorted and retried by
-the same rules, but never counted again; a failure after which the breaker is open is
-raised at once, as for a request whose own failure opened it.
+the same rules, but never counted again; a failure after which the breaker has tripped is
+raised at once, as for a request whose own failure opened it (also with ``cooldown=0``, when
+the breaker never stays open).
 
 After ``failure_threshold`` failures in a row the breaker opens and every call is refused
 with :class:`~langchain_ragmetrics._errors.SinkUnavailableError` for ``cooldown`` seconds,

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from pathlib import PurePath
 from typing import Any
 
-__all__ = ["new_event_loop"]
+__all__ = ["new_event_loop", "quiet_stale_closes"]
 
 logger = logging.getLogger(__name__)
 
@@ -23,8 +24,13 @@ logger = logging.getLogger(__name__)
 def new_event_loop() -> asyncio.AbstractEventLoop:
     """A new event loop whose exception handler drops a stale client's failed ``aclose()``."""
     loop = asyncio.new_event_loop()
-    loop.set_exception_handler(_handle)
+    quiet_stale_closes(loop)
     return loop
+
+
+def quiet_stale_closes(loop: asyncio.AbstractEventLoop) -> None:
+    """Give ``loop`` (one of ours: ``asyncio.run``'s inside our own ``run()``) the handler."""
+    loop.set_exception_handler(_handle)
 
 
 def _handle(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
@@ -42,5 +48,10 @@ def _stale_aclose(context: dict[str, Any]) -> bool:
         return False
     if not isinstance(task, asyncio.Task):
         return False
-    name = getattr(task.get_coro(), "__qualname__", "")
-    return isinstance(name, str) and name.rsplit(".", 1)[-1] == "aclose"
+    coro = task.get_coro()
+    name = getattr(coro, "__qualname__", "")
+    if not (isinstance(name, str) and name.rsplit(".", 1)[-1] == "aclose"):
+        return False
+    code = getattr(coro, "cr_code", None)  # where aclose is defined: httpx (or httpx2)
+    path = PurePath(getattr(code, "co_filename", ""))
+    return any(part.startswith("httpx") for part in path.parts[:-1])

@@ -85,24 +85,27 @@ def test_a_collected_client_whose_connections_belong_to_an_ended_loop_closes_qui
 def test_any_other_unread_task_error_on_our_loop_is_still_logged(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    async def aclose() -> None:  # same name, different error: not the harmless case
-        raise RuntimeError("the pool is broken")
+    class Pool:
+        async def aclose(self) -> None:  # a close, another error: not the harmless case
+            raise RuntimeError("the pool is broken")
+
+    class Ours:
+        async def aclose(self) -> None:  # the same error, but not httpx's close
+            raise RuntimeError("Event loop is closed")
 
     async def fail() -> None:
-        raise RuntimeError("Event loop is closed")  # same error, not a close
+        raise RuntimeError("Event loop is closed")  # the same error, not a close
 
     loop = new_event_loop()
 
     async def start() -> None:
-        loop.create_task(aclose())
-        loop.create_task(fail())
+        for coro in (Pool().aclose(), Ours().aclose(), fail()):
+            loop.create_task(coro)
         for _ in range(3):
             await asyncio.sleep(0)
 
     _run_and_collect(loop, start)
     errors = _asyncio_errors(caplog)
-    assert len(errors) == 2, errors
-    assert "the pool is broken" in caplog.text
-    assert "coro=<test_any_other_unread_task_error_on_our_loop_is_still_logged.<locals>.fail()" in (
-        caplog.text
-    )
+    assert len(errors) == 3, errors
+    for name in ("Pool.aclose()", "Ours.aclose()", "fail()"):
+        assert f"<locals>.{name}" in caplog.text

@@ -307,11 +307,13 @@ class ProcessRuntime:
             else:
                 token = next(self._tokens)
                 self._waiting.add(token)
-                self._queue.put(FlushRequest(token, timeout), counted=False)
-                self._hurry.set()
-                self._cond.wait_for(lambda: token in self._flushed, timeout)
-                self._waiting.discard(token)  # an answer after the deadline is not kept
-                done = self._flushed.pop(token, False)
+                try:
+                    self._queue.put(FlushRequest(token, timeout), counted=False)
+                    self._hurry.set()
+                    self._cond.wait_for(lambda: token in self._flushed, timeout)
+                finally:  # also on Ctrl-C: an answer after the wait ends is not kept
+                    self._waiting.discard(token)
+                    done = self._flushed.pop(token, False)
                 left = 0 if done else self._outstanding()
         self._counters.set("pending_at_deadline", left)
         if self._outboxes:  # the child's answer came after its results: deliver them here
@@ -509,7 +511,14 @@ class ProcessRuntime:
         child.listener = threading.Thread(
             target=self._listen, args=(child,), name=f"{self.name}-listener", daemon=True
         )
-        child.listener.start()
+        try:
+            child.listener.start()
+        except RuntimeError as exc:  # e.g. "can't start new thread", at interpreter shutdown
+            _stop(process)  # no listener will release this child: it is done here
+            _release(child)
+            self._failures.report("child-start", f"cannot start the listener thread: {exc}", exc)
+            self._disabled = True
+            return None
         self._child = child
         return child
 
@@ -587,10 +596,7 @@ class ProcessRuntime:
         code = child.process.exitcode
         quiet = child.closed is not None or child.fatal  # a normal exit, or already reported
         self._on_death(child, None if quiet else f"{reason} (exit code {code})")
-        with contextlib.suppress(OSError):
-            child.recv.close()
-        with contextlib.suppress(OSError, ValueError):  # ValueError: a Process still running
-            child.process.close()
+        _release(child)
 
     def _handle(self, child: _Child, message: ChildMessage) -> None:
         child.heard = time.monotonic()
@@ -666,13 +672,7 @@ class ProcessRuntime:
             self._sink_pending[key] = figures.pending
 
     def _kill(self, child: _Child, reason: str) -> None:
-        process = child.process
-        with contextlib.suppress(Exception):
-            process.terminate()
-            process.join(_KILL_GRACE_SECONDS)
-            if process.is_alive():
-                process.kill()
-                process.join(_KILL_GRACE_SECONDS)
+        _stop(child.process)
         self._failures.report("isolated:kill", f"the scoring process {reason}")
 
     def _on_death(self, child: _Child, reason: str | None) -> None:
@@ -722,3 +722,27 @@ def _relog(fields: dict[str, Any]) -> None:
     logger = logging.getLogger(fields["name"])
     if logger.isEnabledFor(fields["levelno"]):
         logger.handle(logging.makeLogRecord(fields))
+
+
+def _stop(process: ChildProcess) -> None:
+    """Terminate ``process``, then kill it if it outlives the grace period; reap it."""
+    with contextlib.suppress(Exception):
+        process.terminate()
+        process.join(_KILL_GRACE_SECONDS)
+        if process.is_alive():
+            process.kill()
+            process.join(_KILL_GRACE_SECONDS)
+
+
+def _release(child: _Child) -> None:
+    """Close the parent's ends of a child's pipes and its process handle (sentinel included).
+
+    Only the thread that waits on them calls this, once done: the listener, or the spawn
+    that could not start one. A ``multiprocessing.Process`` still running refuses (ValueError)
+    and keeps its handle until it is collected.
+    """
+    for end in (child.recv, child.send):
+        with contextlib.suppress(OSError):
+            end.close()
+    with contextlib.suppress(OSError, ValueError):
+        child.process.close()

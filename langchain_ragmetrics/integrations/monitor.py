@@ -61,7 +61,7 @@ from langchain_ragmetrics._langsmith_feedback import (
     FeedbackItem,
     read_environment_once,
 )
-from langchain_ragmetrics._loops import new_event_loop
+from langchain_ragmetrics._loops import new_event_loop, quiet_stale_closes
 from langchain_ragmetrics._options import flag, number_above_zero, whole_number
 from langchain_ragmetrics._retrieval import OnlineResult, QuestionFrom, Retrieval, score_retrieval
 from langchain_ragmetrics._schema import Usage
@@ -712,7 +712,11 @@ class LangSmithMonitor:
             MonitorError: LangSmith has no project named ``project_name``.
             CheckpointError: The checkpoint file cannot be used.
         """
-        return asyncio.run(self.arun())
+        return asyncio.run(self._arun_own_loop())
+
+    async def _arun_own_loop(self) -> MonitorSummary:
+        quiet_stale_closes(asyncio.get_running_loop())  # run()'s loop is ours, not the user's
+        return await self.arun()
 
     async def arun(self) -> MonitorSummary:
         """:meth:`run` on the running event loop."""

@@ -28,6 +28,7 @@ from langchain_openai import ChatOpenAI
 from langchain_ragmetrics import ContextRelevance, RagMetricsCallbackHandler
 from langchain_ragmetrics.callbacks import ProcessIsolation, ScoringSetup
 from langchain_ragmetrics.callbacks._isolated import ProcessRuntime
+from langchain_ragmetrics.callbacks._launch import ScriptProcess
 from tests._support import isolated_setups
 from tests._support.concurrency import wait_until
 from tests._support.openai_server import JudgeServer, reply_hold
@@ -347,6 +348,53 @@ def test_a_flush_that_gave_up_keeps_nothing_of_its_late_answer(
             assert (runtime._flushed, runtime._waiting) == ({}, set())
 
 
+def test_a_listener_that_cannot_start_stops_and_releases_its_child(
+    judge_server: JudgeServer,
+    make_judge: JudgeFactory,
+    jsonl: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """No thread for the listener (a thread limit, interpreter shutdown): nothing would read
+    or release the child, so the spawn stops and releases it, and scoring turns off."""
+    from langchain_ragmetrics.callbacks import _isolated
+
+    started: list[Any] = []
+    start_child = _isolated.start_child
+
+    def recorded(*args: Any, **kwargs: Any) -> Any:
+        found = start_child(*args, **kwargs)
+        started.append(found[0])
+        return found
+
+    thread_start = threading.Thread.start
+
+    def no_listener(thread: threading.Thread) -> None:
+        if thread.name.endswith("-listener"):
+            raise RuntimeError("can't start new thread")
+        thread_start(thread)
+
+    monkeypatch.setattr(_isolated, "start_child", recorded)
+    monkeypatch.setattr(threading.Thread, "start", no_listener)
+    app = rag_app(judge_server, make_judge)
+    setup = partial(isolated_setups.jsonl_setup, judge_server.base_url, str(jsonl))
+    with caplog.at_level(logging.WARNING, logger="langchain_ragmetrics"):
+        handler = isolated_handler(setup)
+        assert ask(app, handler, range(1))
+        wait_until(lambda: handler.stats.abandoned == 1, "the spawn to give up")
+        assert ask(app, handler, range(1, 2))  # scoring is off: dropped, the app unharmed
+        assert handler.close(CEILING)
+    stats = handler.stats
+    assert (stats.sampled, stats.abandoned, stats.dropped, stats.processed) == (2, 1, 1, 0)
+    [process] = started
+    assert isinstance(process, ScriptProcess)
+    assert process.exitcode is not None  # stopped and reaped...
+    assert process.sentinel == -1  # ...and released
+    warned = [r.getMessage() for r in caplog.records if "listener thread" in r.getMessage()]
+    assert len(warned) == 1
+    assert "can't start new thread" in warned[0]
+
+
 def test_a_failing_setup_turns_scoring_off_with_one_warning(
     judge_server: JudgeServer, make_judge: JudgeFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -591,6 +639,7 @@ def test_a_report_read_after_the_childs_death_moves_its_retrievals_out_of_abando
         wait_until(lambda: len(lines(jsonl)) == 2, "both results written", timeout=START)
         assert handler.close(1.0) is False  # not settled in time: killed, counted abandoned
         assert handler.stats.abandoned == 2
+        assert isinstance(child.process, ScriptProcess)
         assert child.process.exitcode is not None  # killed and reaped by close()...
         assert child.process.sentinel >= 0  # ...yet the fd the listener waits on stays open
         if reset_between:

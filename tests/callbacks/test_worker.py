@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from langchain_ragmetrics import _loops
 from langchain_ragmetrics.callbacks._stats import Counters, FailureLog
 from langchain_ragmetrics.callbacks._worker import BackgroundWorker
 
@@ -23,6 +24,7 @@ class Recorder:
         self.threads: list[str] = []
         self.holds: dict[str, threading.Event] = {}
         self.started: dict[str, threading.Event] = {}
+        self.handlers: list[object] = []
 
     def hold(self, item: str) -> threading.Event:
         self.started[item] = threading.Event()
@@ -32,6 +34,7 @@ class Recorder:
     async def __call__(self, item: str) -> None:
         self.contexts.append(MARK.get())
         self.threads.append(threading.current_thread().name)
+        self.handlers.append(asyncio.get_running_loop().get_exception_handler())
         if item in self.holds:
             self.started[item].set()
             await asyncio.to_thread(self.holds[item].wait, 10)
@@ -74,6 +77,7 @@ def test_starts_lazily_in_an_empty_context() -> None:
     assert recorder.done == ["a"]
     assert recorder.contexts == ["empty"]  # the caller's context did not leak
     assert recorder.threads == ["test-worker"]
+    assert recorder.handlers == [_loops._handle]  # a stale client's close stays quiet here
     assert stats(counters)["processed"] == 1
     assert worker.stop(10)
     assert worker.thread is not None

@@ -27,6 +27,7 @@ from langchain_ragmetrics import (
     ContextPrecision,
     ContextRecall,
     ContextRelevance,
+    _loops,
 )
 from langchain_ragmetrics._ids import feedback_id
 from langchain_ragmetrics._langsmith_feedback import error_feedback_id
@@ -148,6 +149,39 @@ def stored(stub: LangSmithStub, key: str = "context_relevance") -> dict[str, dic
     by_run = {item["run_id"]: item for item in found}
     assert len(by_run) == len(found), "two feedback on one run"
     return by_run
+
+
+def test_the_monitors_own_loops_keep_a_stale_clients_close_quiet(
+    app: RagApp,
+    langsmith_stub: LangSmithStub,
+    langsmith_client: langsmith.Client,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """run()'s loop and the SDK loop of the client both get the handler; arun() on the
+    user's own loop leaves that loop's handler alone."""
+    from langchain_ragmetrics.integrations import monitor as monitor_module
+
+    quieted: list[asyncio.AbstractEventLoop] = []
+    quiet = monitor_module.quiet_stale_closes
+
+    def spy(loop: asyncio.AbstractEventLoop) -> None:
+        quieted.append(loop)
+        quiet(loop)
+
+    monkeypatch.setattr(monitor_module, "quiet_stale_closes", spy)
+    trace_questions(langsmith_stub, app.chain, PROJECT, range(1))
+    assert make_monitor(app, langsmith_client, tmp_path).run().runs_scored == 1
+    assert len(quieted) == 1
+    assert quieted[0].get_exception_handler() is _loops._handle
+    assert _SdkLoop.of(langsmith_client).get_exception_handler() is _loops._handle
+
+    async def users_own() -> object:
+        await make_monitor(app, langsmith_client, tmp_path).arun()
+        return asyncio.get_running_loop().get_exception_handler()
+
+    assert asyncio.run(users_own()) is None
+    assert len(quieted) == 1
 
 
 def test_scores_every_retriever_run_once_with_stable_feedback_ids(
