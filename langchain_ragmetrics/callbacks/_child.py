@@ -24,6 +24,7 @@ import signal
 import threading
 import traceback
 from collections.abc import Callable
+from functools import partial
 from multiprocessing.connection import Connection
 
 from langchain_ragmetrics._retrieval import OnlineResult
@@ -62,6 +63,10 @@ class _Channel:
         self._conn = conn
         self._lock = threading.Lock()
         self.broken = False
+        # Held from reading the counters to sending them: messages that carry counters reach
+        # the parent in the order they were read, so an older report never lands after a
+        # Flushed or Closed and undoes its figures.
+        self.in_order = threading.Lock()
 
     def send(self, message: ChildMessage) -> None:
         with self._lock:
@@ -168,18 +173,19 @@ def _report(
     """Send the results waiting, then the counters when changed (or every ``heartbeat`` s).
 
     The counters are read before the results are taken, so every result they count has
-    gone up first.
+    gone up first, and in order with every other message that carries counters.
     """
     last: HandlerStats | None = None
     quiet = 0.0
     while not stop.wait(_REPORT_EVERY_SECONDS):
         quiet += _REPORT_EVERY_SECONDS
-        current = totals()
-        if results is not None and results.send(current):
-            last, quiet = current, 0.0  # the results carried the counters
-        elif current != last or quiet >= heartbeat:
-            channel.send(Report(current))
-            last, quiet = current, 0.0
+        with channel.in_order:
+            current = totals()
+            if results is not None and results.send(current):
+                last, quiet = current, 0.0  # the results carried the counters
+            elif current != last or quiet >= heartbeat:
+                channel.send(Report(current))
+                last, quiet = current, 0.0
 
 
 def bootstrap(recv_fd: int, send_fd: int, alive_fd: int, name: str) -> None:
@@ -188,6 +194,9 @@ def bootstrap(recv_fd: int, send_fd: int, alive_fd: int, name: str) -> None:
     ``alive_fd`` stays open until this process exits: its end of file tells the parent.
     ``name`` becomes the process name in log records, as ``multiprocessing`` would set it.
     """
+    for fd in (recv_fd, send_fd, alive_fd):  # a process this one starts must not hold them
+        with contextlib.suppress(OSError):
+            os.set_inheritable(fd, False)
     del alive_fd  # held, never used
     multiprocessing.current_process().name = name
     recv = Connection(recv_fd, writable=False)
@@ -202,6 +211,15 @@ def bootstrap(recv_fd: int, send_fd: int, alive_fd: int, name: str) -> None:
     main(recv, send, start)
 
 
+def _settle_in(isolation: ProcessIsolation) -> None:
+    """Leave Ctrl-C to the application (which closes us) and lower our priority if asked."""
+    with contextlib.suppress(ValueError):
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if isolation.niceness:
+        with contextlib.suppress(OSError, AttributeError):  # not on every platform
+            os.nice(isolation.niceness)
+
+
 def main(recv: Connection, send: Connection, start: ChildStart) -> None:
     """The child's entry point (``multiprocessing`` target)."""
     settings = start.settings
@@ -209,11 +227,7 @@ def main(recv: Connection, send: Connection, start: ChildStart) -> None:
     if not isinstance(isolation, ProcessIsolation):  # pragma: no cover - the parent's bug
         msg = "the child process needs the settings of an isolated handler"
         raise TypeError(msg)
-    with contextlib.suppress(ValueError):  # Ctrl-C goes to the application, which closes us
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if isolation.niceness:
-        with contextlib.suppress(OSError, AttributeError):  # not on every platform
-            os.nice(isolation.niceness)
+    _settle_in(isolation)
     channel = _Channel(send)
     _forward_logging(channel, start.log_levels)
     try:
@@ -244,16 +258,17 @@ def main(recv: Connection, send: Connection, start: ChildStart) -> None:
     )
     reporter.start()
 
-    def answer() -> HandlerStats:
-        """The counters, once every result they count has gone up."""
-        stats = _totals()
-        if results is not None:
-            results.send()
-        return stats
+    def answer(make: Callable[[HandlerStats], ChildMessage]) -> None:
+        """Send ``make(counters)`` once every result they count has gone up, in order."""
+        with channel.in_order:
+            stats = _totals()
+            if results is not None:
+                results.send()
+            channel.send(make(stats))
 
     def flush(request: FlushRequest) -> None:
         ok = background.flush(request.timeout)
-        channel.send(Flushed(request.token, ok, answer()))
+        answer(partial(Flushed, request.token, ok))
 
     while True:
         try:
@@ -270,6 +285,6 @@ def main(recv: Connection, send: Connection, start: ChildStart) -> None:
             ).start()
         elif isinstance(message, CloseRequest):
             ok = background.close(message.timeout)
-            channel.send(Closed(ok, answer()))
+            answer(partial(Closed, ok))
             break
     stop.set()

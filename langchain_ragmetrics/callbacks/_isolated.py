@@ -186,6 +186,13 @@ class ProcessRuntime:
         self._accepting = True
         self._stopping = False
         self._disabled = False
+        # close() passed its deadline: no child starts again, what is queued is abandoned.
+        self._gave_up = False
+        # stop_when_idle() asked the child to finish: the handler was collected.
+        self._idle_exit = False
+        # A close is under way: close()'s, or the idle exit's (which sets _shut when done).
+        self._closing = False
+        self._shut = threading.Event()
         self._tokens = itertools.count(1)
         self._flushed: dict[int, bool] = {}
         self._waiting: set[int] = set()  # tokens of the flush() calls still waiting
@@ -333,6 +340,10 @@ class ProcessRuntime:
         with self._cond:
             self._accepting = False
             feeder = self._feeder
+            idle_closing = self._idle_exit and self._closing
+            self._closing = True
+        if idle_closing:  # a collected handler's child is closing the sinks: wait for it
+            return self._shut.wait(timeout)
         if feeder is None:  # never started: nothing was scored, only the sinks to close
             return self._close_sinks(remaining(deadline))
         with self._cond:
@@ -343,12 +354,15 @@ class ProcessRuntime:
             settled = self._cond.wait_for(self._settled, remaining(deadline))
             child = self._child
             left = self._outstanding()
+            if not settled:  # the feeder must not start a child after this close gave up
+                self._gave_up = True
         if child is not None and not child.dead:
             self._kill(child, "did not finish closing in time")
             self._on_death(child, None)  # account now, not when the listener wakes
         feeder.join(_KILL_GRACE_SECONDS)
         sinks_closed = self._close_sinks(remaining(deadline))
         _exit.unregister(self)
+        self._shut.set()
         self._counters.set("pending_at_deadline", left)
         clean = child is None or child.closed is not False
         return settled and clean and left == 0 and sinks_closed and not feeder.is_alive()
@@ -382,9 +396,33 @@ class ProcessRuntime:
             if self._feeder is None or self._stopping:
                 return
             self._stopping = True
+            self._idle_exit = True
             self._queue.put(CloseRequest(_IDLE_EXIT_CLOSE_SECONDS), counted=False)
             self._hurry.set()
         _exit.register(self)
+
+    def _finish_idle_exit(self) -> None:
+        """Close the sinks here and leave the exit registry once a collected handler is done.
+
+        As close() would; a no-op unless the child that ended was the last one.
+        """
+        with self._cond:
+            child = self._child
+            done = (
+                self._idle_exit
+                and not self._closing
+                and not self._queue.unfinished
+                and (child is None or child.dead)
+            )
+            if done:
+                self._closing = True
+        if not done:
+            return
+        try:
+            self._close_sinks(_IDLE_EXIT_CLOSE_SECONDS)
+        finally:
+            _exit.unregister(self)
+            self._shut.set()
 
     @property
     def exit_timeout(self) -> float | None:
@@ -451,6 +489,7 @@ class ProcessRuntime:
                     self._cond.notify_all()
             if child is None:  # stopping, or scoring turned off (work abandoned)
                 if self._stopping:
+                    self._finish_idle_exit()  # no child will end after this: done here
                     return
                 continue
             self._send(child, entries)
@@ -476,7 +515,7 @@ class ProcessRuntime:
         exit) still starts one: the retrievals submitted before the close are scored.
         """
         work = any(isinstance(e, Retrieval) for e in taken) or self._queue.size > 0
-        if not self._disabled and (work or not self._stopping):
+        if not self._disabled and not self._gave_up and (work or not self._stopping):
             child = self._spawn()
             if child is not None:
                 return child
@@ -543,7 +582,7 @@ class ProcessRuntime:
                 data = self._pickle_each(child, message, exc)
             try:
                 child.send.send_bytes(data)
-            except (OSError, ValueError) as exc:  # the child died (or was killed) meanwhile
+            except Exception as exc:  # the child died (or was killed, its pipe closed) meanwhile
                 self._on_death(child, f"the pipe to the scoring process broke ({exc!r})")
                 return
 
@@ -551,9 +590,11 @@ class ProcessRuntime:
         """Pickle the items that can be; the others are counted as errors and dropped."""
         kept = [item for item in message.items if picklable(item)]
         lost = len(message.items) - len(kept)
-        self._counters.add(handler_errors=lost, abandoned=lost)
         with self._cond:
-            child.sent -= lost
+            # A child that died meanwhile counted everything sent to it as abandoned.
+            self._counters.add(handler_errors=lost, abandoned=0 if child.dead else lost)
+            if not child.dead:
+                child.sent -= lost
             self._cond.notify_all()
         self._failures.report(
             f"isolated:pickle:{type(exc).__name__}",
@@ -580,9 +621,19 @@ class ProcessRuntime:
                 break
             if child.recv in ready:
                 try:
-                    message = child.recv.recv()
+                    data = child.recv.recv_bytes()
                 except (EOFError, OSError):
                     break
+                try:
+                    message = pickle.loads(data)  # noqa: S301 - our own child's message
+                except Exception as exc:  # e.g. an exception class that cannot be rebuilt
+                    self._failures.report(
+                        f"isolated:unpickle:{type(exc).__name__}",
+                        f"a message from the scoring process could not be read: {exc!r}",
+                        exc,
+                    )
+                    child.heard = time.monotonic()
+                    continue
                 self._handle(child, message)
                 continue
             if ready:  # the process ended and nothing is left to read
@@ -597,6 +648,7 @@ class ProcessRuntime:
         quiet = child.closed is not None or child.fatal  # a normal exit, or already reported
         self._on_death(child, None if quiet else f"{reason} (exit code {code})")
         _release(child)
+        self._finish_idle_exit()
 
     def _handle(self, child: _Child, message: ChildMessage) -> None:
         child.heard = time.monotonic()

@@ -35,6 +35,7 @@ from tests._support.openai_server import JudgeServer, reply_hold
 from tests._support.rag import RagApp, question, rag_app, rag_router
 
 JudgeFactory = Callable[..., ChatOpenAI]
+
 VERDICT = {"relevant_sentence_indices": [0], "reason": "held"}
 START = 120.0
 """Generous bound for a child's start (a fresh interpreter importing the judge stack on a
@@ -258,6 +259,199 @@ def test_a_silent_child_is_killed_and_replaced(
         os.kill(pid, 0)  # the hung child was killed and reaped
     assert (stats.processed, stats.abandoned) == (2, 2)
     assert sorted(r["question"] for r in lines(jsonl)) == [question(0), question(3)]
+
+
+class _StuckPipe:
+    """The parent's end of a full pipe to a child that reads no more: a send blocks until
+    the child exits, then fails as a broken pipe (what the kernel does)."""
+
+    def __init__(self, conn: Any, process: Any) -> None:
+        self._conn, self._process = conn, process
+        self.blocked = threading.Event()
+
+    def send_bytes(self, data: bytes) -> None:
+        self.blocked.set()
+        self._process.join()
+        raise BrokenPipeError(32, "Broken pipe")
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+def test_a_close_that_gives_up_starts_no_new_child(
+    judge_server: JudgeServer, make_judge: JudgeFactory, jsonl: Path
+) -> None:
+    """The feeder is blocked sending to a child that reads no more, with retrievals queued
+    behind it. close() gives up at its deadline and kills the child; the feeder, free again,
+    must abandon what is queued, not start a new child to score it after close() returned
+    (with paid judge calls, and at exit a process that outlives the application)."""
+    app = rag_app(judge_server, make_judge)
+    setup = partial(isolated_setups.jsonl_setup, judge_server.base_url, str(jsonl))
+    handler = isolated_handler(setup)
+    runtime = background(handler)
+    ask(app, handler, range(1))
+    assert handler.flush(START)
+    child = runtime._child
+    assert child is not None
+    stuck = child.send = _StuckPipe(child.send, child.process)  # type: ignore[assignment]
+    ask(app, handler, range(1, 2))
+    assert stuck.blocked.wait(CEILING), "the feeder never sent"
+    ask(app, handler, range(2, 4))  # queued behind the blocked send
+    assert runtime._queue.size == 2
+    assert handler.close(1.0) is False
+    feeder = runtime._feeder
+    assert feeder is not None
+    feeder.join(CEILING)
+    assert not feeder.is_alive()
+    assert runtime.children_started == 1
+    stats = handler.stats
+    assert (stats.sampled, stats.processed, stats.abandoned, stats.queued) == (4, 1, 3, 0)
+    assert [r["question"] for r in lines(jsonl)] == [question(0)]
+
+
+class _FailingPipe(_StuckPipe):
+    """A pipe end whose send fails with an error other than OSError: what a send meets when
+    another thread closed the connection under it (``write(None, ...)``: TypeError)."""
+
+    def send_bytes(self, data: bytes) -> None:
+        self.blocked.set()
+        raise TypeError("'NoneType' object cannot be interpreted as an integer")
+
+
+def test_a_send_that_fails_in_any_way_counts_the_child_dead_and_the_feeder_goes_on(
+    judge_server: JudgeServer, make_judge: JudgeFactory, jsonl: Path
+) -> None:
+    app = rag_app(judge_server, make_judge)
+    setup = partial(isolated_setups.jsonl_setup, judge_server.base_url, str(jsonl))
+    with isolated_handler(setup) as handler:
+        runtime = background(handler)
+        ask(app, handler, range(1))
+        assert handler.flush(START)
+        child = runtime._child
+        assert child is not None
+        failing = child.send = _FailingPipe(child.send, child.process)  # type: ignore[assignment]
+        ask(app, handler, range(1, 2))
+        assert failing.blocked.wait(CEILING)
+        wait_until(lambda: handler.stats.abandoned == 1, "the child counted dead")
+        ask(app, handler, range(2, 3))  # a new child scores it: the feeder lived on
+        assert handler.flush(START)
+        assert runtime.children_started == 2
+        stats = handler.stats
+    assert (stats.sampled, stats.processed, stats.abandoned) == (3, 2, 1)
+    assert sorted(r["question"] for r in lines(jsonl)) == [question(0), question(2)]
+
+
+def test_a_message_from_the_child_that_cannot_be_read_is_reported_and_skipped(
+    judge_server: JudgeServer,
+    make_judge: JudgeFactory,
+    jsonl: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """E.g. a result holding an exception whose class cannot be rebuilt here: the listener
+    reports it and reads on (before, it died, and nothing read the child's pipe again)."""
+    from langchain_ragmetrics.callbacks import _isolated
+    from langchain_ragmetrics.callbacks._messages import Report
+
+    loads = pickle.loads
+    spoiled = threading.Event()
+
+    def spoil_one_report(data: bytes) -> Any:
+        message = loads(data)
+        if isinstance(message, Report) and not spoiled.is_set():
+            spoiled.set()
+            raise TypeError("__init__() missing 1 required positional argument: 'code'")
+        return message
+
+    monkeypatch.setattr(_isolated.pickle, "loads", spoil_one_report)
+    app = rag_app(judge_server, make_judge)
+    setup = partial(isolated_setups.jsonl_setup, judge_server.base_url, str(jsonl))
+    with (
+        caplog.at_level(logging.WARNING, logger="langchain_ragmetrics"),
+        isolated_handler(setup) as handler,
+    ):
+        ask(app, handler, range(1))
+        assert spoiled.wait(START), "the child sent no report"  # one every 0.2 s when busy
+        ask(app, handler, range(1, 2))
+        assert handler.flush(START)
+        child = background(handler)._child
+        assert child is not None
+        assert child.listener is not None
+        assert child.listener.is_alive()
+        stats = handler.stats
+    assert (stats.processed, stats.abandoned, background(handler).children_started) == (2, 0, 1)
+    warned = [r.getMessage() for r in caplog.records if "could not be read" in r.getMessage()]
+    assert len(warned) == 1
+    assert "missing 1 required positional argument" in warned[0]
+
+
+def test_the_childs_pipe_ends_are_not_inherited_by_what_it_starts(
+    judge_server: JudgeServer, make_judge: JudgeFactory, jsonl: Path
+) -> None:
+    """A process the child's setup or sinks start (os.system, close_fds=False) must not hold
+    the pipes, or the parent would not see the child's end until the hang timeout."""
+    app = rag_app(judge_server, make_judge)
+    setup = partial(isolated_setups.jsonl_setup, judge_server.base_url, str(jsonl))
+    with isolated_handler(setup) as handler:
+        ask(app, handler, range(1))
+        assert handler.flush(START)
+        pid = background(handler).child_pid
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        fds = [int(arg) for arg in argv[-5:-2]]  # bootstrap's recv, send and alive fds
+        for fd in fds:
+            info = Path(f"/proc/{pid}/fdinfo/{fd}").read_text(encoding="utf-8")
+            flags = next(line for line in info.splitlines() if line.startswith("flags:"))
+            assert int(flags.split()[1], 8) & os.O_CLOEXEC, (fd, flags)
+
+
+@pytest.mark.parametrize("dead", [False, True])
+def test_a_retrieval_that_cannot_be_pickled_is_counted_once(
+    judge_server: JudgeServer, jsonl: Path, dead: bool
+) -> None:
+    """Sent without it, counted an error and abandoned; but a child that died meanwhile
+    counted everything sent to it abandoned already, so it is not counted again."""
+    from langchain_ragmetrics._retrieval import Retrieval
+    from langchain_ragmetrics.callbacks._isolated import _Child
+    from langchain_ragmetrics.callbacks._messages import ScoreItems
+
+    setup = partial(isolated_setups.jsonl_setup, judge_server.base_url, str(jsonl))
+    handler = isolated_handler(setup)  # no child is started: nothing is submitted
+    runtime = background(handler)
+    child = _Child(process=None, send=None, recv=None, sent=2, dead=dead)  # type: ignore[arg-type]
+    good = Retrieval("a query")
+    bad = good._replace(metadata={"lock": threading.Lock()})
+    data = runtime._pickle_each(child, ScoreItems([good, bad]), TypeError("cannot pickle"))
+    assert pickle.loads(data).items == [good]
+    stats = handler.stats
+    assert (stats.handler_errors, stats.abandoned, child.sent) == ((1, 0, 2) if dead else (1, 1, 1))
+    assert handler.close(CEILING)
+
+
+def test_the_childs_reporter_reads_and_sends_its_counters_in_order(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The counters are read and sent under the channel's ordering lock (as a Flushed or
+    Closed answer is), so an older report cannot land after a newer answer."""
+    from langchain_ragmetrics.callbacks import _child
+    from langchain_ragmetrics.callbacks._stats import Counters
+
+    monkeypatch.setattr(_child, "_REPORT_EVERY_SECONDS", 0.0)
+    held: list[tuple[str, bool]] = []
+
+    class Conn:
+        def send(self, message: object) -> None:
+            held.append((type(message).__name__, channel.in_order.locked()))
+
+    channel = _child._Channel(Conn())  # type: ignore[arg-type]
+    stop = threading.Event()
+
+    def totals() -> Any:
+        held.append(("read", channel.in_order.locked()))
+        stop.set()  # one round
+        return Counters().snapshot(queued=0, open_traces=0)
+
+    _child._report(channel, totals, stop, 0.0, None)
+    assert held == [("read", True), ("Report", True)]
 
 
 def test_close_is_bounded_when_the_child_hangs(

@@ -12,10 +12,12 @@ given a client, a disabled one and a subclass deliver in the application's proce
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import pickle
 import signal
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -30,7 +32,7 @@ from langchain_ragmetrics import (
     LangSmithFeedbackSink,
     RagMetricsCallbackHandler,
 )
-from langchain_ragmetrics.callbacks import _auto
+from langchain_ragmetrics.callbacks import _auto, _exit
 from langchain_ragmetrics.callbacks._isolated import ProcessRuntime
 from tests._support.isolated_setups import BrokenInChild, FileInChild
 from tests._support.langsmith_stub import LangSmithStub
@@ -343,3 +345,43 @@ def test_close_closes_the_idle_object_too(
     assert not sink.delivery.requests.closing.is_set()
     assert handler.close(START)
     assert sink.delivery.requests.closing.is_set()  # LangSmithFeedbackSink.close ran
+
+
+class _ClosingMemory(InMemorySink):
+    """An in-memory sink (it stays in the application's process) that says when closed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.closed = threading.Event()
+
+    def close(self, timeout: float | None = None) -> None:
+        self.closed.set()
+        super().close(timeout)
+
+
+def test_a_collected_handler_closes_its_sinks_here_and_leaves_the_exit_registry(
+    judge_server: JudgeServer, make_judge: JudgeFactory
+) -> None:
+    """A handler dropped by its user: its child finishes the queue and exits, then the sinks
+    of this process are closed and the runtime leaves the exit registry (before, both waited
+    for the interpreter's exit, one set of sinks and outbox threads per collected handler)."""
+    app = rag_app(judge_server, make_judge)
+    memory = _ClosingMemory()
+    handler = RagMetricsCallbackHandler(
+        metrics=[ContextRelevance(llm=make_judge())], sinks=[memory]
+    )
+    runtime = handler._background
+    assert isinstance(runtime, ProcessRuntime)
+    for i in range(N):
+        app.chain.invoke(question(i), config={"callbacks": [handler]})
+    del handler
+    gc.collect()  # the handler's finalizer asks the child to finish and exit
+    assert memory.closed.wait(START), "the sinks here were not closed"
+    assert len(memory.results) == N  # everything was scored and delivered first
+    assert _until(lambda: not _exit.registered(runtime))
+    for box in runtime._outboxes or ():
+        thread = box.thread
+        assert thread is not None
+        thread.join(START)
+        assert not thread.is_alive()
+    assert runtime.close(1.0)  # the exit hook's close finds it done
