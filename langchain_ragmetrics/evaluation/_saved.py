@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic_core import PydanticSerializationError
 
 from langchain_ragmetrics._dataset import RUN_HEADER_KEY
 from langchain_ragmetrics._errors import ResultFileError
@@ -79,9 +80,18 @@ def dataset_fingerprint(samples: Iterable[RagSample]) -> str:
     """A short hash of the samples' content, in order."""
     digest = hashlib.sha256()
     for sample in samples:
-        digest.update(sample.model_dump_json().encode("utf-8"))
+        try:
+            text = sample.model_dump_json()
+        except PydanticSerializationError:  # metadata holding a live object: its type counts
+            text = json.dumps(sample.model_dump(), default=_opaque, ensure_ascii=False)
+        digest.update(text.encode("utf-8"))
         digest.update(b"\n")
     return digest.hexdigest()[:16]
+
+
+def _opaque(value: object) -> str:
+    """What the fingerprint keeps of a value JSON cannot hold: its type (stable across runs)."""
+    return f"<{type(value).__module__}.{type(value).__qualname__}>"
 
 
 def metric_info(metric: BaseRagMetric) -> MetricInfo:

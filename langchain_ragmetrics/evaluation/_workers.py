@@ -48,6 +48,7 @@ there (the usual case), so no ``if __name__ == "__main__":`` guard is needed the
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import multiprocessing
 import multiprocessing.spawn
@@ -62,6 +63,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
+from multiprocessing.reduction import ForkingPickler
 from typing import TYPE_CHECKING, Any, Literal
 
 from langchain_ragmetrics._engine import Job, JobFeed, ScoringEngine
@@ -88,6 +90,8 @@ __all__ = [
     "start_method",
     "worker_count",
 ]
+
+logger = logging.getLogger("langchain_ragmetrics")
 
 Workers = int | Literal["auto"]
 """``evaluate``'s ``workers``: a number of processes, or ``"auto"``."""
@@ -361,6 +365,10 @@ class _WorkerSide:
                     break
         except (EOFError, OSError):
             pass
+        except Exception as exc:  # e.g. a sample holding an object of the caller's __main__
+            # This process cannot read the jobs: the parent scores what it holds, and it ends.
+            with contextlib.suppress(Exception):
+                self.send("unreadable", f"{type(exc).__name__}: {exc}")
         batch.cancel()
         self.granted.set()
 
@@ -417,8 +425,8 @@ def _worker_main(recipe: ScoringRecipe, conn: Connection, control: Connection) -
         side = _WorkerSide(recipe, conn, control)
         side.run()
     except BaseException as exc:
-        try:
-            pickle.dumps(exc)
+        try:  # the parent must be able to rebuild it too (keyword-only __init__ cannot)
+            pickle.loads(pickle.dumps(exc))  # noqa: S301 (our own bytes)
         except Exception:
             exc = RuntimeError(f"{type(exc).__name__}: {exc}")
         with contextlib.suppress(OSError):
@@ -470,6 +478,7 @@ class _Feed:
         self.lock = threading.Condition()
         self.held = 0  # jobs a worker holds, unfinished
         self.handed: dict[Key, int] = {}  # times a job went to a worker
+        self.own_only: deque[Key] = deque()  # jobs no worker can take (see keep_for_parent)
         self.stopped = False
 
     def wait_own(self) -> bool:
@@ -479,15 +488,17 @@ class _Feed:
         slot, and a job is taken only by a thread that holds one (none hoarded).
         """
         with self.lock:
-            while not self.pending and self.held and not self.stopped:
+            while not self.pending and not self.own_only and self.held and not self.stopped:
                 self.lock.wait(_POLL_S)
-            return bool(self.pending) and not self.stopped
+            return bool(self.pending or self.own_only) and not self.stopped
 
     def take_own(self) -> tuple[Key | None, bool]:
         """A job for the parent (or None, at once), and whether more may come."""
         with self.lock:
             if self.stopped:
                 return None, False
+            if self.own_only:
+                return self.own_only.popleft(), True
             if self.pending:
                 return self.pending.popleft(), True
             return None, bool(self.held)
@@ -508,6 +519,22 @@ class _Feed:
                 self.held -= 1
                 if not self.held:
                     self.lock.notify_all()
+
+    def keep_for_parent(self, worker: _Worker, keys: Sequence[Key], back: Sequence[Key]) -> None:
+        """Take ``keys`` and ``back`` from ``worker`` (not counted as handed out to it).
+
+        The parent alone scores ``keys`` (no worker can receive or read them); ``back`` go
+        to the front of the feed again.
+        """
+        with self.lock:
+            for key in (*keys, *back):
+                if key in worker.holding:
+                    worker.holding.discard(key)
+                    self.held -= 1
+                    self.handed[key] -= 1
+            self.own_only.extend(keys)
+            self.pending.extendleft(reversed(back))
+            self.lock.notify_all()
 
     def reclaim(self, worker: _Worker, restarts: int) -> list[Key]:
         """A dead worker's jobs go back to the front of the feed; returns those that fail."""
@@ -560,6 +587,7 @@ class _Pool:
         self.processes = processes
         self.limiter = engine.limiter
         self.own: JobFeed | None = None
+        self.unsendable = False  # a row could not be sent to a worker (warned once)
 
     # ------------------------------------------------------------ start
 
@@ -629,7 +657,17 @@ class _Pool:
     # ------------------------------------------------------------ workers' messages
 
     def serve(self) -> None:
-        """Answer the workers (a thread of its own): jobs on request, results, deaths."""
+        """Answer the workers (a thread of its own): jobs on request, results, deaths.
+
+        An error of ours here ends the run with that error, rather than leave it waiting
+        for results nobody reads any more.
+        """
+        try:
+            self._serve()
+        except BaseException as exc:
+            self.events.put(("raise", exc))
+
+    def _serve(self) -> None:
         while self.workers and not self.closing.is_set():
             handles: list[Any] = [w.conn for w in self.workers if not w.done]
             handles += [w.process.sentinel for w in self.workers]
@@ -645,8 +683,16 @@ class _Pool:
     def _read(self, worker: _Worker) -> None:
         try:
             while worker.conn.poll():
-                self._handle(worker, worker.conn.recv())
-        except (EOFError, OSError, pickle.UnpicklingError):  # died mid-message: nothing more
+                data = worker.conn.recv_bytes()
+                try:
+                    message = pickle.loads(data)  # noqa: S301 (our own worker's message)
+                except Exception as exc:
+                    # Its results cannot be read: end it, and its jobs go back to the feed.
+                    logger.warning("a worker process sent what cannot be read (%r); ended", exc)
+                    worker.process.terminate()
+                    return
+                self._handle(worker, message)
+        except (EOFError, OSError):  # died mid-message: nothing more
             return
 
     def _handle(self, worker: _Worker, message: tuple[Any, ...]) -> None:
@@ -656,12 +702,13 @@ class _Pool:
                 self.feed.finished(worker, (row, col))
                 self.events.put(("result", row, col, result))
         elif kind == "more":
-            stopped = self.halt.is_set() or self.stop.is_set()
-            keys = [] if stopped else self.feed.take_for(worker, message[1])
-            if keys:
-                worker.send("jobs", [(r, c, self.samples[r]) for r, c in keys])
-            else:
-                worker.send("end")
+            self._send_jobs(worker, message[1])
+        elif kind == "unreadable":
+            logger.warning(
+                "a worker process could not read its jobs (%s); this process scores them",
+                message[1],
+            )
+            self.feed.keep_for_parent(worker, sorted(worker.holding), ())
         elif kind == "ready":
             worker.ready = True
             self._rate_to(worker)
@@ -670,6 +717,37 @@ class _Pool:
             worker.done = True
         elif kind == "raise":
             self.events.put(("raise", message[1]))
+
+    def _send_jobs(self, worker: _Worker, count: int) -> None:
+        """Up to ``count`` jobs for ``worker``, or ``end`` when none is left for it.
+
+        A sample that cannot be pickled (a row holding a live object) cannot go to a worker:
+        its jobs stay with the parent, which scores them as ``workers=1`` would.
+        """
+        while True:
+            stopped = self.halt.is_set() or self.stop.is_set()
+            keys = [] if stopped else self.feed.take_for(worker, count)
+            if not keys:
+                worker.send("end")
+                return
+            try:
+                worker.send("jobs", [(r, c, self.samples[r]) for r, c in keys])
+            except Exception as exc:  # pickling: nothing was written
+                local = [k for k in keys if not _picklable(self.samples[k[0]])]
+                rows = ", ".join(str(row) for row in sorted({row for row, _ in local}))
+                level = logging.DEBUG if self.unsendable else logging.WARNING
+                self.unsendable = True
+                logger.log(
+                    level,
+                    "row(s) %s cannot be sent to a worker process (%r); this process scores them%s",
+                    rows,
+                    exc,
+                    "" if level == logging.DEBUG else " (further rows: logged at DEBUG)",
+                )
+                back = [k for k in keys if k not in set(local)]
+                self.feed.keep_for_parent(worker, local or keys, back if local else ())
+                continue
+            return
 
     def _rate_to(self, worker: _Worker) -> None:
         """The parent's limiter gives up the worker's share of the rate (or takes it back)."""
@@ -754,6 +832,15 @@ class _Pool:
                 break
             if event[0] == "result":
                 record(*event[1:])
+
+
+def _picklable(sample: RagSample) -> bool:
+    """Whether ``sample`` can go to a worker (pickled as the pipe pickles it)."""
+    try:
+        ForkingPickler.dumps(sample)
+    except Exception:
+        return False
+    return True
 
 
 def _exit_cause(code: int | None) -> str:

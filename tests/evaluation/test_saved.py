@@ -1,12 +1,13 @@
 import json
 import math
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from langchain_openai import ChatOpenAI
 
-from langchain_ragmetrics import ContextRecall, EvaluationResult, IDBasedContextRecall
+from langchain_ragmetrics import ContextRecall, EvaluationResult, IDBasedContextRecall, RagSample
 from langchain_ragmetrics._dataset import load_dataset
 from langchain_ragmetrics.evaluation import ResultFileError, evaluate, sample_id
 from langchain_ragmetrics.evaluation._saved import dataset_fingerprint, sample_ids
@@ -130,3 +131,16 @@ def test_sample_ids_are_given_or_derived_from_question_and_reference() -> None:
     assert sample_id(other_question) != derived
     twice = [given.rows[1].sample, given.rows[1].sample]
     assert sample_ids(twice) == [derived, f"{derived}#2"]
+
+
+def test_the_fingerprint_of_rows_holding_live_objects_is_stable_and_keeps_their_type() -> None:
+    """A row's extra key may hold anything (kept in its metadata): the fingerprint no longer
+    fails on it (evaluate() used to raise after scoring the whole run), and counts its type."""
+
+    def make(value: object) -> list[RagSample]:
+        return [RagSample(question="q", contexts=["c"], metadata={"handle": value})]
+
+    first = dataset_fingerprint(make(lambda: None))
+    assert first == dataset_fingerprint(make(lambda: 1))  # same type, another object
+    assert first != dataset_fingerprint(make(threading.Lock()))
+    assert first != dataset_fingerprint(make("text"))

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import math
 import multiprocessing
 import os
@@ -321,6 +322,158 @@ def test_a_job_whose_holders_all_die_fails_with_the_cause(
     assert "SIGKILL" in errors[0], errors
     assert all(r is not None for r in failed)  # every job accounted for
     assert sum(s is not None and not math.isnan(s) for s in result["context_recall"]) == 9
+
+
+def test_a_row_that_cannot_be_pickled_is_scored_by_the_parent(
+    judge_server: JudgeServer,
+    make_judge: Callable[..., Any],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    start_method_used: str,
+) -> None:
+    """A row holding a live object (kept in its metadata) cannot go to a worker: the parent
+    scores it, the run gives what workers=1 gives, and says so once. Before, the parent's
+    message thread died on the pickling error and evaluate() never returned."""
+    judge_server.script = lexical_judge()
+    data = rows(6)
+    for i in (1, 4):
+        data[i]["handle"] = lambda: None  # any live object
+    served = threading.Event()
+    send_jobs = workers_module._Pool._send_jobs
+
+    def on_more(self: Any, worker: Any, count: int) -> None:
+        send_jobs(self, worker, count)
+        served.set()
+
+    monkeypatch.setattr(workers_module._Pool, "_send_jobs", on_more)
+    seen = watch_workers(monkeypatch)
+    hold_parent(monkeypatch, seen["retired"])  # the worker takes every job it can
+    with caplog.at_level(logging.DEBUG, logger="langchain_ragmetrics"):
+        result = evaluate(
+            data, [ContextRecall()], llm=make_judge(), workers=2, max_concurrency=4,
+            show_progress=False,
+        )  # fmt: skip
+    assert served.is_set()
+    assert seen["results"] == 4  # the worker scored the four that could cross
+    alone = evaluate(data, [ContextRecall()], llm=make_judge(), show_progress=False)
+    assert scores(result, "context_recall") == scores(alone, "context_recall")
+    assert all(r.status("context_recall") == "scored" for r in result.rows)
+    said = [r for r in caplog.records if "cannot be sent to a worker" in r.getMessage()]
+    assert [r.levelno for r in said] == [logging.WARNING, logging.DEBUG]
+    assert said[0].getMessage().startswith("row(s) 1 cannot be sent")
+
+
+UNREADABLE_SCRIPT = """
+import sys, threading
+from dataclasses import dataclass
+from langchain_ragmetrics import evaluate
+from langchain_ragmetrics.metrics import NonLLMContextRecall
+from langchain_ragmetrics.evaluation import _workers as W
+
+
+@dataclass
+class Source:  # defined here: a spawned worker that leaves __main__ alone cannot rebuild it
+    name: str
+
+
+heard = threading.Event()
+handle, run_own = W._Pool._handle, W._Pool.run_own
+
+
+def on_message(self, worker, message):
+    handle(self, worker, message)
+    if message[0] == "unreadable":
+        heard.set()
+
+
+def held(self):
+    heard.wait(120)  # the worker asks for jobs first
+    run_own(self)
+
+
+W._Pool._handle, W._Pool.run_own = on_message, held
+if __name__ == "__main__":
+    rows = [
+        {"question": f"q{i}", "contexts": ["a b c"], "reference_contexts": ["a b c"],
+         "source": Source("wiki")}
+        for i in range(8)
+    ]
+    result = evaluate(rows, [NonLLMContextRecall()], workers=2, show_progress=False)
+    print("heard", heard.is_set())
+    print("scored", sum(r.status("non_llm_context_recall") == "scored" for r in result.rows))
+"""
+
+
+def test_a_spawned_worker_that_cannot_read_its_jobs_hands_them_to_the_parent(
+    tmp_path: Path,
+) -> None:
+    """Before, its message thread died: it held the jobs for good, evaluate() never returned,
+    and the worker outlived a killed parent."""
+    script = tmp_path / "app.py"
+    script.write_text(UNREADABLE_SCRIPT, encoding="utf-8")
+    proc = run_python(str(script), method="spawn")
+    assert proc.stdout.splitlines() == ["heard True", "scored 8"], proc.stderr
+    assert "a worker process could not read its jobs (AttributeError" in proc.stderr
+
+
+class _KeywordOnlyError(Exception):
+    """Pickles, but cannot be rebuilt from its args (keyword-only ``__init__``)."""
+
+    def __init__(self, *, code: int) -> None:
+        super().__init__(f"code {code}")
+
+
+class _FailingRecipe:
+    def build_metrics(self) -> Any:
+        raise _KeywordOnlyError(code=7)
+
+
+def test_a_workers_error_the_parent_could_not_rebuild_goes_up_as_text(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(signal, "signal", lambda *_: None)  # the worker's SIGINT setting
+    receiver, sender = multiprocessing.Pipe(duplex=False)
+    listener, control = multiprocessing.Pipe(duplex=False)
+    workers_module._worker_main(_FailingRecipe(), sender, listener)  # type: ignore[arg-type]
+    kind, exc = receiver.recv()  # before: TypeError here, which killed the parent's thread
+    assert kind == "raise"
+    assert type(exc) is RuntimeError
+    assert str(exc) == "_KeywordOnlyError: code 7"
+    control.close()
+
+
+def test_a_worker_message_the_parent_cannot_read_ends_the_worker_and_its_jobs_come_back(
+    judge_server: JudgeServer,
+    make_judge: Callable[..., Any],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    start_method_used: str,
+) -> None:
+    judge_server.script = lexical_judge()
+    loads = pickle.loads
+    spoiled = threading.Event()
+
+    def spoil_first_results(data: Any) -> Any:
+        message = loads(data)
+        if type(message) is tuple and message[:1] == ("results",) and not spoiled.is_set():
+            spoiled.set()
+            raise TypeError("cannot rebuild")
+        return message
+
+    monkeypatch.setattr(workers_module.pickle, "loads", spoil_first_results)
+    seen = watch_workers(monkeypatch)
+    hold_parent(monkeypatch, seen["retired"])  # the parent starts once the worker is ended
+    delivered: list[int] = []
+    with caplog.at_level(logging.WARNING, logger="langchain_ragmetrics"):
+        result = evaluate(
+            rows(10), [ContextRecall()], llm=make_judge(), workers=2, max_concurrency=4,
+            show_progress=False, on_result=lambda r, _n, _res: delivered.append(r),
+        )  # fmt: skip
+    assert spoiled.is_set()
+    assert seen["exit_codes"] == [-signal.SIGTERM]
+    assert sorted(delivered) == list(range(10))  # each once
+    assert all(r.status("context_recall") == "scored" for r in result.rows)
+    assert any("sent what cannot be read" in r.getMessage() for r in caplog.records)
 
 
 def test_a_keyboard_interrupt_from_on_result_keeps_the_partial_results(
