@@ -416,13 +416,21 @@ def _worker_main(recipe: ScoringRecipe, conn: Connection, control: Connection) -
     """A worker process: build metrics and engine, then score the jobs the parent hands out.
 
     To the parent (``conn``): ``ready``, ``more n``, ``results [(row, col, result), ...]``,
-    ``raise exc``, ``done``. From the parent (``control``): ``grant`` (one more slot),
-    ``jobs [...]``, ``end`` (no more jobs), ``stop``; end of file means stop too.
+    ``raise exc``, ``done``; ``unstarted text`` when it cannot build its metrics or engine,
+    ``unreadable text`` when it cannot read the jobs it was sent. From the parent
+    (``control``): ``grant`` (one more slot), ``jobs [...]``, ``end`` (no more jobs),
+    ``stop``; end of file means stop too.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
     side: _WorkerSide | None = None
     try:
         side = _WorkerSide(recipe, conn, control)
+    except Exception as exc:  # no judge or metric here: the parent scores without us
+        with contextlib.suppress(OSError):
+            conn.send(("unstarted", f"{type(exc).__name__}: {exc}"))
+        conn.close()
+        return
+    try:
         side.run()
     except BaseException as exc:
         try:  # the parent must be able to rebuild it too (keyword-only __init__ cannot)
@@ -430,10 +438,7 @@ def _worker_main(recipe: ScoringRecipe, conn: Connection, control: Connection) -
         except Exception:
             exc = RuntimeError(f"{type(exc).__name__}: {exc}")
         with contextlib.suppress(OSError):
-            if side is not None:
-                side.send("raise", exc)
-            else:
-                conn.send(("raise", exc))
+            side.send("raise", exc)
     finally:
         conn.close()
 
@@ -703,6 +708,11 @@ class _Pool:
                 self.events.put(("result", row, col, result))
         elif kind == "more":
             self._send_jobs(worker, message[1])
+        elif kind == "unstarted":
+            logger.warning(
+                "a worker process could not start (%s); this process scores without it",
+                message[1],
+            )
         elif kind == "unreadable":
             logger.warning(
                 "a worker process could not read its jobs (%s); this process scores them",

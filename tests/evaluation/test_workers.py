@@ -423,23 +423,69 @@ class _KeywordOnlyError(Exception):
         super().__init__(f"code {code}")
 
 
-class _FailingRecipe:
-    def build_metrics(self) -> Any:
+class _FailingSide:
+    """A worker side that is built, then fails while scoring (raise_exceptions=True)."""
+
+    def __init__(self, recipe: Any, conn: Any, control: Any) -> None:
+        self.conn = conn
+
+    def run(self) -> None:
         raise _KeywordOnlyError(code=7)
+
+    def send(self, *message: Any) -> None:
+        self.conn.send(message)
 
 
 def test_a_workers_error_the_parent_could_not_rebuild_goes_up_as_text(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(signal, "signal", lambda *_: None)  # the worker's SIGINT setting
+    monkeypatch.setattr(workers_module, "_WorkerSide", _FailingSide)
     receiver, sender = multiprocessing.Pipe(duplex=False)
     listener, control = multiprocessing.Pipe(duplex=False)
-    workers_module._worker_main(_FailingRecipe(), sender, listener)  # type: ignore[arg-type]
+    workers_module._worker_main(None, sender, listener)  # type: ignore[arg-type]
     kind, exc = receiver.recv()  # before: TypeError here, which killed the parent's thread
     assert kind == "raise"
     assert type(exc) is RuntimeError
     assert str(exc) == "_KeywordOnlyError: code 7"
     control.close()
+
+
+def test_a_worker_that_cannot_start_costs_the_parent_nothing(
+    judge_server: JudgeServer,
+    make_judge: Callable[..., Any],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Its metrics or judge cannot be built there (a missing package, a setting of its
+    environment): the parent scores every job and says why, even with raise_exceptions
+    (before, the run raised the worker's error and dropped what the parent had scored)."""
+    monkeypatch.setenv(START_METHOD_ENV, "fork")  # the worker inherits the failing build
+    judge_server.script = lexical_judge()
+    parent = os.getpid()
+    build = ScoringRecipe.build_metrics
+
+    def build_here_only(self: Any) -> Any:
+        if os.getpid() != parent:
+            raise ImportError("no module named 'judge_plugin'")
+        return build(self)
+
+    monkeypatch.setattr(ScoringRecipe, "build_metrics", build_here_only)
+    seen = watch_workers(monkeypatch)
+    hold_parent(monkeypatch, seen["retired"])
+    with caplog.at_level(logging.WARNING, logger="langchain_ragmetrics"):
+        result = evaluate(
+            rows(6), [ContextRecall()], llm=make_judge(), workers=2, show_progress=False,
+            raise_exceptions=True,
+        )  # fmt: skip
+    assert seen["exit_codes"] == [0]
+    assert all(r.status("context_recall") == "scored" for r in result.rows)
+    assert judge_server.count() == 6
+    said = [r.getMessage() for r in caplog.records if "could not start" in r.getMessage()]
+    assert said == [
+        "a worker process could not start (ImportError: no module named 'judge_plugin'); "
+        "this process scores without it"
+    ]
 
 
 def test_a_worker_message_the_parent_cannot_read_ends_the_worker_and_its_jobs_come_back(
