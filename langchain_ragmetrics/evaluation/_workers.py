@@ -233,7 +233,7 @@ def start_method() -> str:
         ValueError: ``$RAGMETRICS_START_METHOD`` names no start method of this platform.
     """
     wanted = os.environ.get(START_METHOD_ENV, "").strip().lower()
-    if wanted and wanted != "auto":
+    if _method_forced():
         if wanted not in multiprocessing.get_all_start_methods():
             allowed = ", ".join(["auto", *multiprocessing.get_all_start_methods()])
             msg = f"${START_METHOD_ENV} must be one of {allowed}; got {wanted!r}"
@@ -245,6 +245,11 @@ def start_method() -> str:
     if sys.platform == "linux" and _single_threaded():
         return "fork"
     return "spawn"
+
+
+def _method_forced() -> bool:
+    """Whether ``$RAGMETRICS_START_METHOD`` names a start method (the user's choice stands)."""
+    return os.environ.get(START_METHOD_ENV, "").strip().lower() not in ("", "auto")
 
 
 def _single_threaded() -> bool:
@@ -879,8 +884,11 @@ def score_in_processes(
     rest stays unscored. ``on_start`` runs once the workers may be forked, before the first
     result: start anything that runs a thread there (a tqdm bar starts a monitor thread), so
     that it does not keep the workers from being forked. ``method`` is how workers start
-    when the caller decided it already (None: :func:`start_method` decides now).
+    when the caller decided it already (None: :func:`start_method` decides now); a fork
+    chosen then is checked again here, and becomes a spawn if a thread started since.
     """
+    if method == "fork" and not _method_forced() and not _single_threaded():
+        method = "spawn"  # a thread started since fork was chosen (a pre-flight request's)
     pool = _Pool(
         samples=samples,
         metrics=metrics,

@@ -616,6 +616,35 @@ def test_auto_forks_a_worker_for_a_shorter_run_than_it_would_spawn_one_for(
     assert calls == [(2, "fork")]  # spawn: in process (no call); fork: a second process
 
 
+@pytest.mark.parametrize(("forced", "used"), [(None, "spawn"), ("fork", "fork")])
+def test_a_fork_chosen_before_a_thread_started_becomes_a_spawn(
+    judge_server: JudgeServer,
+    make_judge: Callable[..., Any],
+    monkeypatch: pytest.MonkeyPatch,
+    forced: str | None,
+    used: str,
+) -> None:
+    """``workers="auto"`` picks fork while the process is single-threaded; a thread started
+    since (a pre-flight request's, a tracer's) makes forking unsafe, so the workers are
+    spawned. A start method the user forced stands."""
+    judge_server.script = lexical_judge()
+    monkeypatch.setattr(workers_module, "available_cores", lambda: 2)
+    monkeypatch.setattr(run_module, "available_cores", lambda: 2)
+    monkeypatch.setattr(run_module, "start_method", lambda: "fork")  # single-threaded then
+    if forced is None:
+        monkeypatch.delenv(START_METHOD_ENV, raising=False)
+    else:
+        monkeypatch.setenv(START_METHOD_ENV, forced)
+    methods: list[str] = []
+    monkeypatch.setattr(
+        workers_module._Pool, "start_workers", lambda self: methods.append(self.method)
+    )
+    assert threading.active_count() > 1  # the judge server's threads, at least
+    result = evaluate(rows(100), METRICS, llm=make_judge(), show_progress=False)
+    assert methods == [used]
+    assert all(r.status("context_recall") == "scored" for r in result.rows)
+
+
 def test_an_explicit_count_is_capped_by_jobs_and_slots() -> None:
     assert worker_count(4, jobs=1000, max_concurrency=16) == 4
     assert worker_count(4, jobs=3, max_concurrency=16) == 3
