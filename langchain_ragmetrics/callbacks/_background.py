@@ -171,6 +171,9 @@ class ThreadRuntime:
         """Finish queued work, then let the threads exit (the handler was collected)."""
         self.worker.stop_when_idle()
 
+    def forget(self) -> None:
+        """In a forked process: the threads were the parent's; nothing here is to be closed."""
+
     # ------------------------------------------------------------------ lifetime
 
     def _on_start(self) -> None:

@@ -15,6 +15,7 @@ Several objects share one deadline: the largest of their ``exit_timeout`` values
 from __future__ import annotations
 
 import atexit
+import os
 import threading
 import time
 from typing import Protocol
@@ -36,6 +37,17 @@ class ExitFlushable(Protocol):
 _lock = threading.Lock()
 _live: dict[int, ExitFlushable] = {}
 _installed = False
+
+
+def _after_fork() -> None:
+    """In a forked process: the registered objects are the parent's; none is ours to close."""
+    global _lock  # noqa: PLW0603 - a fresh lock: the parent's may have been held at the fork
+    _lock = threading.Lock()
+    _live.clear()
+
+
+if hasattr(os, "register_at_fork"):  # POSIX only
+    os.register_at_fork(after_in_child=_after_fork)
 
 
 def _install() -> None:

@@ -27,6 +27,8 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import multiprocessing.process
+import os
 import pickle
 import threading
 import time
@@ -400,6 +402,23 @@ class ProcessRuntime:
             self._queue.put(CloseRequest(_IDLE_EXIT_CLOSE_SECONDS), counted=False)
             self._hurry.set()
         _exit.register(self)
+
+    def forget(self) -> None:
+        """In a forked process: drop the parent's child, and never stop it from here.
+
+        Our copies of the pipes to it are closed, so it still sees the parent's end.
+        """
+        child = self._child
+        if child is None:
+            return
+        for end in (child.recv, child.send):
+            with contextlib.suppress(Exception):
+                end.close()
+        with contextlib.suppress(Exception):
+            os.close(child.process.sentinel)
+        children = getattr(multiprocessing.process, "_children", None)
+        if isinstance(children, set):  # else multiprocessing would terminate it at our exit
+            children.discard(child.process)
 
     def _finish_idle_exit(self) -> None:
         """Close the sinks here and leave the exit registry once a collected handler is done.

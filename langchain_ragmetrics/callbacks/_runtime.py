@@ -49,6 +49,9 @@ class Runtime(Protocol):
     def submit(self, capture: Capture) -> bool:
         """Enqueue one retrieval of a finished trace (False when dropped, counted)."""
 
+    def forget(self) -> None:
+        """In a forked process: let go of the parent's threads and processes, touching none."""
+
     def flush(self, timeout: float | None) -> bool:
         """Wait for what was submitted so far to be scored and delivered, within ``timeout``."""
 

@@ -9,6 +9,8 @@ worker (its own thread and event loop) builds samples, runs the metrics through 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import threading
 import weakref
 from collections.abc import Mapping, Sequence
@@ -41,6 +43,20 @@ if TYPE_CHECKING:
     from langchain_core.outputs import ChatGenerationChunk, GenerationChunk
 
 __all__ = ["RagMetricsCallbackHandler"]
+
+
+_HANDLERS: weakref.WeakSet[RagMetricsCallbackHandler] = weakref.WeakSet()
+"""Live handlers, started afresh in a forked process (see ``_after_fork``)."""
+
+
+def _after_fork_in_child() -> None:
+    for handler in list(_HANDLERS):
+        with contextlib.suppress(Exception):  # a fork must never fail because of us
+            handler._after_fork()
+
+
+if hasattr(os, "register_at_fork"):  # POSIX only
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class RagMetricsCallbackHandler(BaseCallbackHandler):
@@ -175,6 +191,14 @@ class RagMetricsCallbackHandler(BaseCallbackHandler):
         self.sample_rate = self.settings.sample_rate
         self.exit_timeout = self.settings.exit_timeout
         self.name = name
+        self._local = (local_sinks, in_child, max_open_traces)
+        self._closed = False
+        self._start_runtime()
+        _HANDLERS.add(self)
+
+    def _start_runtime(self) -> None:
+        """Counters, tracker and runtime, new (at construction, and in a forked process)."""
+        local_sinks, in_child, max_open_traces = self._local
         self._counters = Counters()
         self._failures = FailureLog()
         self._tracker = TraceTracker(
@@ -190,7 +214,18 @@ class RagMetricsCallbackHandler(BaseCallbackHandler):
         self.engine = self._background.engine
         self._finalizer = weakref.finalize(self, self._background.stop_when_idle)
         self._close_lock = threading.Lock()
-        self._closed = False
+
+    def _after_fork(self) -> None:
+        """In a forked process (a pre-forking server's worker), start afresh.
+
+        The parent's threads and scoring process are not ours: they are let go untouched.
+        The counters are this process's own; a handler closed before the fork stays closed.
+        """
+        self._finalizer.detach()
+        self._background.forget()
+        if self._closed:
+            return
+        self._start_runtime()
 
     # ----------------------------------------------------------------- public API
 

@@ -709,6 +709,58 @@ for i in range(2):
     assert sorted(r["question"] for r in lines(jsonl)) == [question(0), question(1)]
 
 
+FORK_SCRIPT = """
+import os, sys
+from langchain_openai import ChatOpenAI
+from langchain_ragmetrics import ContextRelevance, InMemorySink, RagMetricsCallbackHandler
+from tests._support.rag import build_chain, corpus, make_retriever, question
+
+base_url, isolation = sys.argv[1], sys.argv[2]
+judge = ChatOpenAI(model="m", base_url=base_url, api_key="test", max_retries=0, timeout=30)
+chain = build_chain(judge, make_retriever(corpus(10)))
+memory = InMemorySink()
+options = {} if isolation == "auto" else {"isolation": isolation}
+metrics = [ContextRelevance(llm=judge)]
+handler = RagMetricsCallbackHandler(metrics=metrics, sinks=[memory], **options)
+chain.invoke(question(0), config={"callbacks": [handler]})  # a warm-up before the fork
+assert handler.flush(120)
+parent_runtime = type(handler._background).__name__
+pid = os.fork()
+if pid == 0:  # a pre-forking server's worker
+    for i in range(1, 4):
+        chain.invoke(question(i), config={"callbacks": [handler]})
+    flushed = handler.flush(120)
+    stats = handler.stats
+    closed = handler.close(60)
+    held = len(memory.results)
+    print("worker", flushed, closed, stats.sampled, stats.processed, held, flush=True)
+    os._exit(0)
+_, status = os.waitpid(pid, 0)
+assert status == 0, status
+chain.invoke(question(4), config={"callbacks": [handler]})  # the parent's runtime still works
+assert handler.flush(120)
+stats = handler.stats
+print("parent", handler.close(60), parent_runtime, stats.sampled, stats.processed, flush=True)
+"""
+
+
+@pytest.mark.parametrize("isolation", ["auto", "thread"])
+def test_a_forked_worker_scores_with_a_runtime_of_its_own(
+    judge_server: JudgeServer, tmp_path: Path, isolation: str
+) -> None:
+    """A handler that ran before a fork (gunicorn --preload with a warm-up, Celery prefork):
+    the worker's copy starts afresh, scores its own traffic and leaves the parent's child
+    process alone; before, its flush and close waited for threads that did not exist."""
+    judge_server.script = rag_router()
+    script = tmp_path / "app.py"
+    script.write_text(FORK_SCRIPT, encoding="utf-8")
+    done = run_app(str(script), judge_server.base_url, isolation)
+    runtime = "ProcessRuntime" if isolation == "auto" else "ThreadRuntime"
+    # the worker's copy of the sink holds the parent's one result, then its own three
+    assert done.stdout.splitlines() == ["worker True True 3 3 4", f"parent True {runtime} 2 2"]
+    assert judge_server.count("RelevantSentences") == 5
+
+
 def test_options_are_checked_in_the_application(judge_server: JudgeServer) -> None:
     def local_setup() -> ScoringSetup:  # a local function cannot be pickled
         return ScoringSetup()
