@@ -221,7 +221,8 @@ def test_a_child_killed_with_feedback_in_hand_counts_it_as_dropped(
         # Every result reached both sinks: this process's has them, the child's holds them.
         assert _until(lambda: len(memory.results) == N)
         assert _until(lambda: handler.stats.sinks["LangSmithFeedbackSink"].pending == N)
-        assert langsmith_app.hung >= 1
+        # Held by the sink is not yet sent: wait for the request to reach LangSmith.
+        assert _until(lambda: langsmith_app.hung >= 1)
         pid = runtime.child_pid
         assert pid is not None
         os.kill(pid, signal.SIGKILL)
