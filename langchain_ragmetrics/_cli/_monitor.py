@@ -170,6 +170,12 @@ def _monitor_command(args: argparse.Namespace) -> int:
     if summary.errors and summary.runs_listed == 0:
         error(f"cannot read project {args.project!r} from LangSmith: {summary.errors[-1]}")
         return ExitCode.ERROR
+    if summary.listing_failed:
+        error(
+            f"listing the project's runs failed partway ({summary.errors[-1]}); "
+            "run the monitor again (nothing is sent twice)"
+        )
+        return ExitCode.UNSENT
     if not summary.complete:
         error(
             f"{summary.runs_unsent} run(s) still have unsent feedback; "

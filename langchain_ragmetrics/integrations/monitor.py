@@ -208,6 +208,9 @@ class MonitorSummary(BaseModel):
     """Feedback accepted by LangSmith."""
     feedback_failed: int = 0
     """Sends that failed (tried again in a retry round, on the next poll, or the next run)."""
+    listing_failed: bool = False
+    """The last listing of the project's runs failed partway: runs past the failure were
+    not read, so not scored. Run the monitor again (nothing is sent twice)."""
     errors: list[str] = Field(default_factory=list)
     """LangSmith errors (listing, reads and sends: unreachable, 5xx, timeouts)."""
     usage: Usage = Field(default_factory=Usage)
@@ -231,13 +234,15 @@ class MonitorSummary(BaseModel):
             f"{self.usage.judge_calls}, tokens {self.usage.input_tokens} in / "
             f"{self.usage.output_tokens} out",
         ]
+        if self.listing_failed:
+            lines.append("  the listing of runs failed partway: runs past it were not read")
         lines += [f"  error: {e}" for e in self.errors[-5:]]
         return "\n".join(lines)
 
     @property
     def complete(self) -> bool:
-        """Whether every pair the monitor saw is settled (nothing left to send)."""
-        return self.runs_unsent == 0
+        """Whether every pair the monitor saw is settled and every listed page was read."""
+        return self.runs_unsent == 0 and not self.listing_failed
 
 
 def _uuid(value: Any) -> UUID | None:
@@ -722,6 +727,7 @@ class LangSmithMonitor:
         """:meth:`run` on the running event loop."""
         wake = asyncio.Event()
         self._wake = (asyncio.get_running_loop(), wake)
+        self._feedback.requests.closing.clear()  # the previous run's end stopped its retries
         checkpoint = Checkpoint(self.checkpoint_path, project=self.project_name)
         # Blocking LangSmith calls and the metrics' sync ``invoke`` run on daemon threads:
         # each run() has its own event loop, while async model clients are shared per
@@ -752,6 +758,7 @@ class LangSmithMonitor:
                     close = partial(sink.close, self.request_timeout)
                     await self._io(close, f"closing {sink.name}")
             self._wake = None
+            self._stop.clear()  # a stop() ends the run it came in; a later run() runs
             checkpoint.close()
             self._pool.stop(0)
             self._judge_pool.stop(0)
@@ -853,8 +860,10 @@ class LangSmithMonitor:
             await asyncio.gather(*inflight)
         except Exception as exc:  # the listing failed: its runs are listed again next time
             self.summary.errors.append(f"{type(exc).__name__}: {exc}")
+            self.summary.listing_failed = True
             await asyncio.gather(*inflight)
             return
+        self.summary.listing_failed = False
         self._last_poll = started
         # Unsent pairs of runs outside this poll's window: tried whatever their age.
         older = [run_id for run_id in self._unsent if run_id not in listed]
@@ -1050,7 +1059,9 @@ class LangSmithMonitor:
             return "langsmith"
         self._step("before_settle", run_id, metric)
         summary.feedback_sent += int(sent == "sent")
-        checkpoint.settle(run_id, metric, "failed" if result.failed else "scored")
+        # "superseded": an error not sent, as the pair has a score already (settled so)
+        failed = result.failed and sent != "superseded"
+        checkpoint.settle(run_id, metric, "failed" if failed else "scored")
         await self._to_sinks(item)
         return None
 

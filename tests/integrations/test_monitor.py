@@ -361,6 +361,16 @@ def test_judge_failures_are_retried_then_reported(
     assert set(held) == {r["id"] for r in runs}
     assert all(held[r["id"]]["score"] == expected_relevance(r) for r in runs)
     assert not any(f.get("error") for f in held.values())
+    # A worker whose judge fails where a score exists already sends nothing ("superseded")
+    # and settles the pairs as scored, not as failed.
+    judge_server.script = rag_router(RelevantSentences=reply_error(500))
+    late = tmp_path / "late.db"
+    superseded = make_monitor(
+        app, langsmith_client, tmp_path, checkpoint=late, max_attempts=1, metrics=metrics
+    ).run()
+    assert (superseded.results_failed, superseded.feedback_sent) == (2, 0)
+    after = make_monitor(app, langsmith_client, tmp_path, checkpoint=late).run()
+    assert (after.runs_already_scored, after.runs_already_failed) == (2, 0)
 
 
 def test_langsmith_500_on_listing_is_reported_not_raised(
@@ -649,6 +659,92 @@ def test_a_run_never_complete_is_counted_unsent(
     summary = make_monitor(app, langsmith_client, tmp_path, retry_rounds=1).run()
     assert (summary.runs_unsent, summary.runs_waiting, summary.complete) == (1, 1, False)
     assert summary.feedback_sent == 1
+
+
+def fail_listing_after_page_one(monkeypatch: pytest.MonkeyPatch, *, times: int) -> None:
+    """The first ``times`` listings fail (a 500, after the client's own retry) once their
+    first page is in hand; reads by id are untouched."""
+    from langsmith.utils import LangSmithAPIError
+
+    from langchain_ragmetrics.integrations import monitor as monitor_module
+
+    monkeypatch.setattr(monitor_module, "_PAGE", 2)  # two runs a page, both backends
+    pages = _RunReader.pages
+    failures = [times]
+
+    async def first_page_then_fail(self: Any, *args: Any) -> Any:
+        async for page in pages(self, *args):
+            yield page
+            if failures[0] > 0:
+                failures[0] -= 1
+                raise LangSmithAPIError("Server error: 500 on the next page")
+
+    monkeypatch.setattr(_RunReader, "pages", first_page_then_fail)
+
+
+def test_a_listing_that_fails_after_its_first_page_is_not_complete(
+    app: RagApp,
+    langsmith_stub: LangSmithStub,
+    langsmith_client: langsmith.Client,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Runs past a failed page were never read: the run says so and is not complete (the
+    CLI exits 12), where it used to count as complete with them unscored."""
+    langsmith_stub.page_size = 2
+    trace_questions(langsmith_stub, app.chain, PROJECT, range(5))
+    fail_listing_after_page_one(monkeypatch, times=99)
+    summary = make_monitor(app, langsmith_client, tmp_path, retry_rounds=0).run()
+    assert summary.runs_scored == 2  # the first page only
+    assert summary.listing_failed
+    assert not summary.complete
+    assert summary.runs_unsent == 0  # nothing it saw is unsent: the rest was never seen
+    assert "the listing of runs failed partway" in summary.render()
+
+
+def test_the_next_poll_after_a_failed_page_lists_it_all_again(
+    app: RagApp,
+    langsmith_stub: LangSmithStub,
+    langsmith_client: langsmith.Client,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Following: the poll after a failed listing covers its window again, and is complete."""
+    runs = trace_questions(langsmith_stub, app.chain, PROJECT, range(5))
+    fail_listing_after_page_one(monkeypatch, times=1)
+    monitor = make_monitor(
+        app, langsmith_client, tmp_path, follow=True, max_polls=2, poll_interval=0.01
+    )
+    summary = monitor.run()
+    assert (summary.polls, summary.runs_scored) == (2, 5)
+    assert not summary.listing_failed
+    assert summary.complete
+    assert set(stored(langsmith_stub)) == {r["id"] for r in runs}
+
+
+def test_a_second_run_of_one_monitor_retries_and_polls_as_the_first(
+    app: RagApp,
+    langsmith_stub: LangSmithStub,
+    langsmith_client: langsmith.Client,
+    tmp_path: Path,
+) -> None:
+    """The end of a run stopped its retries for good, and a stop() stayed set: a second
+    run() gave up a send at its first 404 (run not ingested yet), and after a stop() every
+    later run polled nothing. A stop() now ends the run it comes in (or the next one)."""
+    monitor = make_monitor(app, langsmith_client, tmp_path)
+    trace_questions(langsmith_stub, app.chain, PROJECT, range(1))
+    assert monitor.run().feedback_sent == 1
+    trace_questions(langsmith_stub, app.chain, PROJECT, range(1, 2))
+    langsmith_stub.fail("POST /feedback", 404, times=1)  # not ingested yet: retried
+    summary = monitor.run()
+    assert summary.feedback_sent == 2  # the summary counts over the monitor's runs
+    assert summary.complete, summary.errors
+    monitor.stop()
+    assert monitor.run().polls == 2  # stopped before its first poll
+    trace_questions(langsmith_stub, app.chain, PROJECT, range(2, 3))
+    summary = monitor.run()
+    assert (summary.polls, summary.feedback_sent) == (3, 3)
+    assert len(stored(langsmith_stub)) == 3
 
 
 def test_retry_rounds_back_off_one_two_four_seconds_by_default(

@@ -21,6 +21,7 @@ from tests._support.langsmith_stub import V2_VERSION, LangSmithStub
 from tests._support.openai_server import JudgeServer
 from tests._support.rag import rag_app
 from tests._support.traces import trace_questions
+from tests.integrations.test_monitor import fail_listing_after_page_one
 
 JudgeFactory = Callable[..., ChatOpenAI]
 PROJECT = "rag-prod"
@@ -219,3 +220,22 @@ def test_bad_options(
 def test_judged_metrics_without_a_judge(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["monitor", "--project", PROJECT]) == ExitCode.NO_API_KEY
     assert "need an LLM judge" in capsys.readouterr().err
+
+
+def test_a_listing_that_failed_partway_exits_12(
+    judge_server: JudgeServer,
+    make_judge: JudgeFactory,
+    langsmith_stub: LangSmithStub,
+    tmp_path: Path,
+    cli_env: None,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    app = rag_app(judge_server, make_judge)
+    trace_questions(langsmith_stub, app.chain, PROJECT, range(5))
+    fail_listing_after_page_one(monkeypatch, times=99)  # every retry round fails too
+    assert main(monitor_args(tmp_path / "cp.sqlite")) == ExitCode.UNSENT
+    captured = capsys.readouterr()
+    assert "listing the project's runs failed partway" in captured.err
+    assert "run the monitor again" in captured.err
+    assert "the listing of runs failed partway" in captured.out
