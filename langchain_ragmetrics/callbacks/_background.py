@@ -28,6 +28,7 @@ from langchain_ragmetrics.callbacks._worker import BackgroundWorker
 __all__ = ["ThreadRuntime"]
 
 _STOP_GRACE_SECONDS = 2.0
+_SINK_GRACE_SECONDS = 2.0
 _IDLE_EXIT_CLOSE_SECONDS = 5.0
 
 
@@ -162,7 +163,10 @@ class ThreadRuntime:
         flushed = self.flush(timeout)
         left = remaining(deadline)
         stopped = self.worker.stop(None if left is None else max(left, _STOP_GRACE_SECONDS))
-        shut = self._shutdown(remaining(deadline))
+        left = remaining(deadline)
+        # The sinks get a grace of their own: a judge that used the whole budget must not
+        # leave idle sinks unflushed and unclosed (what they buffer would be lost).
+        shut = self._shutdown(None if left is None else max(left, _SINK_GRACE_SECONDS))
         _exit.unregister(self)
         self._shut.set()
         return shut and stopped and flushed
@@ -196,11 +200,13 @@ class ThreadRuntime:
         """Stop the judge threads (queued calls cancelled), then close every sink in time."""
         deadline = deadline_after(timeout)
         self.judges.stop(0, cancel_pending=True)
+        # The sinks first: a judge call stuck in its request must not eat their time.
+        closed = close_all(self.outboxes, remaining(deadline), self._failures)
         for thread in self.judges.threads:
             if thread is not threading.current_thread():
                 thread.join(remaining(deadline))
         judges_done = not any(t.is_alive() for t in self.judges.threads)
-        return close_all(self.outboxes, remaining(deadline), self._failures) and judges_done
+        return closed and judges_done
 
     def _flush_at_exit(self, timeout: float) -> None:
         """The interpreter-exit hook: close within ``timeout``; never raises.

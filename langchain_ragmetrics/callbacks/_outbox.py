@@ -269,7 +269,7 @@ class SinkOutbox:
             return "skipped"  # no place for it in this sink (it warns once itself)
         except SinkUnavailableError:
             return "dropped"  # the sink logs its own state changes (breaker, disabled)
-        except Exception as exc:
+        except BaseException as exc:  # CancelledError, SystemExit too: this thread lives on
             self._failures.report(
                 f"sink:{self.key}:emit:{type(exc).__name__}",
                 f"sink {self.key} failed to emit: {exc!r}",
@@ -293,7 +293,7 @@ class SinkOutbox:
             return
         try:
             call.future.set_result(call.fn())
-        except Exception as exc:
+        except BaseException as exc:  # as in _deliver: this thread lives on
             call.future.set_exception(exc)
 
 

@@ -271,8 +271,9 @@ class RagMetricsCallbackHandler(BaseCallbackHandler):
     def close(self, timeout: float | None = DEFAULT_CLOSE_TIMEOUT) -> bool:
         """Flush, then stop the background threads and close the sinks (idempotent).
 
-        Returns within ``timeout`` (default 30 s, plus a 2 s grace to stop the worker) even
-        when a judge or a sink hangs. New retrievals are dropped from now on. Work still
+        Returns within ``timeout`` (default 30 s, plus up to 2 s to stop the worker and 2 s
+        for the sinks to close) even when a judge or a sink hangs. New retrievals are
+        dropped from now on. Work still
         unfinished at the deadline is cancelled: retrievals are counted in
         ``stats.abandoned`` (and ``stats.pending_at_deadline``), undelivered results in
         ``stats.sinks[key].dropped``, and a warning names what was left.

@@ -190,6 +190,54 @@ def test_close_reports_and_abandons_work_left_at_the_deadline(
     assert results(handler) == []
 
 
+class _Buffering(InMemorySink):
+    """A sink that keeps what it is given until flushed or closed (as a batching one does)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.buffered: list[OnlineResult] = []
+        self.calls: list[str] = []
+
+    def emit(self, item: OnlineResult) -> None:
+        self.buffered.append(item)
+
+    def flush(self, timeout: float | None = None) -> None:
+        self.calls.append("flush")
+
+    def close(self, timeout: float | None = None) -> None:
+        self.calls.append("close")
+        for item in self.buffered:
+            super().emit(item)
+        self.buffered.clear()
+
+
+def test_a_judge_that_uses_the_whole_close_budget_still_lets_the_sinks_close(
+    judge_server: JudgeServer, make_judge: JudgeFactory, release: threading.Event
+) -> None:
+    """The sinks get a grace of their own: before, the held judge used the whole budget and
+    an idle sink was never closed, so what it buffered was lost."""
+    app = rag_app(judge_server, make_judge)
+    asked: list[object] = []
+
+    def first_answered_then_held(req: object) -> object:
+        asked.append(req)
+        return VERDICT if len(asked) == 1 else reply_hold(release, VERDICT)
+
+    judge_server.script = rag_router(RelevantSentences=first_answered_then_held)
+    sink = _Buffering()
+    handler = online_handler(app.llm, sinks=[sink], max_concurrency=1)
+    try:
+        app.chain.invoke(question(0), config={"callbacks": [handler]})
+        wait_until(lambda: len(sink.buffered) == 1, "the first result")
+        app.chain.invoke(question(1), config={"callbacks": [handler]})
+        wait_until(lambda: judge_server.count("RelevantSentences") == 2, "the held request")
+        assert handler.close(timeout=0.1) is False  # the held judge: not everything finished
+        assert sink.calls[-1:] == ["close"]  # (after the flush close asked for first)
+        assert [r.question for r in sink.results] == [question(0)]  # delivered at its close
+    finally:
+        release.set()
+
+
 def test_close_flushes_delivers_and_stops(
     judge_server: JudgeServer, make_judge: JudgeFactory
 ) -> None:

@@ -1,5 +1,6 @@
 """Sink isolation: a hung, slow or failing sink holds up nobody but itself, in numbers."""
 
+import asyncio
 import logging
 import threading
 import uuid
@@ -332,4 +333,34 @@ def test_without_new_threads_results_are_delivered_on_the_outbox_thread(
     box.put(_results("abcde"))
     _flushed(box)
     assert (sink.most, box.stats().delivered) == (1, 5)
+    box.stop()
+
+
+class _Cancelling(BaseSink):
+    """``emit`` raises ``asyncio.CancelledError`` (a BaseException) for the first result."""
+
+    def __init__(self) -> None:
+        self.emitted: list[str] = []
+
+    def emit(self, item: OnlineResult) -> None:
+        if not self.emitted:
+            self.emitted.append("cancelled")
+            raise asyncio.CancelledError
+        self.emitted.append(item.result.metric)
+
+
+def test_a_sink_raising_a_base_exception_is_counted_and_its_thread_lives_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Before, the delivery thread died on it: every later flush waited its whole timeout
+    and the results piled up to the bound and were dropped."""
+    sink = _Cancelling()
+    box = _outbox(sink)
+    with caplog.at_level(logging.WARNING, logger="langchain_ragmetrics"):
+        box.put(_results("abc"))
+        _flushed(box)
+    stats = box.stats()
+    assert (stats.delivered, stats.errors, stats.pending) == (2, 1, 0)
+    assert sink.emitted == ["cancelled", "b", "c"]
+    assert any("CancelledError" in r.getMessage() for r in caplog.records)
     box.stop()
