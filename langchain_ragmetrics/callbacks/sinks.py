@@ -16,7 +16,7 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from typing_extensions import override
 
@@ -226,6 +226,21 @@ class LoggingSink(BaseSink):
         )
 
 
+def _write(fd: int, data: memoryview) -> int:
+    """``os.write`` (one place for tests to make a disk full)."""
+    return os.write(fd, data)
+
+
+def _ends_with_newline(path: Path) -> bool:
+    """Whether the file's last byte is a newline (True when it cannot be read)."""
+    try:
+        with path.open("rb") as file:
+            file.seek(-1, os.SEEK_END)
+            return file.read(1) == b"\n"
+    except OSError:
+        return True
+
+
 class JsonlSink(BaseSink):
     r"""Appends one JSON object per result to a file, written and flushed line by line.
 
@@ -234,6 +249,13 @@ class JsonlSink(BaseSink):
     ``reason``, ``error``, ``details``, ``usage``, ``judge`` and ``latency_s``. Lone
     surrogates are written as JSON escapes (``\ud800``): reading the line back gives the
     original text.
+
+    Each line goes out in one unbuffered append, so a failed write (a full disk) leaves
+    nothing behind to be written later under another count. A file renamed or removed
+    under the sink (log rotation) is noticed at the next line, which starts a new file at
+    ``path``, as ``logging.handlers.WatchedFileHandler`` does. A line cut short by an
+    error, or an existing file that does not end with a newline, gets one first, so every
+    later record stays a line of its own.
 
     Args:
         path: The file; created on first write, appended to if it exists.
@@ -272,7 +294,9 @@ class JsonlSink(BaseSink):
         self.include_contexts = include_contexts
         self.include_answer = include_answer
         self._lock = threading.Lock()
-        self._file: IO[str] | None = None
+        self._fd: int | None = None
+        self._identity: tuple[int, int] | None = None  # (device, inode) of the file open
+        self._torn = False  # the file does not end with a newline: start with one
 
     @property
     @override
@@ -285,21 +309,53 @@ class JsonlSink(BaseSink):
             include_contexts=self.include_contexts, include_answer=self.include_answer
         )
         line = json.dumps(record, ensure_ascii=False, default=str, allow_nan=False)
+        # Only lone surrogates cannot be encoded; they sit inside JSON strings, where the
+        # backslash escape is valid JSON for the same code point.
+        data = (line + "\n").encode("utf-8", errors="backslashreplace")
         with self._lock:
             try:
-                if self._file is None or self._file.closed:
-                    # Only lone surrogates cannot be encoded; they sit inside JSON strings,
-                    # where the backslash escape is valid JSON for the same code point.
-                    self._file = self.path.open("a", encoding="utf-8", errors="backslashreplace")
-                self._file.write(line + "\n")
-                self._file.flush()
+                fd = self._open()
+                if self._torn:
+                    data = b"\n" + data
+                self._append(fd, data)
             except OSError as exc:  # the message names the file (disk full, removed, ...)
                 msg = f"JsonlSink: cannot write {self.path}: {exc.strerror or exc}"
                 raise OSError(exc.errno, msg) from exc
 
+    def _open(self) -> int:
+        """The descriptor of the file at ``path`` now (lock held): reopened when rotated."""
+        fd = self._fd
+        if fd is not None:
+            try:
+                st = os.stat(self.path)
+                if (st.st_dev, st.st_ino) == self._identity:
+                    return fd
+            except FileNotFoundError:
+                pass
+            self._fd = None  # renamed or removed: a new file at the path
+            os.close(fd)
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        st = os.fstat(fd)
+        self._fd, self._identity = fd, (st.st_dev, st.st_ino)
+        self._torn = st.st_size > 0 and not _ends_with_newline(self.path)
+        return fd
+
+    def _append(self, fd: int, data: bytes) -> None:
+        """Write all of ``data``; a write that fails after part of it marks the line torn."""
+        view = memoryview(data)
+        while view:
+            try:
+                written = _write(fd, view)
+            except OSError:
+                if len(view) < len(data):
+                    self._torn = True
+                raise
+            view = view[written:]
+        self._torn = False
+
     @override
     def close(self, timeout: float | None = None) -> None:
         with self._lock:
-            if self._file is not None:
-                self._file.close()
-                self._file = None
+            fd, self._fd = self._fd, None
+            if fd is not None:
+                os.close(fd)

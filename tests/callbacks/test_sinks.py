@@ -301,3 +301,69 @@ def test_a_path_under_home_is_the_users_home(
     sink.emit(item())
     sink.close()
     assert (tmp_path / "scores.jsonl").exists()
+
+
+def _metrics_in(path: Path) -> list[str]:
+    return [json.loads(line)["metric"] for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+@pytest.mark.parametrize("how", ["renamed", "removed"])
+def test_jsonl_sink_starts_a_new_file_when_its_file_is_rotated(tmp_path: Path, how: str) -> None:
+    """Before, it kept writing to the renamed (or deleted) file, counting lines delivered
+    that nobody would find at ``path``."""
+    path = tmp_path / "scores.jsonl"
+    sink = JsonlSink(path)
+    sink.emit(item(metric="first"))
+    if how == "renamed":
+        path.rename(tmp_path / "scores.jsonl.1")  # logrotate's default (create) mode
+    else:
+        path.unlink()
+    sink.emit(item(metric="second"))
+    sink.emit(item(metric="third"))
+    sink.close()
+    assert _metrics_in(path) == ["second", "third"]
+    if how == "renamed":
+        assert _metrics_in(tmp_path / "scores.jsonl.1") == ["first"]
+
+
+def test_jsonl_sink_on_a_full_disk_fails_the_line_and_keeps_the_next_ones_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write that stops partway (ENOSPC) fails its result and leaves nothing buffered to
+    be written later; the next line starts on a line of its own. Before, the failed line
+    stayed in the buffer (written later, under an error count) and a close on a full disk
+    left half a line the next record was glued to."""
+    from langchain_ragmetrics.callbacks import sinks as sinks_module
+
+    path = tmp_path / "scores.jsonl"
+    sink = JsonlSink(path)
+    sink.emit(item(metric="first"))
+    real = sinks_module._write
+
+    def half_then_full(fd: int, data: memoryview) -> int:
+        if len(data) > 20:
+            return real(fd, data[:20])  # part of the line reaches the disk...
+        raise OSError(28, "No space left on device")  # ...then the disk is full
+
+    monkeypatch.setattr(sinks_module, "_write", half_then_full)
+    with pytest.raises(OSError, match=r"JsonlSink: cannot write .*No space left on device"):
+        sink.emit(item(metric="lost"))
+    monkeypatch.setattr(sinks_module, "_write", real)  # space again
+    sink.emit(item(metric="second"))
+    sink.close()
+    lines = path.read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 3
+    assert json.loads(lines[0])["metric"] == "first"
+    assert not lines[1].endswith("}")  # the torn line, on its own
+    assert json.loads(lines[2])["metric"] == "second"
+
+
+def test_jsonl_sink_appending_to_a_file_cut_short_starts_on_a_new_line(tmp_path: Path) -> None:
+    path = tmp_path / "scores.jsonl"
+    path.write_text('{"metric": "before"}\n{"metric": "cut sh', encoding="utf-8")  # a crash
+    sink = JsonlSink(path)
+    sink.emit(item(metric="after"))
+    sink.close()
+    lines = path.read_text(encoding="utf-8").splitlines()
+    assert lines[:2] == ['{"metric": "before"}', '{"metric": "cut sh']
+    assert json.loads(lines[2])["metric"] == "after"
