@@ -152,6 +152,7 @@ class LangSmithFeedbackSink(BaseSink):
         self.timeout = timeout
         self._client = client
         self._owns_client = client is None
+        self._closed = False
         self._lock = threading.Lock()
         self.delivery = FeedbackClient(
             lambda: self.client,
@@ -373,6 +374,10 @@ class LangSmithFeedbackSink(BaseSink):
     def emit(self, item: OnlineResult) -> None:
         if self.disabled_reason is not None:
             raise SinkUnavailableError(self.disabled_reason)
+        if self._closed:  # used again after a close (a new handler): retries work again
+            with self._lock:
+                self._closed = False
+                self.delivery.requests.closing.clear()
         feedback = self.feedback_item(item)
         if feedback is None:
             return
@@ -415,10 +420,15 @@ class LangSmithFeedbackSink(BaseSink):
 
     @override
     def close(self, timeout: float | None = None) -> None:
+        self._closed = True
         self.delivery.requests.closing.set()
         self.flush(timeout)
-        if self._owns_client and self._client is not None:
-            self._client.close(timeout=timeout)
+        with self._lock:
+            client = self._client if self._owns_client else None
+            if client is not None:
+                self._client = None  # a later use builds a new one
+        if client is not None:
+            client.close(timeout=timeout)
 
 
 def _rebuilt(options: dict[str, Any]) -> LangSmithFeedbackSink:

@@ -465,3 +465,27 @@ def test_a_failed_project_lookup_is_an_outage_for_the_breaker(langsmith_env: Lan
 def test_bad_run_option() -> None:
     with pytest.raises(ValueError, match="'retriever' or 'root'"):
         LangSmithFeedbackSink(run="trace")  # type: ignore[arg-type]
+
+
+def test_a_sink_used_again_after_its_handler_closed_retries_and_delivers(
+    judge_server: JudgeServer,
+    make_judge: JudgeFactory,
+    langsmith_env: LangSmithStub,
+) -> None:
+    """Closing stopped its retries for good and closed the client it built: in the next
+    handler, a run not ingested yet (404) dropped the result at once."""
+    app = rag_app(judge_server, make_judge)
+    langsmith_env.feedback_needs_run = False  # the app's runs are not traced here
+    langsmith_env.create_project("app")
+    sink = LangSmithFeedbackSink(project_name="app", backoff=0.01)
+    for i in range(2):
+        if i == 1:
+            langsmith_env.fail("POST /feedback", 404, times=1)  # not ingested yet: retried
+        with online_handler(app.llm, sinks=[sink]) as handler:
+            app.chain.invoke(question(i), config={"callbacks": [handler]})
+            assert handler.flush(10)
+            stats = handler.stats.sinks["LangSmithFeedbackSink"]
+            assert (stats.delivered, stats.dropped, stats.errors) == (1, 0, 0), i
+    assert len(langsmith_env.feedback()) == 2
+    statuses = [r.status for r in langsmith_env.requests_to("POST", "/feedback")]
+    assert statuses == [200, 404, 200]
