@@ -208,11 +208,13 @@ class BackgroundWorker(Generic[T]):
         with self._lock:
             self._loop, self._wake = loop, wake
         tasks: set[asyncio.Task[None]] = set()
+        unstarted: dict[int, Entry[T]] = {}  # taken, and their task has not run yet
         while self._stop != "now":
             wake.clear()  # before taking: a put from now on sets it again
             batch = self._queue.take_ready(self.max_active - self._queue.busy)
             for entry in batch:
-                task = loop.create_task(self._one(entry, wake))
+                unstarted[id(entry)] = entry
+                task = loop.create_task(self._one(entry, wake, unstarted))
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)
             if batch:
@@ -224,8 +226,13 @@ class BackgroundWorker(Generic[T]):
             task.cancel()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
+        # A task cancelled before its first step never ran its own accounting.
+        for entry in unstarted.values():
+            self._counters.add(abandoned=1)
+            self._queue.done(entry)
 
-    async def _one(self, entry: Entry[T], wake: asyncio.Event) -> None:
+    async def _one(self, entry: Entry[T], wake: asyncio.Event, unstarted: dict[int, Any]) -> None:
+        del unstarted[id(entry)]  # from here on, the finally below accounts for it
         outcome = "processed"
         try:
             await self._process(entry.item)

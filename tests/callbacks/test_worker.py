@@ -5,6 +5,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -239,3 +240,29 @@ def test_rejects_bad_bounds() -> None:
         make(Recorder(), max_queue_size=0)
     with pytest.raises(ValueError, match="max_concurrency"):
         make(Recorder(), max_active=0)
+
+
+def test_items_taken_just_before_a_stop_are_counted_abandoned() -> None:
+    """A stop landing between taking items and their tasks' first step: those tasks are
+    cancelled before they run, so their own accounting never runs. Before, the items stayed
+    counted as queued for good and every later flush returned False."""
+    recorder = Recorder()
+    worker, counters = make(recorder)
+    take = worker._queue.take_ready
+
+    def take_then_stop(count: int) -> Any:
+        batch = take(count)
+        if batch:
+            worker._stop = "now"  # the stop lands right after the take
+        return batch
+
+    worker._queue.take_ready = take_then_stop  # type: ignore[method-assign]
+    assert worker.submit("a")
+    thread = worker.thread
+    assert thread is not None
+    thread.join(10)
+    assert not thread.is_alive()
+    assert recorder.done == []  # none ran
+    assert worker.queued == 0
+    assert stats(counters)["abandoned"] == 1
+    assert worker.flush(0.1)
