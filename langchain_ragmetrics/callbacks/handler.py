@@ -223,6 +223,9 @@ class RagMetricsCallbackHandler(BaseCallbackHandler):
         """
         self._finalizer.detach()
         self._background.forget()
+        for sink in self.sinks or ():
+            with contextlib.suppress(Exception):
+                sink.after_fork()
         if self._closed:
             return
         self._start_runtime()

@@ -214,6 +214,17 @@ class LangSmithFeedbackSink(BaseSink):
         }
         return partial(_rebuilt, {**options, "api_url": self._api_url, "api_key": self._api_key})
 
+    @override
+    def after_fork(self) -> None:
+        """Start afresh with the same options: new locks, breaker and retry state.
+
+        A client the sink built is built anew (the parent's connections are not shared);
+        a client it was given is kept.
+        """
+        given = None if self._owns_client else self._client
+        options = {**self._options, "api_url": self._api_url, "api_key": self._api_key}
+        LangSmithFeedbackSink.__init__(self, given, **options)
+
     @property
     def breaker(self) -> CircuitBreaker:
         """The circuit breaker of this sink's feedback client."""

@@ -88,6 +88,14 @@ class BaseSink(ABC):
     def flush(self, timeout: float | None = None) -> None:  # noqa: B027 - optional hook
         """Push buffered results out, waiting at most ``timeout`` seconds."""
 
+    def after_fork(self) -> None:  # noqa: B027 - optional hook
+        """Called in a forked process before the sink delivers there.
+
+        That is a pre-forking server's worker, when the handler was built before the fork.
+        Drop what belongs to the parent: locks its threads may have held at the fork, the
+        connections of a client the sink built. The default does nothing.
+        """
+
     def for_child_process(self) -> Callable[[], BaseSink] | None:
         """How the handler's scoring process may build this sink again, or None: not at all.
 
@@ -139,6 +147,11 @@ class InMemorySink(BaseSink):
         """Forget the results received so far."""
         with self._lock:
             self._results.clear()
+
+    @override
+    def after_fork(self) -> None:
+        """A lock of our own (the parent's may have been held at the fork)."""
+        self._lock = threading.Lock()
 
 
 class CallableSink(BaseSink):
@@ -359,3 +372,8 @@ class JsonlSink(BaseSink):
             fd, self._fd = self._fd, None
             if fd is not None:
                 os.close(fd)
+
+    @override
+    def after_fork(self) -> None:
+        """A lock of our own; the descriptor is kept (appends from both stay whole lines)."""
+        self._lock = threading.Lock()

@@ -31,6 +31,7 @@ from langchain_ragmetrics.callbacks._isolated import ProcessRuntime
 from langchain_ragmetrics.callbacks._launch import ScriptProcess
 from tests._support import isolated_setups
 from tests._support.concurrency import wait_until
+from tests._support.langsmith_stub import LangSmithStub
 from tests._support.openai_server import JudgeServer, reply_hold
 from tests._support.rag import RagApp, question, rag_app, rag_router
 
@@ -759,6 +760,45 @@ def test_a_forked_worker_scores_with_a_runtime_of_its_own(
     # the worker's copy of the sink holds the parent's one result, then its own three
     assert done.stdout.splitlines() == ["worker True True 3 3 4", f"parent True {runtime} 2 2"]
     assert judge_server.count("RelevantSentences") == 5
+
+
+FORK_SINK_SCRIPT = """
+import os, sys, threading
+from langchain_openai import ChatOpenAI
+from langchain_ragmetrics import ContextRelevance, LangSmithFeedbackSink, RagMetricsCallbackHandler
+from tests._support.rag import build_chain, corpus, make_retriever, question
+
+judge_url, langsmith_url = sys.argv[1], sys.argv[2]
+judge = ChatOpenAI(model="m", base_url=judge_url, api_key="test", max_retries=0, timeout=30)
+chain = build_chain(judge, make_retriever(corpus(10)))
+sink = LangSmithFeedbackSink(project_name="app", api_url=langsmith_url, api_key="test")
+metrics = [ContextRelevance(llm=judge)]
+handler = RagMetricsCallbackHandler(metrics=metrics, sinks=[sink], isolation="thread")
+sink._project_lock.acquire()  # a project lookup under way on a thread of the parent's
+pid = os.fork()
+if pid == 0:
+    chain.invoke(question(1), config={"callbacks": [handler]})
+    flushed = handler.flush(60)
+    stats = handler.stats.sinks["LangSmithFeedbackSink"]
+    print("worker", flushed, stats.delivered, stats.dropped, stats.errors, flush=True)
+    os._exit(0)
+_, status = os.waitpid(pid, 0)
+assert status == 0, status
+"""
+
+
+def test_a_forked_workers_sinks_drop_what_the_parent_held(
+    judge_server: JudgeServer, langsmith_stub: LangSmithStub
+) -> None:
+    """The parent held the LangSmith sink's project lock (a lookup under way) when it
+    forked: the worker's sink starts afresh. Before, every send in the worker waited on
+    that lock for good."""
+    judge_server.script = rag_router()
+    langsmith_stub.feedback_needs_run = False
+    langsmith_stub.create_project("app")
+    done = run_app("-c", FORK_SINK_SCRIPT, judge_server.base_url, langsmith_stub.url)
+    assert done.stdout.splitlines() == ["worker True 1 0 0"], done.stderr
+    assert len(langsmith_stub.feedback()) == 1
 
 
 def test_options_are_checked_in_the_application(judge_server: JudgeServer) -> None:
