@@ -166,6 +166,10 @@ def parse_since(value: str | timedelta | datetime) -> datetime:
     return now - timedelta(**{_UNITS[match[2]]: float(match[1])})
 
 
+MAX_ERRORS_KEPT = 1000
+"""Errors a :class:`MonitorSummary` keeps the text of (the count goes on)."""
+
+
 class MonitorSummary(BaseModel):
     """What a monitor run did; ``render()`` gives the exit summary."""
 
@@ -212,7 +216,10 @@ class MonitorSummary(BaseModel):
     """The last listing of the project's runs failed partway: runs past the failure were
     not read, so not scored. Run the monitor again (nothing is sent twice)."""
     errors: list[str] = Field(default_factory=list)
-    """LangSmith errors (listing, reads and sends: unreachable, 5xx, timeouts)."""
+    """LangSmith errors (listing, reads and sends: unreachable, 5xx, timeouts), the last
+    :data:`MAX_ERRORS_KEPT` of them: a long ``follow`` run through an outage keeps no more."""
+    errors_total: int = 0
+    """Every error counted, those no longer in :attr:`errors` included."""
     usage: Usage = Field(default_factory=Usage)
     """Judge tokens and calls."""
 
@@ -236,8 +243,17 @@ class MonitorSummary(BaseModel):
         ]
         if self.listing_failed:
             lines.append("  the listing of runs failed partway: runs past it were not read")
+        if self.errors_total > 5:
+            lines.append(f"  {self.errors_total} errors, the last 5:")
         lines += [f"  error: {e}" for e in self.errors[-5:]]
         return "\n".join(lines)
+
+    def add_error(self, text: str) -> None:
+        """Record an error, keeping the last :data:`MAX_ERRORS_KEPT`."""
+        self.errors_total += 1
+        self.errors.append(text)
+        if len(self.errors) > MAX_ERRORS_KEPT:
+            del self.errors[: len(self.errors) - MAX_ERRORS_KEPT]
 
     @property
     def complete(self) -> bool:
@@ -830,7 +846,7 @@ class LangSmithMonitor:
             msg = f"LangSmith has no project named {self.project_name!r} (check --project)"
             raise MonitorError(msg) from None
         except Exception as exc:
-            self.summary.errors.append(f"{type(exc).__name__}: {exc}")
+            self.summary.add_error(f"{type(exc).__name__}: {exc}")
             return False
         return True
 
@@ -859,7 +875,7 @@ class LangSmithMonitor:
                         )
             await asyncio.gather(*inflight)
         except Exception as exc:  # the listing failed: its runs are listed again next time
-            self.summary.errors.append(f"{type(exc).__name__}: {exc}")
+            self.summary.add_error(f"{type(exc).__name__}: {exc}")
             self.summary.listing_failed = True
             await asyncio.gather(*inflight)
             return
@@ -875,7 +891,7 @@ class LangSmithMonitor:
         try:
             found = await self._runs.by_id(self._project, run_ids, "reading runs")
         except Exception as exc:
-            self.summary.errors.append(f"{type(exc).__name__}: {exc}")
+            self.summary.add_error(f"{type(exc).__name__}: {exc}")
             return
         for run_id in run_ids:  # not visible in LangSmith (yet): still waiting
             if run_id not in found:
@@ -937,7 +953,7 @@ class LangSmithMonitor:
             try:
                 roots = await self._runs.by_id(self._project, missing, "reading root runs")
             except Exception as exc:  # these runs wait for the next round or poll
-                summary.errors.append(f"{type(exc).__name__}: {exc}")
+                summary.add_error(f"{type(exc).__name__}: {exc}")
                 roots = {}
             for trace in missing:
                 root = roots.get(trace)
@@ -968,7 +984,7 @@ class LangSmithMonitor:
         try:
             unsent = await self._run_pairs(run, done, checkpoint)
         except Exception as exc:
-            self.summary.errors.append(f"run {run_id}: {type(exc).__name__}: {exc}")
+            self.summary.add_error(f"run {run_id}: {type(exc).__name__}: {exc}")
             unsent = "langsmith"
         if unsent is None:
             self._unsent.pop(run_id, None)
@@ -1022,7 +1038,7 @@ class LangSmithMonitor:
             try:
                 held = await self._io(read, "reading feedback", allowed=budget)
             except Exception as exc:
-                self.summary.errors.append(f"run {run_id} {metric}: {type(exc).__name__}: {exc}")
+                self.summary.add_error(f"run {run_id} {metric}: {type(exc).__name__}: {exc}")
                 unread.add(metric)
                 continue
             if held:
@@ -1055,7 +1071,7 @@ class LangSmithMonitor:
             sent = await self._io(partial(self._send, item), "sending feedback", allowed=budget)
         except Exception as exc:
             summary.feedback_failed += 1
-            summary.errors.append(f"run {run_id} {metric}: {type(exc).__name__}: {exc}")
+            summary.add_error(f"run {run_id} {metric}: {type(exc).__name__}: {exc}")
             return "langsmith"
         self._step("before_settle", run_id, metric)
         summary.feedback_sent += int(sent == "sent")
@@ -1071,7 +1087,7 @@ class LangSmithMonitor:
             try:
                 await self._io(partial(sink.emit, item), f"sink {sink.name}")
             except Exception as exc:
-                self.summary.errors.append(f"sink {sink.name}: {type(exc).__name__}: {exc}")
+                self.summary.add_error(f"sink {sink.name}: {type(exc).__name__}: {exc}")
 
     def _send(self, item: OnlineResult) -> str:
         """Post one feedback and wait for LangSmith's answer (no background batching)."""

@@ -1208,3 +1208,20 @@ def test_a_first_info_read_that_hangs_lists_with_list_runs_meanwhile(
 
         asyncio.run(steps())
         client.close(timeout=5)
+
+
+def test_the_summary_keeps_the_last_errors_and_counts_them_all() -> None:
+    """A long --follow run through an outage adds errors on every poll: their texts are
+    bounded (the count is not)."""
+    from langchain_ragmetrics.integrations.monitor import MAX_ERRORS_KEPT
+
+    summary = MonitorSummary(project=PROJECT)
+    for i in range(MAX_ERRORS_KEPT + 250):
+        summary.add_error(f"error {i}")
+    assert summary.errors_total == MAX_ERRORS_KEPT + 250
+    assert len(summary.errors) == MAX_ERRORS_KEPT
+    assert summary.errors[0] == "error 250"
+    assert summary.errors[-1] == f"error {MAX_ERRORS_KEPT + 249}"
+    rendered = summary.render().splitlines()
+    assert f"  {MAX_ERRORS_KEPT + 250} errors, the last 5:" in rendered
+    assert rendered[-1] == f"  error: error {MAX_ERRORS_KEPT + 249}"
