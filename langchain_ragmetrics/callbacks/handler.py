@@ -214,6 +214,8 @@ class RagMetricsCallbackHandler(BaseCallbackHandler):
         self.engine = self._background.engine
         self._finalizer = weakref.finalize(self, self._background.stop_when_idle)
         self._close_lock = threading.Lock()
+        self._close_done = threading.Event()  # set with ``_close_ok`` once a close returned
+        self._close_ok = False
 
     def _after_fork(self) -> None:
         """In a forked process (a pre-forking server's worker), start afresh.
@@ -272,7 +274,7 @@ class RagMetricsCallbackHandler(BaseCallbackHandler):
         return await asyncio.to_thread(self.flush, timeout)
 
     def close(self, timeout: float | None = DEFAULT_CLOSE_TIMEOUT) -> bool:
-        """Flush, then stop the background threads and close the sinks (idempotent).
+        """Flush, then stop the background threads and close the sinks (once).
 
         Returns within ``timeout`` (default 30 s, plus up to 2 s to stop the worker and 2 s
         for the sinks to close) even when a judge or a sink hangs. New retrievals are
@@ -281,17 +283,26 @@ class RagMetricsCallbackHandler(BaseCallbackHandler):
         ``stats.abandoned`` (and ``stats.pending_at_deadline``), undelivered results in
         ``stats.sinks[key].dropped``, and a warning names what was left.
 
+        A second call waits, within its own ``timeout``, for the first to end and returns
+        its outcome.
+
         Returns:
             True when everything finished and shut down in time.
         """
         if self._background.owns_current_thread("close"):
             return False
         with self._close_lock:
-            if self._closed:
-                return True
+            first = not self._closed
             self._closed = True
-        done = self._background.close(timeout)
-        self._finalizer.detach()
+        if not first:  # another close, finished or under way: its outcome, within timeout
+            return self._close_done.wait(timeout) and self._close_ok
+        done = False
+        try:
+            done = self._background.close(timeout)
+            self._finalizer.detach()
+        finally:
+            self._close_ok = done
+            self._close_done.set()
         return done
 
     async def aclose(self, timeout: float | None = DEFAULT_CLOSE_TIMEOUT) -> bool:

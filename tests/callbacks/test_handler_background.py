@@ -188,6 +188,31 @@ def test_close_reports_and_abandons_work_left_at_the_deadline(
         thread.join(10)
         assert not thread.is_alive(), f"{thread.name} did not exit"
     assert results(handler) == []
+    assert handler.close(0) is False  # again: the first close's outcome, not a bare True
+
+
+def test_a_second_close_waits_for_the_first_and_returns_its_outcome(
+    judge_server: JudgeServer, make_judge: JudgeFactory, release: threading.Event
+) -> None:
+    """Before, a close called while another was under way returned True at once: its
+    caller went on (and exited) with the results not yet delivered."""
+    app = held_app(judge_server, make_judge, release)
+    handler = online_handler(app.llm)
+    app.chain.invoke(question(0), config={"callbacks": [handler]})
+    wait_until(lambda: judge_server.count("RelevantSentences") == 1, "the held request")
+    outcome: list[bool] = []
+    first = threading.Thread(target=lambda: outcome.append(handler.close(30)))
+    first.start()
+    try:
+        wait_until(lambda: handler.closed, "the first close under way")
+        assert handler.close(timeout=0.05) is False  # the first is held by the judge
+        assert results(handler) == []
+    finally:
+        release.set()
+    first.join(30)
+    assert outcome == [True]
+    assert handler.close(0) is True
+    assert len(results(handler)) == 1
 
 
 class _Buffering(InMemorySink):
