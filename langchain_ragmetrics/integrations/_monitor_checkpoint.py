@@ -5,6 +5,11 @@ own transaction, so a worker killed at any point resumes with exactly the unsett
 An *intent* is written just before a feedback is sent: a restarted worker asks LangSmith
 whether those few were received instead of sending them again. Failed attempts are counted
 so a sample the judge can never score stops being retried.
+
+A result the judge produced but LangSmith did not accept (a failed send, a worker killed
+mid-send) is *kept* with its intent, as JSON, until its pair is settled: the next attempt,
+in this run or a later one, sends it again instead of paying the judge twice. The file then
+holds that result's sample (question, contexts, answer) until it is sent.
 """
 
 from __future__ import annotations
@@ -32,6 +37,12 @@ CREATE TABLE IF NOT EXISTS settled (
 CREATE TABLE IF NOT EXISTS intents (
     run_id TEXT NOT NULL,
     metric TEXT NOT NULL,
+    PRIMARY KEY (run_id, metric)
+);
+CREATE TABLE IF NOT EXISTS kept (
+    run_id TEXT NOT NULL,
+    metric TEXT NOT NULL,
+    result TEXT NOT NULL,
     PRIMARY KEY (run_id, metric)
 );
 CREATE TABLE IF NOT EXISTS attempts (
@@ -111,16 +122,55 @@ class Checkpoint:
                 "INSERT OR REPLACE INTO settled VALUES (?, ?, ?, ?)",
                 (run_id, metric, outcome, time.time()),
             )
-            for table in ("attempts", "intents"):
+            for table in ("attempts", "intents", "kept"):
                 self._db.execute(
                     f"DELETE FROM {table} WHERE run_id = ? AND metric = ?",  # noqa: S608
                     (run_id, metric),
                 )
 
-    def intend(self, run_id: str, metric: str) -> None:
-        """Record that a pair's feedback is about to be sent (committed before returning)."""
+    def intend(self, run_id: str, metric: str, result: str | None = None) -> None:
+        """Record that a pair's feedback is about to be sent (committed before returning).
+
+        ``result``: the judged result as JSON, kept until the pair is settled.
+        """
         with self._lock:
-            self._db.execute("INSERT OR IGNORE INTO intents VALUES (?, ?)", (run_id, metric))
+            self._db.execute("BEGIN")
+            try:
+                self._db.execute("INSERT OR IGNORE INTO intents VALUES (?, ?)", (run_id, metric))
+                if result is not None:
+                    self._db.execute(
+                        "INSERT OR REPLACE INTO kept VALUES (?, ?, ?)", (run_id, metric, result)
+                    )
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def kept(self, run_id: str) -> dict[str, str]:
+        """``{metric: result JSON}`` of a run's results judged but not settled yet."""
+        with self._lock:
+            rows = self._db.execute("SELECT metric, result FROM kept WHERE run_id = ?", (run_id,))
+            return dict(rows.fetchall())
+
+    def drop_kept(self, run_id: str, metric: str) -> None:
+        """Forget a kept result (one that can no longer be read): the pair is judged again."""
+        with self._lock:
+            self._db.execute("DELETE FROM kept WHERE run_id = ? AND metric = ?", (run_id, metric))
+
+    def unsettled(self) -> dict[str, str]:
+        """Runs an earlier run left with unsettled work: ``{run_id: why}``.
+
+        ``"langsmith"``: a feedback was being sent (a kept result, or an intent to confirm);
+        ``"judge"``: a judge failure waits for its next attempt.
+        """
+        with self._lock:
+            judge = self._db.execute("SELECT DISTINCT run_id FROM attempts").fetchall()
+            sent = self._db.execute(
+                "SELECT run_id FROM intents UNION SELECT run_id FROM kept"
+            ).fetchall()
+        found = {run_id: "judge" for (run_id,) in judge}
+        found.update({run_id: "langsmith" for (run_id,) in sent})
+        return found
 
     def intended(self, run_id: str) -> set[str]:
         """Metrics of a run whose feedback was being sent when the last worker stopped."""

@@ -11,9 +11,12 @@ set of rules for ids, 409, 404 on a run not ingested yet, a later score replacin
 error, and the circuit breaker.
 
 A failed read or send fails that one (run, metric) pair, never the poll. Unsent pairs are
-kept and tried again whatever their age: on every later poll with ``follow``, and in up to
-``retry_rounds`` extra rounds (with backoff) before a one-shot run ends; whatever is still
-unsent then is counted in ``MonitorSummary.runs_unsent`` (the command exits 12).
+kept and tried again whatever their age: on every later poll with ``follow``, in up to
+``retry_rounds`` extra rounds (with backoff) before a one-shot run ends, and by the next run
+with the same checkpoint, which reads them again by id whatever its ``since`` window; what
+is still unsent when a run ends is counted in ``MonitorSummary.runs_unsent`` (the command
+exits 12). A judged result whose feedback was not accepted is kept in the checkpoint and
+sent again as it is: the judge is paid once per pair, however long LangSmith refuses.
 
 Runs are read through ``client.runs.query`` (LangSmith's v2 run query) when the installed
 langsmith has it and the server is 0.16 or later, through the deprecated ``Client.list_runs``
@@ -39,6 +42,7 @@ import concurrent.futures
 import contextlib
 import contextvars
 import hashlib
+import math
 import os
 import re
 import threading
@@ -200,6 +204,9 @@ class MonitorSummary(BaseModel):
     """Extra rounds a one-shot run made for unsent pairs before it ended."""
     runs_scored: int = 0
     """Runs scored in this run."""
+    runs_gone: int = 0
+    """Runs with unsent pairs that LangSmith no longer holds (deleted since they were read):
+    their pairs are settled unsent."""
     runs_skipped: int = 0
     """Runs not scored because the retriever or its trace raised."""
     results_scored: int = 0
@@ -212,6 +219,9 @@ class MonitorSummary(BaseModel):
     """Feedback accepted by LangSmith."""
     feedback_failed: int = 0
     """Sends that failed (tried again in a retry round, on the next poll, or the next run)."""
+    results_resent: int = 0
+    """Results judged by an earlier attempt whose feedback was not accepted then, sent again
+    from the checkpoint without calling the judge."""
     listing_failed: bool = False
     """The last listing of the project's runs failed partway: runs past the failure were
     not read, so not scored. Run the monitor again (nothing is sent twice)."""
@@ -237,7 +247,8 @@ class MonitorSummary(BaseModel):
             f"{self.runs_already_failed}",
             f"  results scored {self.results_scored}, failed {self.results_failed}, "
             f"skipped {self.results_skipped}",
-            f"  feedback sent {self.feedback_sent}, failed {self.feedback_failed}; judge calls "
+            f"  feedback sent {self.feedback_sent}, failed {self.feedback_failed}, resent "
+            f"{self.results_resent} without judging again; gone {self.runs_gone}; judge calls "
             f"{self.usage.judge_calls}, tokens {self.usage.input_tokens} in / "
             f"{self.usage.output_tokens} out",
         ]
@@ -745,6 +756,9 @@ class LangSmithMonitor:
         self._wake = (asyncio.get_running_loop(), wake)
         self._feedback.requests.closing.clear()  # the previous run's end stopped its retries
         checkpoint = Checkpoint(self.checkpoint_path, project=self.project_name)
+        # What an earlier run left unsent is read again by id, whatever this run's window.
+        for run_id, why in checkpoint.unsettled().items():
+            self._unsent.setdefault(run_id, "judge" if why == "judge" else "langsmith")
         # Blocking LangSmith calls and the metrics' sync ``invoke`` run on daemon threads:
         # each run() has its own event loop, while async model clients are shared per
         # process and tied to the loop that first used them.
@@ -893,9 +907,18 @@ class LangSmithMonitor:
         except Exception as exc:
             self.summary.add_error(f"{type(exc).__name__}: {exc}")
             return
-        for run_id in run_ids:  # not visible in LangSmith (yet): still waiting
-            if run_id not in found:
-                self._unsent[run_id] = "waiting"
+        for run_id in run_ids:
+            if run_id in found:
+                continue
+            if self._unsent.get(run_id, "waiting") == "waiting":
+                self._unsent[run_id] = "waiting"  # not visible in LangSmith yet
+                continue
+            # Read and judged before, gone now (retention, a deleted trace): nothing to send to.
+            self.summary.runs_gone += 1
+            self.summary.add_error(f"run {run_id}: no longer in LangSmith; its pairs are dropped")
+            for metric in self.metrics:
+                checkpoint.settle(run_id, metric.metric_name, "run-gone")
+            self._unsent.pop(run_id, None)
         gate = asyncio.Semaphore(self.max_concurrency)
         tasks = await self._batch(list(found.values()), checkpoint, gate, seen=True)
         await asyncio.gather(*tasks)
@@ -1011,13 +1034,20 @@ class LangSmithMonitor:
             for metric in todo:
                 checkpoint.settle(run_id, metric.metric_name, "trace-error")
             return unread
-        retrieval = Retrieval.from_langsmith_run(run, root, question_from=self.question_from)
-        results = await score_retrieval(retrieval, todo, self.engine)
-        summary.runs_scored += 1
         reasons = {unread}
-        for item in results:
-            summary.usage = summary.usage + item.result.usage
-            reasons.add(await self._settle(item, checkpoint))
+        kept = self._kept(run_id, todo, checkpoint)
+        for item in kept:  # judged before, not accepted then: sent again, not judged again
+            summary.results_resent += 1
+            reasons.add(await self._deliver(item, checkpoint))
+        resent = {item.result.metric for item in kept}
+        todo = [m for m in todo if m.metric_name not in resent]
+        if todo:
+            retrieval = Retrieval.from_langsmith_run(run, root, question_from=self.question_from)
+            results = await score_retrieval(retrieval, todo, self.engine)
+            summary.runs_scored += 1
+            for item in results:
+                summary.usage = summary.usage + item.result.usage
+                reasons.add(await self._settle(item, checkpoint))
         if "langsmith" in reasons:
             return "langsmith"
         return "judge" if "judge" in reasons else None
@@ -1047,8 +1077,28 @@ class LangSmithMonitor:
         left = [m for m in todo if m.metric_name not in done]
         return left, ("langsmith" if unread else None)
 
+    def _kept(
+        self, run_id: str, todo: list[BaseRagMetric], checkpoint: Checkpoint
+    ) -> list[OnlineResult]:
+        """The results of ``todo`` judged by an earlier attempt and kept (see Checkpoint)."""
+        names = {m.metric_name for m in todo}
+        found: list[OnlineResult] = []
+        for metric, text in checkpoint.kept(run_id).items():
+            if metric not in names:
+                continue
+            try:
+                item = OnlineResult.model_validate_json(text)
+            except ValueError as exc:  # unreadable (a newer version's?): judged again
+                self.summary.add_error(f"run {run_id} {metric}: kept result unreadable: {exc}")
+                checkpoint.drop_kept(run_id, metric)
+                continue
+            if item.result.error is not None and item.result.score is None:
+                item.result.score = math.nan  # JSON has no NaN: a failure's score came back None
+            found.append(item)
+        return found
+
     async def _settle(self, item: OnlineResult, checkpoint: Checkpoint) -> Reason | None:
-        """Send and record one result; why it is unsent, or None once settled."""
+        """Count, send and record one fresh result; why it is unsent, or None once settled."""
         summary = self.summary
         result = item.result
         run_id, metric = str(item.run_id), result.metric
@@ -1063,8 +1113,15 @@ class LangSmithMonitor:
             checkpoint.settle(run_id, metric, "skipped")
             await self._to_sinks(item)
             return None
+        return await self._deliver(item, checkpoint)
+
+    async def _deliver(self, item: OnlineResult, checkpoint: Checkpoint) -> Reason | None:
+        """Send one result's feedback (kept until settled) and record it; None once settled."""
+        summary = self.summary
+        result = item.result
+        run_id, metric = str(item.run_id), result.metric
         self._step("before_intent", run_id, metric)
-        checkpoint.intend(run_id, metric)
+        checkpoint.intend(run_id, metric, item.model_dump_json())
         self._step("after_intent", run_id, metric)
         budget = self._feedback.send_budget(self.request_timeout)
         try:

@@ -341,7 +341,11 @@ def test_judge_failures_are_retried_then_reported(
     assert first.results_failed == 2
     assert first.feedback_sent == 0  # kept for a retry on the next run, not this one's rounds
     assert (first.runs_unsent, first.retry_rounds, first.complete) == (2, 0, False)
-    second = make_monitor(app, langsmith_client, tmp_path, max_attempts=2, metrics=metrics).run()
+    # The next run's window no longer covers the runs (a cron run): read again by id.
+    later = datetime.now(timezone.utc) + timedelta(seconds=1)
+    second = make_monitor(
+        app, langsmith_client, tmp_path, max_attempts=2, metrics=metrics, since=later
+    ).run()
     assert second.results_failed == 2
     assert second.feedback_sent == 2  # the failure itself, after max_attempts
     assert second.complete
@@ -414,11 +418,65 @@ def test_feedback_500_leaves_pairs_for_the_next_run(
     summary = make_monitor(app, quick_client, tmp_path).run()
     assert summary.feedback_failed == 3
     assert summary.feedback_sent == 0
+    assert summary.usage.judge_calls == 3
+    with langsmith_stub._lock:
+        langsmith_stub._fail_rules.clear()
+    judged = judge_calls(app)
+    # The next run's window no longer covers the runs: they are read again by id.
+    later = datetime.now(timezone.utc) + timedelta(seconds=1)
+    again = make_monitor(app, quick_client, tmp_path, since=later).run()
+    assert again.complete
+    assert again.feedback_sent == again.results_resent == 3
+    assert again.usage.judge_calls == 0
+    assert judge_calls(app) == judged  # the kept results were sent, the judge not asked again
+    feedback = stored(langsmith_stub)
+    assert set(feedback) == {r["id"] for r in runs}
+    for run in runs:
+        assert feedback[run["id"]]["score"] == expected_relevance(run)
+
+
+def judge_calls(app: RagApp) -> int:
+    return sum(r.schema_name == "RelevantSentences" for r in app.server.requests)
+
+
+def test_a_run_deleted_before_its_feedback_was_accepted_is_settled_as_gone(
+    app: RagApp, langsmith_stub: LangSmithStub, quick_client: langsmith.Client, tmp_path: Path
+) -> None:
+    runs = trace_questions(langsmith_stub, app.chain, PROJECT, range(2))
+    langsmith_stub.fail("POST /feedback", 500, times=None)
+    assert make_monitor(app, quick_client, tmp_path, retry_rounds=0).run().runs_unsent == 2
+    with langsmith_stub._lock:
+        langsmith_stub._fail_rules.clear()
+        del langsmith_stub._runs[runs[0]["id"]]  # retention deleted it meanwhile
+    later = datetime.now(timezone.utc) + timedelta(seconds=1)
+    again = make_monitor(app, quick_client, tmp_path, since=later).run()
+    assert again.complete
+    assert (again.runs_gone, again.results_resent, again.feedback_sent) == (1, 1, 1)
+    assert any("no longer in LangSmith" in e for e in again.errors)
+    assert set(stored(langsmith_stub)) == {runs[1]["id"]}
+    third = make_monitor(app, quick_client, tmp_path, since=later).run()
+    assert (third.runs_gone, third.runs_unsent) == (0, 0)  # settled: not read again
+
+
+def test_an_unreadable_kept_result_is_judged_again(
+    app: RagApp, langsmith_stub: LangSmithStub, quick_client: langsmith.Client, tmp_path: Path
+) -> None:
+    import sqlite3
+
+    runs = trace_questions(langsmith_stub, app.chain, PROJECT, range(1))
+    langsmith_stub.fail("POST /feedback", 500, times=None)
+    make_monitor(app, quick_client, tmp_path, retry_rounds=0).run()
+    db = sqlite3.connect(tmp_path / "monitor.sqlite")
+    with db:
+        assert db.execute("UPDATE kept SET result = '{\"not\": 1}'").rowcount == 1
+    db.close()
     with langsmith_stub._lock:
         langsmith_stub._fail_rules.clear()
     again = make_monitor(app, quick_client, tmp_path).run()
-    assert again.feedback_sent == 3
-    assert set(stored(langsmith_stub)) == {r["id"] for r in runs}
+    assert again.complete
+    assert (again.results_resent, again.usage.judge_calls, again.feedback_sent) == (0, 1, 1)
+    assert any("kept result unreadable" in e for e in again.errors)
+    assert set(stored(langsmith_stub)) == {runs[0]["id"]}
 
 
 def test_langsmith_never_answering_hangs_nothing(
@@ -810,6 +868,9 @@ def test_follow_retries_unsent_pairs_whatever_their_age(
     (summary,) = result
     assert summary.complete
     assert summary.feedback_failed == 2
+    # each pair judged once: the later polls sent the kept results again
+    assert summary.usage.judge_calls == judge_calls(app) == 2
+    assert summary.results_resent == 2
     # later polls' windows start after both runs: they were read again by id
     by_id = [q for q in run_queries(langsmith_stub) if q.get("id")]
     assert {rid for q in by_id for rid in q["id"]} >= {r["id"] for r in runs}
