@@ -538,10 +538,11 @@ async def score_retrieval(
     """Score one retrieval with every metric: one result each, never raises.
 
     The rules, in one place: missing references are asked of ``reference_provider`` (run on
-    the engine's executor when it is sync); a metric the sample cannot feed is *skipped*
-    (score None, ``reason`` names the field), never 0; a retrieval that cannot become a
-    sample (a hook raised, a provider failed, a field is invalid) fails every metric (score
-    NaN, the same ``error``) and is reported once to ``on_error``.
+    the engine's executor when it is sync, within the engine's per-job timeout); a metric
+    the sample cannot feed is *skipped* (score None, ``reason`` names the field), never 0;
+    a retrieval that cannot become a sample (a hook raised, a provider failed, a field is
+    invalid) fails every metric (score NaN, the same ``error``) and is reported once to
+    ``on_error``.
 
     Args:
         retrieval: What to score.
@@ -617,16 +618,26 @@ async def _score(
 async def _provide(
     provider: ReferenceProvider, retrieval: Retrieval, engine: ScoringEngine
 ) -> dict[str, Any]:
+    """Ask the provider, within the engine's per-job timeout (a hung lookup fails the sample)."""
     question, metadata = retrieval.question, retrieval.metadata
-    if inspect.iscoroutinefunction(provider):
-        value = await provider(question, metadata)
-    elif engine.executor is not None:
-        call = partial(contextvars.copy_context().run, provider, question, metadata)
-        value = await asyncio.get_running_loop().run_in_executor(engine.executor, call)
-    else:
-        value = provider(question, metadata)
-    if inspect.isawaitable(value):
-        value = await value
+
+    async def ask() -> Any:
+        if inspect.iscoroutinefunction(provider):
+            value = await provider(question, metadata)
+        elif engine.executor is not None:
+            call = partial(contextvars.copy_context().run, provider, question, metadata)
+            value = await asyncio.get_running_loop().run_in_executor(engine.executor, call)
+        else:
+            value = provider(question, metadata)
+        if inspect.isawaitable(value):
+            value = await value
+        return value
+
+    try:
+        value = await asyncio.wait_for(ask(), engine.timeout)
+    except asyncio.TimeoutError:
+        msg = f"reference_provider did not answer within {engine.timeout:g}s"
+        raise TimeoutError(msg) from None
     return provided_references(value)
 
 

@@ -90,7 +90,9 @@ class RagMetricsCallbackHandler(BaseCallbackHandler):
             dict keys such as ``answer``/``output``/``result`` and the last AI message.
         reference_provider: ``fn(question, metadata) -> str | dict | None`` (or async),
             called in the background when run metadata lacks a reference field; a dict may
-            set ``reference``, ``reference_contexts`` and ``reference_context_ids``.
+            set ``reference``, ``reference_contexts`` and ``reference_context_ids``. It
+            gets ``timeout`` seconds too: one that does not answer fails the retrieval's
+            metrics.
         max_queue_size: Bound on retrievals waiting or being scored; when full, new ones
             are dropped and counted in ``stats.dropped``.
         max_concurrency: Judge calls at work at once in the background (default 16: with

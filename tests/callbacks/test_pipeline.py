@@ -128,6 +128,33 @@ def test_reference_contexts_and_ids_run_deterministic_metrics_online(
     assert judge_server.count("RecallStatements") == 0
 
 
+def test_a_reference_provider_that_never_answers_fails_its_retrieval_within_the_timeout(
+    judge_server: JudgeServer, make_judge: JudgeFactory
+) -> None:
+    """Before, a provider stuck on a lookup held its retrieval (and a slot) for good."""
+    app = rag_app(judge_server, make_judge)
+    judge_server.script = rag_router(RecallStatements=recall_judge)
+    release = threading.Event()
+
+    def provider(question_: str | None, metadata: Mapping[str, Any]) -> str:
+        release.wait(30)
+        return fact(4)
+
+    metrics = [ContextRecall(llm=app.llm, retry=FAST)]
+    handler = online_handler(app.llm, metrics=metrics, reference_provider=provider, timeout=0.2)
+    try:
+        app.chain.invoke(question(4), config={"callbacks": [handler]})
+        assert handler.flush(10)
+        item = by_metric(handler)["context_recall"]
+        assert item.result.failed
+        assert item.result.error == "TimeoutError: reference_provider did not answer within 0.2s"
+        assert handler.stats.failed == 1
+    finally:
+        release.set()
+        handler.close(10)
+    assert judge_server.count("RecallStatements") == 0
+
+
 def test_sync_reference_provider_runs_in_the_background(
     judge_server: JudgeServer, make_judge: JudgeFactory
 ) -> None:
