@@ -105,6 +105,12 @@ def register(commands: Any) -> None:
         help="seconds between polls with --follow (default: 30)",
     )
     monitor.add_argument(
+        "--lookback",
+        default="10m",
+        help="with --follow, each poll lists again this far before the previous one, for "
+        "runs LangSmith ingests late, e.g. 30s, 10m, 1h (default: 10m)",
+    )
+    monitor.add_argument(
         "--max-polls", type=positive_int, default=None, help="stop after this many polls"
     )
     monitor.set_defaults(handler=_monitor_command)
@@ -145,6 +151,7 @@ def _monitor_command(args: argparse.Namespace) -> int:
             follow=args.follow,
             poll_interval=args.poll_interval,
             max_polls=args.max_polls,
+            lookback=args.lookback,
         )
     except ValueError as exc:
         error(str(exc))

@@ -86,7 +86,7 @@ if TYPE_CHECKING:
 
     V2Page = AsyncItemsCursorPostPagination[V2Run]
 
-__all__ = ["LangSmithMonitor", "MonitorSummary", "monitor"]
+__all__ = ["LangSmithMonitor", "MonitorSummary", "monitor", "parse_duration"]
 
 T = TypeVar("T")
 Reason = Literal["waiting", "langsmith", "judge"]
@@ -150,24 +150,36 @@ def parse_shard(text: str) -> tuple[int, int]:
     return shard
 
 
-def parse_since(value: str | timedelta | datetime) -> datetime:
-    """The start of the window: ``"24h"``/``"30m"``/``"7d"``, a timedelta, or a datetime."""
-    now = datetime.now(timezone.utc)
-    if isinstance(value, datetime):
-        return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+def parse_duration(value: str | timedelta, *, name: str) -> timedelta:
+    """``"10m"``/``"24h"``/``"7d"`` (s, m, h, d, w) or a timedelta of at least 0.
+
+    Raises:
+        ValueError: A negative duration or an unreadable text, naming ``name``.
+        TypeError: Neither a text nor a timedelta.
+    """
     if isinstance(value, timedelta):
         if value < timedelta(0):
-            msg = f"`since` must look back (a duration of at least 0), got {value!r}"
+            msg = f"`{name}` must look back (a duration of at least 0), got {value!r}"
             raise ValueError(msg)
-        return now - value
+        return value
     if not isinstance(value, str):
-        msg = "`since` must be a duration such as '24h', a timedelta or a datetime, got "
+        msg = f"`{name}` must be a duration such as '24h' or a timedelta, got "
         raise TypeError(msg + type(value).__name__)
     match = _DURATION.match(value)
     if match is None:
-        msg = f"`since` must be a duration such as 30m, 24h or 7d, got {value!r}"
+        msg = f"`{name}` must be a duration such as 30m, 24h or 7d, got {value!r}"
         raise ValueError(msg)
-    return now - timedelta(**{_UNITS[match[2]]: float(match[1])})
+    return timedelta(**{_UNITS[match[2]]: float(match[1])})
+
+
+def parse_since(value: str | timedelta | datetime) -> datetime:
+    """The start of the window: ``"24h"``/``"30m"``/``"7d"``, a timedelta, or a datetime."""
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+    if not isinstance(value, (str, timedelta)):
+        msg = "`since` must be a duration such as '24h', a timedelta or a datetime, got "
+        raise TypeError(msg + type(value).__name__)
+    return datetime.now(timezone.utc) - parse_duration(value, name="since")
 
 
 MAX_ERRORS_KEPT = 1000
@@ -608,7 +620,8 @@ class LangSmithMonitor:
         follow: Keep polling for new runs until :meth:`stop` (or ``max_polls``).
         poll_interval: Seconds between polls when following.
         max_polls: Stop after this many polls (None: no bound).
-        lookback: Later polls re-list this far before the previous poll, for late arrivals.
+        lookback: Later polls re-list this far before the previous poll, for late arrivals
+            (``"10m"`` or a timedelta).
         max_attempts: Failed results are retried on later polls and runs; after this many
             failures the failure itself is posted (``error=True``) and the pair settled.
         retry_rounds: Without ``follow``: extra rounds (backoff 1 s, 2 s, 4 s ...) for pairs
@@ -636,7 +649,7 @@ class LangSmithMonitor:
         follow: bool = False,
         poll_interval: float = 30.0,
         max_polls: int | None = None,
-        lookback: timedelta = timedelta(minutes=10),
+        lookback: str | timedelta = timedelta(minutes=10),
         max_attempts: int = 3,
         retry_rounds: int = 3,
         retry_backoff: float = 1.0,
@@ -674,12 +687,7 @@ class LangSmithMonitor:
         self.max_concurrency = shared.max_concurrency
         self.request_timeout = request_timeout
         follow = flag("follow", follow)  # "no" is truthy: it would poll, and pay, forever
-        if not isinstance(lookback, timedelta):
-            msg = f"`lookback` must be a timedelta of at least 0, got {lookback!r}"
-            raise TypeError(msg)
-        if lookback < timedelta(0):
-            msg = f"`lookback` must be a timedelta of at least 0, got {lookback!r}"
-            raise ValueError(msg)
+        lookback = parse_duration(lookback, name="lookback")
         self.follow = follow
         self.poll_interval = poll_interval
         self.max_polls = max_polls

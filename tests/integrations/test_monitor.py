@@ -920,7 +920,9 @@ def test_a_request_slower_than_its_timeout_leaves_no_gap_and_no_duplicate(
     [
         ("follow", "no", TypeError, "`follow` must be True or False, got 'no'"),
         ("follow", None, TypeError, "`follow` must be True or False, got None"),
-        ("lookback", 600, TypeError, "`lookback` must be a timedelta of at least 0, got 600"),
+        ("lookback", 600, TypeError, "`lookback` must be a duration such as '24h'"),
+        ("lookback", timedelta(-1), ValueError, "`lookback` must look back"),
+        ("lookback", "-5m", ValueError, "`lookback` must be a duration such as 30m"),
         ("since", 3600, TypeError, "`since` must be a duration such as '24h'"),
         ("since", timedelta(days=-1), ValueError, "`since` must look back"),
     ],

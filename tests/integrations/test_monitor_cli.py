@@ -200,6 +200,7 @@ def test_unreachable_langsmith_exits_with_error(
         (["--metrics", "nope"], ExitCode.UNKNOWN_METRIC, "unknown metric 'nope'"),
         (["--shard", "3/3"], ExitCode.USAGE, "I/N"),
         (["--since", "yesterday"], ExitCode.USAGE, "30m, 24h or 7d"),
+        (["--lookback", "soon"], ExitCode.USAGE, "`lookback` must be a duration such as 30m"),
         (["--sample-rate", "2"], ExitCode.USAGE, "between 0 and 1"),
     ],
 )
@@ -215,6 +216,32 @@ def test_bad_options(
     args = ["monitor", "--project", PROJECT, "--checkpoint", str(tmp_path / "c.db"), *argv]
     assert main(args) == code
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("lookback", ["0s", "10m"])
+def test_lookback_sets_where_a_following_poll_starts(
+    lookback: str,
+    judge_server: JudgeServer,
+    make_judge: JudgeFactory,
+    langsmith_stub: LangSmithStub,
+    tmp_path: Path,
+    cli_env: None,
+) -> None:
+    """The second poll lists from the first poll's start minus ``--lookback``."""
+    import datetime as dt
+
+    from tests.integrations.test_monitor import run_queries
+
+    app = rag_app(judge_server, make_judge, max_retries=2)
+    trace_questions(langsmith_stub, app.chain, PROJECT, range(1))
+    before = dt.datetime.now(dt.timezone.utc)
+    follow = ["--follow", "--max-polls", "2", "--poll-interval", "0.01", "--lookback", lookback]
+    assert main(monitor_args(tmp_path / "cp.sqlite", *follow)) == ExitCode.OK
+    listings = [q for q in run_queries(langsmith_stub) if not q.get("id") and not q.get("trace")]
+    second = dt.datetime.fromisoformat(str(listings[-1]["start_time"]))
+    second = second if second.tzinfo else second.replace(tzinfo=dt.timezone.utc)
+    shift = dt.timedelta(minutes=10) if lookback == "10m" else dt.timedelta(0)
+    assert before - shift <= second <= dt.datetime.now(dt.timezone.utc) - shift
 
 
 def test_judged_metrics_without_a_judge(capsys: pytest.CaptureFixture[str]) -> None:
