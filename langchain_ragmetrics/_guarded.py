@@ -54,6 +54,7 @@ from langchain_ragmetrics._options import number_above_zero, number_at_least_zer
 from langchain_ragmetrics._threads import DaemonThreadPool
 
 __all__ = [
+    "LOCAL_ERRORS",
     "MAX_BACKOFF_SECONDS",
     "Failure",
     "GuardedRequests",
@@ -74,6 +75,14 @@ logger = logging.getLogger("langchain_ragmetrics")
 class _NoAnswerError(TimeoutError):
     """The server did not answer within the request timeout."""
 
+    running: Future[Any] | None = None
+    """The try still running on its helper thread (None: not known, or none)."""
+
+
+LOCAL_ERRORS = (UnicodeError, TypeError)
+"""Errors raised while a client builds a request (text it cannot encode, a value it cannot
+serialise): the server never saw it and a retry fails the same way, so they are "rejected",
+never retried nor counted against the breaker."""
 
 _RETRIED_STATUSES = frozenset({404, 408, 409, 425, 429})
 _REFUSED_STATUSES = frozenset({401, 403})
@@ -171,6 +180,20 @@ class GuardedRequests:
         self._inflight: set[Future[Any]] = set()
         self._inflight_lock = threading.Lock()
 
+    def after_fork(self) -> None:
+        """In a forked process: threads, locks and breaker of its own, the same options.
+
+        The parent's helper threads do not exist here (a request handed to them would
+        never run) and its locks may have been held at the fork.
+        """
+        breaker = self.breaker
+        self.breaker = CircuitBreaker(threshold=breaker.threshold, cooldown=breaker.cooldown)
+        self.closing = threading.Event()
+        pool = self._pool
+        self._pool = None if pool is None else DaemonThreadPool(name=pool.name, size=pool.size)
+        self._inflight = set()
+        self._inflight_lock = threading.Lock()
+
     def call(
         self,
         request: Callable[[], T],
@@ -192,7 +215,9 @@ class GuardedRequests:
             landed: For a request that must not be stored twice: after a try that may have
                 reached the server (no answer, 5xx, a lost reply), this looks for what it
                 stored and returns it, or None; only then is the request sent again. It runs
-                under the same bounds and retries as the request.
+                under the same bounds and retries as the request. A try that got no answer
+                and still runs is waited for first (each wait a try of its own): a look
+                while it runs could miss what it is about to store.
 
         Raises:
             SinkUnavailableError: The breaker is open, or :meth:`close` cut a wait short.
@@ -202,19 +227,16 @@ class GuardedRequests:
         failures = misses = 0
         deadline: float | None = None
         uncertain = False  # a try may have been stored: look before sending again
+        running: Future[T] | None = None  # a try without answer that still runs
         while True:
             self.refuse_if_open()
             try:
-                if uncertain and landed is not None:
-                    found = self._run(landed)
-                    if found is not None:
-                        self.answered()
-                        return found
-                    uncertain = False
-                value = self._run(request)
+                value = self._try(request, landed if uncertain else None, running)
             except SinkUnavailableError:
                 raise  # closed while it ran: nothing to retry
             except Exception as exc:
+                running = exc.running if isinstance(exc, _NoAnswerError) else None
+                running = running if landed is not None else None
                 kind = classify(exc)
                 if kind == "not_found":
                     if not tells_breaker:
@@ -245,6 +267,26 @@ class GuardedRequests:
             if not tells_breaker:
                 self.answered()
             return value
+
+    def _try(
+        self,
+        request: Callable[[], T],
+        landed: Callable[[], T | None] | None,
+        running: Future[T] | None,
+    ) -> T:
+        """One try: a late answer, else what an earlier try stored, else the request.
+
+        The late answer is that of a try still ``running``; ``landed`` looks for what an
+        earlier try stored (a look that answers counts as the server answering).
+        """
+        if running is not None:
+            return self._outcome(running)
+        if landed is not None:
+            found = self._run(landed)
+            if found is not None:
+                self.answered()
+                return found
+        return self._run(request)
 
     def delay(self, attempt: int) -> float:
         """The wait before retry ``attempt`` (0-based), before jitter."""
@@ -302,8 +344,14 @@ class GuardedRequests:
             self._pool.start()
             future: Future[T] = self._pool.submit(request)
             self._inflight.add(future)
+        return self._outcome(future)
+
+    def _outcome(self, future: Future[T]) -> T:
+        """A helper-thread try's result within ``request_timeout`` (its error, raised)."""
         try:
             return future.result(self.request_timeout)
         except futures.TimeoutError:
             msg = f"{self.label}: no answer within {self.request_timeout} s"
-            raise _NoAnswerError(msg) from None
+            error = _NoAnswerError(msg)
+            error.running = future
+            raise error from None

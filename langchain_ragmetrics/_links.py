@@ -6,8 +6,11 @@ managers as they are built, and a child manager may list them before or after ou
 the tracer's retriever span is open at one of the two moments: after its start when it goes
 first, before its end when we go first. MLflow's span is the active span of the current
 context; OpenInference keeps its spans by run id. :func:`merge_links` keeps, per tracer, the
-reading that found the retriever's own span. Only tracers whose modules are already
-imported are asked: when neither is in use a read is two dict lookups.
+reading that found the retriever's own span. Where one retriever calls another (an ensemble,
+a compression or multi-query retriever), the other reading can be a retriever span too, the
+outer one's: the inner retriever's own span is the one whose parent is the other reading.
+Only tracers whose modules are already imported are asked: when neither is in use a read is
+two dict lookups.
 
 The links are plain strings, so they cross to an isolated child as they are.
 """
@@ -19,7 +22,16 @@ import sys
 from collections.abc import Mapping
 from uuid import UUID
 
-__all__ = ["MLFLOW", "OPENINFERENCE", "TraceLink", "TraceLinks", "merge_links", "trace_links"]
+__all__ = [
+    "MLFLOW",
+    "OPENINFERENCE",
+    "Reading",
+    "Readings",
+    "TraceLink",
+    "TraceLinks",
+    "merge_links",
+    "trace_links",
+]
 
 MLFLOW = "mlflow"
 """Key of the MLflow link: ``(trace id "tr-...", retriever span id or None)``."""
@@ -30,38 +42,58 @@ TraceLink = tuple[str, "str | None"]
 """``(trace id, span id)``; the span id is None when only the trace is known."""
 TraceLinks = Mapping[str, TraceLink]
 """Links by tracer key."""
+Reading = tuple[str, "str | None", "str | None"]
+"""One reading of a tracer's span: ``(trace id, span id or None, its parent's span id)``."""
+Readings = Mapping[str, Reading]
+"""Readings by tracer key (what :func:`trace_links` returns, :func:`merge_links` takes)."""
 
-_EMPTY: TraceLinks = {}
+_EMPTY: Readings = {}
+_NO_LINKS: TraceLinks = {}
 
 
-def trace_links(run_id: UUID) -> TraceLinks:
-    """The links of the retriever run ``run_id``, starting or ending now (empty when none)."""
-    links: dict[str, TraceLink] = {}
+def trace_links(run_id: UUID) -> Readings:
+    """The readings for the retriever run ``run_id``, starting or ending now (empty: none)."""
+    links: dict[str, Reading] = {}
     if "mlflow.langchain.langchain_tracer" in sys.modules:
-        link = _mlflow_link()
-        if link is not None:
-            links[MLFLOW] = link
+        reading = _mlflow_link()
+        if reading is not None:
+            links[MLFLOW] = reading
     if "openinference.instrumentation.langchain" in sys.modules:
-        link = _openinference_link(run_id)
-        if link is not None:
-            links[OPENINFERENCE] = link
+        reading = _openinference_link(run_id)
+        if reading is not None:
+            links[OPENINFERENCE] = reading
     return links or _EMPTY
 
 
-def merge_links(at_start: TraceLinks, at_end: TraceLinks) -> TraceLinks:
-    """Per tracer, the reading that has a span id (else whichever has the trace)."""
-    if not at_start:
-        return at_end
-    if not at_end:
-        return at_start
-    merged = dict(at_start)
-    for key, link in at_end.items():
-        if key not in merged or (link[1] is not None and merged[key][1] is None):
-            merged[key] = link
+def merge_links(at_start: Readings, at_end: Readings) -> TraceLinks:
+    """Per tracer, the reading of the retriever's own span, as a link.
+
+    The reading with a span id; of two with different span ids, the child of the other (the
+    other is an enclosing retriever's span); else the start's.
+    """
+    if not at_start and not at_end:
+        return _NO_LINKS
+    merged: dict[str, TraceLink] = {}
+    for key in at_start.keys() | at_end.keys():
+        first, last = at_start.get(key), at_end.get(key)
+        chosen = _own(first, last) if first is not None and last is not None else first or last
+        if chosen is not None:
+            merged[key] = (chosen[0], chosen[1])
     return merged
 
 
-def _mlflow_link() -> TraceLink | None:
+def _own(first: Reading, last: Reading) -> Reading:
+    """Which of two readings of one tracer is the retriever's own span."""
+    if first[1] is None:
+        return last if last[1] is not None else first
+    if last[1] is None or last[1] == first[1]:
+        return first
+    if last[2] == first[1]:  # the end's span is a child of the start's: we went first
+        return last
+    return first
+
+
+def _mlflow_link() -> Reading | None:
     """MLflow's active span: the retriever's own, else an enclosing span of the same request.
 
     The enclosing span (whose trace is still the request's) is what we see at the moment
@@ -82,14 +114,16 @@ def _mlflow_link() -> TraceLink | None:
         trace_id = attributes.get(keys.REQUEST_ID)
         if not trace_id:
             return None
-        retriever = attributes.get(keys.SPAN_TYPE) == '"RETRIEVER"'
-        span_id = f"{span.get_span_context().span_id:016x}" if retriever else None
-        return str(json.loads(trace_id)), span_id
+        if attributes.get(keys.SPAN_TYPE) != '"RETRIEVER"':
+            return str(json.loads(trace_id)), None, None
+        parent = getattr(span, "parent", None)
+        parent_id = None if parent is None else f"{parent.span_id:016x}"
+        return str(json.loads(trace_id)), f"{span.get_span_context().span_id:016x}", parent_id
     except Exception:
         return None
 
 
-def _openinference_link(run_id: UUID) -> TraceLink | None:
+def _openinference_link(run_id: UUID) -> Reading | None:
     """The span OpenInference's LangChain instrumentation opened for ``run_id``."""
     module = sys.modules["openinference.instrumentation.langchain"]
     try:
@@ -102,6 +136,6 @@ def _openinference_link(run_id: UUID) -> TraceLink | None:
         context = span.get_span_context()
         if not context.is_valid:
             return None
-        return f"{context.trace_id:032x}", f"{context.span_id:016x}"
+        return f"{context.trace_id:032x}", f"{context.span_id:016x}", None
     except Exception:
         return None

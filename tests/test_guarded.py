@@ -113,6 +113,52 @@ def test_a_stored_try_whose_reply_was_lost_is_found_not_sent_again() -> None:
     guard.close()
 
 
+def test_a_try_without_answer_is_waited_for_not_looked_for_nor_sent_again() -> None:
+    """A try that timed out may still be storing: a look then could miss it and the resend
+    store a second copy. Its late answer is taken instead (the server is released when the
+    first timeout is seen)."""
+    release = threading.Event()
+    sends: list[int] = []
+    looks: list[int] = []
+
+    def send() -> str:
+        sends.append(1)
+        release.wait(WAIT_S)
+        return "stored-late"
+
+    def classify(exc: Exception) -> Failure:
+        release.set()  # the first try timed out: now let it finish
+        return _classify(exc)
+
+    guard = _guard(request_timeout=0.2, max_retries=3)
+    try:
+        value = guard.call(send, classify=classify, landed=lambda: looks.append(1))
+    finally:
+        release.set()
+        guard.close()
+    assert value == "stored-late"
+    assert (len(sends), len(looks)) == (1, 0)
+
+
+def test_a_try_that_never_answers_is_never_sent_twice() -> None:
+    release = threading.Event()
+    sends: list[int] = []
+
+    def send() -> str:
+        sends.append(1)
+        release.wait(WAIT_S)
+        return "late"
+
+    guard = _guard(request_timeout=0.1, max_retries=2)
+    try:
+        with pytest.raises(TimeoutError, match="no answer within"):
+            guard.call(send, classify=_classify, landed=lambda: None)
+        assert len(sends) == 1
+    finally:
+        release.set()
+        guard.close()
+
+
 def test_a_try_that_was_not_stored_is_sent_again_after_looking() -> None:
     server = _Server(["refused", "ok"])
     guard = _guard()
@@ -473,3 +519,35 @@ def test_the_status_is_found_behind_an_sdk_wrapper() -> None:
     assert http_status(_wrapped(403, chained=False)) == 403  # implicit context
     assert http_status(_wrapped(400, chained=True)) == 400  # explicit cause
     assert http_status(ConnectionRefusedError("refused")) is None
+
+
+FORK_SCRIPT = """
+import os
+from langchain_ragmetrics._guarded import GuardedRequests
+
+guard = GuardedRequests(
+    label="T", max_retries=0, backoff=0.0, failure_threshold=5, cooldown=30.0,
+    request_timeout=2.0, concurrency=2,
+)
+assert guard.call(lambda: "parent", classify=lambda exc: "failed") == "parent"
+guard.breaker.failure()  # a count of the parent's
+pid = os.fork()
+if pid == 0:
+    guard.after_fork()
+    try:
+        answer = guard.call(lambda: "child", classify=lambda exc: "failed")
+    except Exception as exc:
+        answer = type(exc).__name__
+    print("child", answer, guard.concurrency, flush=True)
+    os._exit(0)
+os.waitpid(pid, 0)
+print("parent", guard.call(lambda: "again", classify=lambda exc: "failed"), flush=True)
+"""
+
+
+def test_after_a_fork_requests_run_on_helper_threads_of_the_childs_own() -> None:
+    """The parent's helper threads do not exist in a forked child: before ``after_fork``
+    a request handed to them never ran, and every call waited out its timeout."""
+    from tests._support.processes import script_output
+
+    assert script_output(FORK_SCRIPT) == ["child child 2", "parent again"]

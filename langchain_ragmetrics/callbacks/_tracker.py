@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
-from langchain_ragmetrics._links import TraceLinks, merge_links, trace_links
+from langchain_ragmetrics._links import Readings, TraceLinks, merge_links, trace_links
 from langchain_ragmetrics._options import whole_number
 from langchain_ragmetrics._otel import current_span_context
 from langchain_ragmetrics._retrieval import Capture
@@ -30,6 +30,7 @@ from langchain_ragmetrics._retrieval import Capture
 __all__ = ["FinishedTrace", "TraceTracker"]
 
 _EMPTY: Mapping[str, Any] = {}
+_NO_READINGS: Readings = {}
 _NO_LINKS: TraceLinks = {}
 
 
@@ -44,13 +45,17 @@ class _Retrieval:
     tags: Sequence[str]
     metadata: Mapping[str, Any]
     otel_context: Any
-    links: TraceLinks
+    readings: Readings
+    """Other tracers' spans as read when the run started (merged with the end's)."""
+    links: TraceLinks = field(init=False)
+    """The spans the retriever run is linked to, set when it ends."""
     documents: Sequence[Any] | None = None
     run_key: int = field(init=False)
     """``run_id.int``, computed once: the tracker's dictionary key for the run."""
 
     def __post_init__(self) -> None:
         self.run_key = self.run_id.int
+        self.links = _NO_LINKS
 
 
 @dataclass(slots=True)
@@ -168,7 +173,7 @@ class TraceTracker:
             inputs: The final input when the start event deferred it (streaming).
             documents: The documents, for a retriever run.
         """
-        links = trace_links(run_id) if documents is not None else _NO_LINKS
+        links = trace_links(run_id) if documents is not None else _NO_READINGS
         key = run_id.int
         with self._lock:
             trace = self._runs.pop(key, None)
@@ -178,7 +183,7 @@ class TraceTracker:
                 for retrieval in trace.retrievals:
                     if retrieval.run_key == key:
                         retrieval.documents = documents
-                        retrieval.links = merge_links(retrieval.links, links)
+                        retrieval.links = merge_links(retrieval.readings, links)
                         break
             if key != trace.root_key:
                 return None
@@ -240,7 +245,7 @@ class TraceTracker:
             tags=tags,
             metadata=metadata or _EMPTY,
             otel_context=current_span_context(),
-            links=trace_links(run_id),
+            readings=trace_links(run_id),
         )
         evicted = 0
         key = run_id.int

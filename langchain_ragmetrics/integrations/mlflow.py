@@ -28,16 +28,18 @@ from typing import TYPE_CHECKING, Any
 from typing_extensions import override
 
 from langchain_ragmetrics._errors import SinkSkipError
-from langchain_ragmetrics._guarded import Failure, GuardedRequests
+from langchain_ragmetrics._guarded import LOCAL_ERRORS, Failure, GuardedRequests
 from langchain_ragmetrics._links import MLFLOW
 from langchain_ragmetrics._options import whole_number
 from langchain_ragmetrics._retrieval import OnlineResult
 from langchain_ragmetrics.callbacks._stats import FailureLog
-from langchain_ragmetrics.callbacks.sinks import BaseSink
+from langchain_ragmetrics.callbacks.sinks import BaseSink, escape_unencodable
 from langchain_ragmetrics.integrations._otel_attributes import error_type
 
 if TYPE_CHECKING:
     from mlflow.entities import Feedback
+
+    from langchain_ragmetrics._schema import MetricResult
 
 __all__ = ["MlflowSink"]
 
@@ -57,6 +59,8 @@ def _error_code(exc: Exception) -> str | None:
 
 def _classify(exc: Exception) -> Failure:
     """How an MLflow request's error is handled (see :mod:`langchain_ragmetrics._guarded`)."""
+    if isinstance(exc, LOCAL_ERRORS):
+        return "rejected"
     code = _error_code(exc)
     if code == _NOT_FOUND:
         return "not_found"  # the trace is exported in the background: not stored yet
@@ -65,6 +69,14 @@ def _classify(exc: Exception) -> Failure:
     if code in _REFUSED:
         return "refused"
     return "failed"
+
+
+def _escaped(result: MetricResult) -> MetricResult:
+    """The result with its texts (reason, error, judge) made UTF-8 safe."""
+    fields = {
+        name: escape_unencodable(getattr(result, name)) for name in ("reason", "error", "judge")
+    }
+    return result.model_copy(update=fields)
 
 
 class MlflowSink(BaseSink):
@@ -140,6 +152,13 @@ class MlflowSink(BaseSink):
         self._failures = FailureLog()
         self._errors: OrderedDict[tuple[str, str | None, str], str] = OrderedDict()
 
+    @override
+    def after_fork(self) -> None:
+        """Request threads, locks and breaker of its own (the parent's are not usable here)."""
+        self.delivery.after_fork()
+        self._lock = threading.Lock()
+        self._failures = FailureLog()
+
     def feedback(
         self, item: OnlineResult, *, overrides: str | None = None, delivery_id: str | None = None
     ) -> Feedback:
@@ -150,10 +169,11 @@ class MlflowSink(BaseSink):
         """
         from mlflow.entities import AssessmentError, AssessmentSource, Feedback
 
-        result = item.result
+        # Text from models and documents may hold lone surrogates, which no JSON body takes.
+        result = _escaped(item.result)
         _, span_id = item.links[MLFLOW]
         source = AssessmentSource(source_type="LLM_JUDGE", source_id=result.judge or "unknown")
-        metadata = self._metadata(item)
+        metadata: dict[str, str] = escape_unencodable(self._metadata(item))
         if delivery_id is not None:
             metadata[_DELIVERY_KEY] = delivery_id
         if result.failed:

@@ -209,6 +209,16 @@ class OpenTelemetrySink(BaseSink):
         self._emit_event(item)
 
     @override
+    def after_fork(self) -> None:
+        """A lock and flush thread of its own (the parent's are not usable here).
+
+        The OpenTelemetry SDK restarts its own exporters' threads after a fork.
+        """
+        self._lock = threading.Lock()
+        self._flusher = DaemonThreadPool(name=self._flusher.name)
+        self._flushing = None
+
+    @override
     def flush(self, timeout: float | None = None) -> None:
         """Ask the logger and tracer providers to export; waits ``timeout``/``flush_timeout``.
 

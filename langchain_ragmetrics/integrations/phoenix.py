@@ -20,6 +20,7 @@ Example::
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Hashable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -27,12 +28,18 @@ from typing import TYPE_CHECKING, Any
 from typing_extensions import override
 
 from langchain_ragmetrics._errors import SinkSkipError
-from langchain_ragmetrics._guarded import Failure, GuardedRequests, classify_status, http_status
+from langchain_ragmetrics._guarded import (
+    LOCAL_ERRORS,
+    Failure,
+    GuardedRequests,
+    classify_status,
+    http_status,
+)
 from langchain_ragmetrics._links import OPENINFERENCE
 from langchain_ragmetrics._options import fraction, whole_number
 from langchain_ragmetrics._retrieval import OnlineResult
 from langchain_ragmetrics.callbacks._stats import FailureLog
-from langchain_ragmetrics.callbacks.sinks import BaseSink
+from langchain_ragmetrics.callbacks.sinks import BaseSink, escape_unencodable
 from langchain_ragmetrics.integrations._otel_attributes import error_type, score_label
 
 if TYPE_CHECKING:
@@ -45,7 +52,14 @@ _MISSING_EXTRA = "PhoenixSink needs the Phoenix client: pip install 'langchain-r
 
 def _classify(exc: Exception) -> Failure:
     """How a Phoenix request's error is handled: by its HTTP status, as for LangSmith."""
+    if isinstance(exc, LOCAL_ERRORS):
+        return "rejected"
     return classify_status(http_status(exc))
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as JSON Phoenix takes: objects as text, NaN and infinities as None."""
+    return json.loads(json.dumps(value, default=str), parse_constant=lambda _name: None)
 
 
 class PhoenixSink(BaseSink):
@@ -115,6 +129,7 @@ class PhoenixSink(BaseSink):
         self._api_key = api_key
         self._headers = dict(headers) if headers else None
         self._client = client
+        self._owns_client = client is None
         self.max_concurrency = whole_number("max_concurrency", max_concurrency)
         self.delivery = GuardedRequests(
             label="PhoenixSink",
@@ -128,6 +143,18 @@ class PhoenixSink(BaseSink):
         )
         self._lock = threading.Lock()
         self._failures = FailureLog()
+
+    @override
+    def after_fork(self) -> None:
+        """Request threads, locks and breaker of its own; a client it built is built anew.
+
+        The parent's connections are not shared; a client the sink was given is kept.
+        """
+        self.delivery.after_fork()
+        self._lock = threading.Lock()
+        self._failures = FailureLog()
+        if self._owns_client:
+            self._client = None
 
     @property
     def client(self) -> Client:
@@ -154,12 +181,14 @@ class PhoenixSink(BaseSink):
             "input_tokens": usage.input_tokens,
             "output_tokens": usage.output_tokens,
             "latency_s": result.latency_s,
-            "details": result.details,
+            "details": _plain(result.details),
             "library": "langchain-ragmetrics",
         }
+        # Text from models and documents may hold lone surrogates, which no JSON body takes.
+        annotation: dict[str, Any]
         if result.failed:
             metadata["error_type"] = error_type(result.error)
-            return {
+            annotation = {
                 "span_id": span_id,
                 "annotation_name": result.metric,
                 "annotator_kind": "LLM",
@@ -167,15 +196,18 @@ class PhoenixSink(BaseSink):
                 "explanation": result.error or "failed",
                 "metadata": metadata,
             }
-        return {
-            "span_id": span_id,
-            "annotation_name": result.metric,
-            "annotator_kind": "LLM",
-            "label": score_label(result, self.pass_threshold),
-            "score": result.score,
-            "explanation": result.reason or None,
-            "metadata": metadata,
-        }
+        else:
+            annotation = {
+                "span_id": span_id,
+                "annotation_name": result.metric,
+                "annotator_kind": "LLM",
+                "label": score_label(result, self.pass_threshold),
+                "score": result.score,
+                "explanation": result.reason or None,
+                "metadata": metadata,
+            }
+        escaped: dict[str, Any] = escape_unencodable(annotation)
+        return escaped
 
     @override
     def emit(self, item: OnlineResult) -> None:

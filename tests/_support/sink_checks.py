@@ -16,6 +16,7 @@ from tests._support.rag import RagApp, online_handler, question
 __all__ = [
     "HoldUntil",
     "deliver",
+    "delivers_after_a_fork",
     "linked_item",
     "one_scored_item",
     "outage_mid_run",
@@ -133,3 +134,41 @@ def deliver(sink: BaseSink, items: list[OnlineResult], timeout: float = 60) -> S
     stats = box.stats()
     box.stop()
     return stats
+
+
+_FORK_SCRIPT = """
+import os
+from langchain_ragmetrics import ContextRelevance, RagMetricsCallbackHandler
+from {module} import {cls}
+
+sink = {cls}()
+handler = RagMetricsCallbackHandler(
+    metrics=[ContextRelevance()], sinks=[sink], isolation="thread"
+)
+def ask(answer):
+    return sink.delivery.call(lambda: answer, classify=lambda exc: "failed")
+assert ask("parent") == "parent"  # the sink's request threads start in the parent
+client = sink.client if hasattr(sink, "_client") else None  # one it built, if it builds one
+pid = os.fork()
+if pid == 0:  # the handler's fork hook hands the sink to after_fork
+    try:
+        answer = ask("child")
+    except Exception as exc:
+        answer = type(exc).__name__
+    fresh = client is None or sink._client is not client
+    print("child", answer, fresh, flush=True)
+    os._exit(0)
+os.waitpid(pid, 0)
+print("parent", ask("again"), flush=True)
+"""
+
+
+def delivers_after_a_fork(sink_class: type[BaseSink]) -> list[str]:
+    """Run a script that uses a ``sink_class()`` sink, forks, and sends from the child.
+
+    Returns its output lines: ``["child child True", "parent again"]`` when the child's
+    requests ran on threads of its own (the parent's do not exist after a fork).
+    """
+    from tests._support.processes import script_output
+
+    return script_output(_FORK_SCRIPT.format(module=sink_class.__module__, cls=sink_class.__name__))

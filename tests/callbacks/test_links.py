@@ -20,13 +20,27 @@ def test_nothing_is_read_when_no_tracer_is_loaded() -> None:
 
 
 def test_merge_keeps_the_reading_that_found_the_span() -> None:
-    trace_only = {"mlflow": ("tr-1", None)}
-    with_span = {"mlflow": ("tr-1", "s1")}
-    assert merge_links(trace_only, with_span) == with_span
-    assert merge_links(with_span, trace_only) == with_span
-    assert merge_links({}, trace_only) == trace_only
-    both = merge_links({"openinference": ("t", "a")}, {"mlflow": ("tr-1", None)})
+    trace_only = {"mlflow": ("tr-1", None, None)}
+    with_span = {"mlflow": ("tr-1", "s1", "p")}
+    assert merge_links(trace_only, with_span) == {"mlflow": ("tr-1", "s1")}
+    assert merge_links(with_span, trace_only) == {"mlflow": ("tr-1", "s1")}
+    assert merge_links({}, trace_only) == {"mlflow": ("tr-1", None)}
+    assert merge_links({}, {}) == {}
+    both = merge_links({"openinference": ("t", "a", None)}, {"mlflow": ("tr-1", None, None)})
     assert both == {"openinference": ("t", "a"), "mlflow": ("tr-1", None)}
+
+
+@pytest.mark.parametrize("we_go_first", [True, False])
+def test_a_retriever_inside_a_retriever_links_to_its_own_span(we_go_first: bool) -> None:
+    """Both readings are retriever spans: the outer retriever's, and the inner's own, whose
+    parent is the outer one. Before, the start's reading won: with our handler first that was
+    the outer retriever's span, so the inner's score landed on the outer span."""
+    outer = ("tr-1", "outer", "chain")
+    inner = ("tr-1", "inner", "outer")
+    # our handler first: the outer span is active at our start, the inner's own at our end;
+    # the tracer first: the inner's own at our start, the outer again at our end
+    start, end = (outer, inner) if we_go_first else (inner, outer)
+    assert merge_links({"mlflow": start}, {"mlflow": end}) == {"mlflow": ("tr-1", "inner")}
 
 
 class _Span:

@@ -45,6 +45,7 @@ from tests._support.servers import ServerProcess  # noqa: E402
 from tests._support.sink_checks import (  # noqa: E402
     HoldUntil,
     deliver,
+    delivers_after_a_fork,
     linked_item,
     one_scored_item,
     outage_mid_run,
@@ -119,6 +120,52 @@ def test_scores_land_on_the_retriever_span_of_their_own_trace(
         assert feedback.metadata["ragmetrics.input_tokens"] == str(item.result.usage.input_tokens)
         assert '"relevant_indices"' in feedback.metadata["ragmetrics.details"]
     assert len({r.links["mlflow"][0] for r in results}) == 8
+
+
+def test_a_retriever_inside_a_retriever_scores_on_its_own_span(tracking: str) -> None:
+    """An outer retriever that calls an inner one (ensemble, compression, multi-query):
+    before, the inner retrieval was linked to the outer retriever's span."""
+    from langchain_core.callbacks import CallbackManagerForRetrieverRun
+    from langchain_core.documents import Document
+    from langchain_core.retrievers import BaseRetriever
+
+    from langchain_ragmetrics import NonLLMContextPrecision
+
+    class Inner(BaseRetriever):
+        def _get_relevant_documents(
+            self, query: str, *, run_manager: CallbackManagerForRetrieverRun
+        ) -> list[Document]:
+            return [Document(page_content=f"inner about {query}")]
+
+    class Outer(BaseRetriever):
+        inner: BaseRetriever
+
+        def _get_relevant_documents(
+            self, query: str, *, run_manager: CallbackManagerForRetrieverRun
+        ) -> list[Document]:
+            found = self.inner.invoke(query, config={"callbacks": run_manager.get_child()})
+            return [*found, Document(page_content="outer")]
+
+    memory = InMemorySink()
+    handler = RagMetricsCallbackHandler(
+        metrics=[NonLLMContextPrecision()],
+        sinks=[memory],
+        isolation="thread",
+        reference_provider=lambda q, m: {"reference_contexts": [f"inner about {q}"]},
+    )
+    with handler:
+        Outer(inner=Inner()).invoke("q", config={"callbacks": [handler]})
+        assert handler.flush(timeout=30)
+    by_name = {item.retriever: item for item in memory.results}
+    assert set(by_name) == {"Inner", "Outer"}
+    spans = {}
+    for name, item in by_name.items():
+        trace_id, span_id = item.links["mlflow"]
+        (span,) = [s for s in read_trace(trace_id).data.spans if s.span_id == span_id]
+        spans[name] = span
+    assert spans["Inner"].name == "Inner"
+    assert spans["Outer"].name == "Outer"
+    assert spans["Inner"].parent_id == spans["Outer"].span_id
 
 
 def _result(item: OnlineResult, **changes: Any) -> OnlineResult:
@@ -500,3 +547,30 @@ def test_assessments_go_out_several_at_a_time_and_each_lands_once(
     for item in items:
         (stored,) = assessments(item.links["mlflow"][0])
         assert stored.value == item.result.score
+
+
+def test_a_forked_workers_sink_sends_on_threads_of_its_own() -> None:
+    """A sink used before a fork (a pre-forking server's warm-up): before, the worker's
+    requests were handed to the parent's request threads, which do not exist there, and
+    every one of them waited out its timeout; now the sink starts afresh in the worker."""
+    assert delivers_after_a_fork(MlflowSink) == ["child child True", "parent again"]
+
+
+def test_text_no_json_body_can_hold_is_escaped_and_delivered(
+    tracking: str, judge_server: JudgeServer, make_judge: JudgeFactory
+) -> None:
+    """A lone surrogate in a reason (text from a model or a document): before, building the
+    request raised on every try, each counted as a server failure, and such results opened
+    the breaker for the good ones."""
+    from langchain_ragmetrics.integrations.mlflow import _classify
+
+    app = rag_app(judge_server, make_judge, max_retries=2)
+    item = one_scored_item(app, 0)
+    odd = _result(item, reason="relevant \ud800 text", judge="judge-\udc80")
+    stats = deliver(MlflowSink(max_concurrency=1, failure_threshold=1), [odd, odd])
+    assert (stats.delivered, stats.errors) == (2, 0)
+    trace_id, _ = odd.links["mlflow"]
+    stored = assessments(trace_id)
+    assert {f.rationale for f in stored} == {"relevant \\ud800 text"}
+    assert {f.source.source_id for f in stored} == {"judge-\\udc80"}
+    assert _classify(TypeError("not JSON serializable")) == "rejected"  # never retried

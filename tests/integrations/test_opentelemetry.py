@@ -366,3 +366,42 @@ def test_span_context_crosses_to_an_isolated_child_as_plain_ints(otel: Otel) -> 
     )
     assert plain_span_context(None) is None
     assert span_context_from_plain(None) is None
+
+
+OTEL_FORK_SCRIPT = """
+import os
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+from langchain_ragmetrics import ContextRelevance, RagMetricsCallbackHandler
+from langchain_ragmetrics.integrations.opentelemetry import OpenTelemetrySink
+
+class Told(SpanProcessor):
+    def force_flush(self, timeout_millis=30000):
+        print("flushed in", "child" if os.getpid() != parent else "parent", flush=True)
+        return True
+
+parent = os.getpid()
+tracer_provider = TracerProvider()
+tracer_provider.add_span_processor(Told())
+sink = OpenTelemetrySink(
+    tracer_provider=tracer_provider, meter_provider=MeterProvider(), events="span",
+    flush_timeout=2.0,
+)
+handler = RagMetricsCallbackHandler(
+    metrics=[ContextRelevance()], sinks=[sink], isolation="thread"
+)
+sink.flush()  # the flush thread starts in the parent
+pid = os.fork()
+if pid == 0:  # the handler's fork hook hands the sink to after_fork
+    sink.flush()
+    os._exit(0)
+os.waitpid(pid, 0)
+"""
+
+
+def test_a_forked_workers_sink_flushes_on_a_thread_of_its_own() -> None:
+    """Before, the worker's flush was handed to the parent's flush thread, which does not
+    exist in a forked process: nothing was exported, and every flush waited its timeout."""
+    from tests._support.processes import script_output
+
+    assert script_output(OTEL_FORK_SCRIPT) == ["flushed in parent", "flushed in child"]

@@ -46,6 +46,7 @@ from tests._support.servers import ServerProcess  # noqa: E402
 from tests._support.sink_checks import (  # noqa: E402
     HoldUntil,
     deliver,
+    delivers_after_a_fork,
     linked_item,
     one_scored_item,
     outage_mid_run,
@@ -374,3 +375,35 @@ def test_annotations_go_out_several_at_a_time_and_each_lands_once(
     for item in items:
         (annotation,) = annotations(phoenix_server.url, item.links["openinference"][1])
         assert annotation["result"]["score"] == item.result.score
+
+
+def test_a_forked_workers_sink_sends_on_threads_of_its_own() -> None:
+    """A sink used before a fork (a pre-forking server's warm-up): before, the worker's
+    requests were handed to the parent's request threads, which do not exist there, and
+    every one of them waited out its timeout; now the sink starts afresh in the worker."""
+    assert delivers_after_a_fork(PhoenixSink) == ["child child True", "parent again"]
+
+
+def test_text_and_numbers_no_json_body_can_hold_are_made_plain_and_delivered(
+    phoenix_server: ServerProcess,
+    instrumented: Any,
+    judge_server: JudgeServer,
+    make_judge: JudgeFactory,
+) -> None:
+    """A lone surrogate in a reason and a NaN in the details: before, building the request
+    raised on every try, each counted as a server failure (the breaker opened for the good
+    results)."""
+    from langchain_ragmetrics.integrations.phoenix import _classify
+
+    app = rag_app(judge_server, make_judge, max_retries=2)
+    item = one_scored_item(app, 0)
+    changes = {"reason": "relevant \ud800 text", "details": {"x": math.nan, "kept": [1]}}
+    odd = item.model_copy(update={"result": item.result.model_copy(update=changes)})
+    sink = PhoenixSink(endpoint=phoenix_server.url, max_concurrency=1, failure_threshold=1)
+    stats = deliver(sink, [odd, odd])
+    assert (stats.delivered, stats.errors) == (2, 0)
+    _, span_id = odd.links["openinference"]
+    (annotation,) = annotations(phoenix_server.url, span_id)  # the second replaced the first
+    assert annotation["result"]["explanation"] == "relevant \\ud800 text"
+    assert annotation["metadata"]["details"] == {"x": None, "kept": [1]}
+    assert _classify(UnicodeEncodeError("utf-8", "\ud800", 0, 1, "surrogate")) == "rejected"
