@@ -50,6 +50,10 @@ class BatchOptions(BaseModel):
     ``<user cache dir>/ragmetrics/batches``."""
     poll_interval: Annotated[float, AS_GIVEN] = Field(default=30.0, ge=0)
     """Seconds between two status checks of the running batches."""
+    max_poll_failures: Annotated[int, AS_GIVEN] = Field(default=120, ge=1)
+    """Status checks in a row that may fail (a 5xx, 429, timeout or lost connection, each
+    after the SDK's own retries) before the run stops waiting; the wait goes on at
+    ``poll_interval`` meanwhile (120 at the default interval: an hour of outage)."""
     max_requests_per_file: Annotated[int, AS_GIVEN] = Field(
         default=DEFAULT_MAX_REQUESTS_PER_FILE, ge=1
     )
@@ -151,28 +155,55 @@ class BatchReport(BaseModel):
     uploads: int = 0
     """Input files this process uploaded."""
     input_tokens: int = 0
-    """Prompt tokens of the answers, as the service reported them."""
+    """Prompt tokens of the answers, as the service reported them (direct follow-ups
+    included)."""
     output_tokens: int = 0
-    """Completion tokens of the answers."""
+    """Completion tokens of the answers (direct follow-ups included)."""
+    direct_input_tokens: int = 0
+    """The part of ``input_tokens`` spent by direct follow-ups (``retry_direct``)."""
+    direct_output_tokens: int = 0
+    """The part of ``output_tokens`` spent by direct follow-ups."""
     batches: list[BatchSummary] = Field(default_factory=list)
     """Every batch of the job."""
     stopped: str | None = None
     """Why requests were left unanswered without a retry (expired, cancelled), if they were."""
     batch_cost: float | None = None
-    """Estimated cost of the answers through the Batch API (with prices)."""
+    """Estimated cost of the tokens answered through the Batch API, at the batch price
+    (with prices)."""
+    followup_cost: float | None = None
+    """Estimated cost of the direct follow-ups' tokens, at the direct price (with prices)."""
+    total_cost: float | None = None
+    """``batch_cost`` plus ``followup_cost``: the estimated cost of the run."""
     direct_cost: float | None = None
-    """Estimated cost of the same tokens through the direct path (with prices)."""
+    """Estimated cost of every token through the direct path, for comparison (with prices)."""
 
     def price(self, options: BatchOptions) -> BatchReport:
-        """This report with the cost estimates of ``options``' prices filled in."""
+        """This report with the cost estimates of ``options``' prices filled in.
+
+        Batch tokens get the discount, the direct follow-ups' tokens do not.
+        """
         if options.input_price is None and options.output_price is None:
             return self
-        direct = (
-            self.input_tokens * (options.input_price or 0.0)
-            + self.output_tokens * (options.output_price or 0.0)
-        ) / _MILLION
+
+        def cost(tokens_in: int, tokens_out: int) -> float:
+            return (
+                tokens_in * (options.input_price or 0.0)
+                + tokens_out * (options.output_price or 0.0)
+            ) / _MILLION
+
+        followup = cost(self.direct_input_tokens, self.direct_output_tokens)
+        batched = cost(
+            self.input_tokens - self.direct_input_tokens,
+            self.output_tokens - self.direct_output_tokens,
+        )
+        batch = batched * options.batch_discount
         return self.model_copy(
-            update={"direct_cost": direct, "batch_cost": direct * options.batch_discount}
+            update={
+                "direct_cost": batched + followup,
+                "batch_cost": batch,
+                "followup_cost": followup,
+                "total_cost": batch + followup,
+            }
         )
 
     def summary(self) -> str:
@@ -194,11 +225,23 @@ class BatchReport(BaseModel):
             f"  tokens: {self.input_tokens:,} in, {self.output_tokens:,} out "
             f"({self.input_tokens + self.output_tokens:,} total)"
         )
-        if self.batch_cost is not None and self.direct_cost is not None:
+        if self.direct_input_tokens or self.direct_output_tokens:
             lines.append(
-                f"  estimated cost: {self.batch_cost:.4f} through the Batch API, "
-                f"{self.direct_cost:.4f} through the direct path"
+                f"  of which direct follow-ups: {self.direct_input_tokens:,} in, "
+                f"{self.direct_output_tokens:,} out (not discounted)"
             )
+        if self.batch_cost is not None and self.direct_cost is not None:
+            if self.followup_cost:
+                lines.append(
+                    f"  estimated cost: {self.total_cost:.4f} in all ({self.batch_cost:.4f} "
+                    f"through the Batch API + {self.followup_cost:.4f} for the direct "
+                    f"follow-ups), {self.direct_cost:.4f} had every request gone direct"
+                )
+            else:
+                lines.append(
+                    f"  estimated cost: {self.batch_cost:.4f} through the Batch API, "
+                    f"{self.direct_cost:.4f} through the direct path"
+                )
         if self.stopped:
             lines.append(f"  {self.stopped}")
         return "\n".join(lines)

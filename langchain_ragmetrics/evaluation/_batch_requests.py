@@ -25,7 +25,15 @@ if TYPE_CHECKING:
 
     from langchain_ragmetrics.metrics._judge import CachedCall, JudgeCall, JudgeRunner
 
-__all__ = ["CHAT_URL", "BatchJudge", "PlannedCall", "http_module", "jsonl_line", "split_lines"]
+__all__ = [
+    "CHAT_URL",
+    "BatchJudge",
+    "PlannedCall",
+    "http_module",
+    "jsonl_line",
+    "public_url",
+    "split_lines",
+]
 
 CHAT_URL = "/v1/chat/completions"
 """The endpoint every line targets."""
@@ -71,10 +79,17 @@ class BatchJudge:
     _client: Any = None
 
     @property
-    def label(self) -> str:
-        """Model and base URL, for the state file and messages."""
+    def identity(self) -> str:
+        """Model and full base URL: which judges share a batch (never shown or stored)."""
         client = getattr(self.llm, "root_client", None)
         base = str(getattr(client, "base_url", "") or "").rstrip("/")
+        return f"{judge_name(self.llm)} at {base or '?'}"
+
+    @property
+    def label(self) -> str:
+        """Model and base URL without credentials or query, for the state file and messages."""
+        client = getattr(self.llm, "root_client", None)
+        base = public_url(str(getattr(client, "base_url", "") or "")).rstrip("/")
         return f"{judge_name(self.llm)} at {base or '?'}"
 
     def check(self, runner: JudgeRunner) -> None:
@@ -84,12 +99,22 @@ class BatchJudge:
             BatchError: Not an OpenAI chat model, a streaming or Responses API model, or a
                 model bound without tool calling.
         """
+        import openai
+
         llm = self.llm
         name = f"{judge_name(llm)} ({type(llm).__name__})"
-        if not hasattr(llm, "_get_request_payload") or getattr(llm, "root_client", None) is None:
+        root = getattr(llm, "root_client", None)
+        if not hasattr(llm, "_get_request_payload") or root is None:
             msg = (
                 f"batch_api needs langchain-openai's ChatOpenAI judges (the OpenAI Batch API, "
                 f"or a server with /v1/files and /v1/batches); the judge {name} is not one"
+            )
+            raise BatchError(msg)
+        if isinstance(root, openai.AzureOpenAI):  # deployments, api-version: other endpoints
+            msg = (
+                f"batch_api does not support Azure OpenAI yet (its Batch API takes deployment "
+                f"names and its own URLs); the judge {name} is an Azure one: run it without "
+                "batch_api"
             )
             raise BatchError(msg)
         if not runner.parse_here:
@@ -146,6 +171,14 @@ class BatchJudge:
         return outcome if outcome is not None else JudgeOutcome(error="no answer")
 
 
+def public_url(url: str) -> str:
+    """``url`` without ``user:password@`` and without its query or fragment (may hold keys)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2], query="", fragment=""))
+
+
 def _completion(body: Any) -> Any:
     """The SDK's ``ChatCompletion`` for a line's body (the direct path's type), else the dict."""
     from openai.types.chat import ChatCompletion
@@ -175,8 +208,13 @@ class PlannedCall:
     """The valid answer (or the cache hit), once there is one."""
     attempts: int = 0
     """Times the request was sent and came back (or was reported missing)."""
+    placed: int = 0
+    """Times the request was placed in a batch the service took, or sent directly (the
+    report's attempts: an expired or cancelled batch counts too)."""
     usage: Usage = field(default_factory=Usage)
     """Tokens and judge calls of every attempt."""
+    direct_usage: Usage = field(default_factory=Usage)
+    """The part of ``usage`` spent on direct follow-ups (priced without the discount)."""
     cause: str | None = None
     """Why the last attempt failed."""
     stopped: bool = False

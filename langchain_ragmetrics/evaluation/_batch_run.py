@@ -18,7 +18,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from langchain_ragmetrics._errors import BatchError, JudgeError
+from langchain_ragmetrics._engine import ScoringEngine
+from langchain_ragmetrics._errors import BatchError, DeadlineExceededError, JudgeError
+from langchain_ragmetrics._gate import Admission, admitted
 from langchain_ragmetrics._schema import MetricResult, Usage
 from langchain_ragmetrics.evaluation._batch_options import BatchReport, BatchSummary
 from langchain_ragmetrics.evaluation._batch_requests import (
@@ -28,7 +30,11 @@ from langchain_ragmetrics.evaluation._batch_requests import (
     jsonl_line,
     split_lines,
 )
-from langchain_ragmetrics.evaluation._batch_service import BatchService, update_record
+from langchain_ragmetrics.evaluation._batch_service import (
+    BatchService,
+    transient_failure,
+    update_record,
+)
 from langchain_ragmetrics.evaluation._batch_state import (
     BatchRecord,
     JobState,
@@ -50,7 +56,6 @@ if TYPE_CHECKING:
 __all__ = ["BatchRun"]
 
 _STOPPED_CODES = {"batch_expired": "expired", "batch_cancelled": "cancelled"}
-_DIRECT_WORKERS = 8
 
 
 class _StoppedError(Exception):
@@ -92,10 +97,13 @@ class BatchRun:
         raise_exceptions: bool = False,
         show_progress: bool = True,
         stop: threading.Event | None = None,
+        engine: ScoringEngine | None = None,
     ) -> None:
         """Prepare a run; nothing is planned or sent before :meth:`execute`.
 
-        ``stop`` ends the waiting like Ctrl-C does (the batches keep running).
+        ``stop`` ends the waiting like Ctrl-C does (the batches keep running). ``engine``
+        is the direct path's: its ``max_concurrency``, ``timeout`` (per follow-up) and rate
+        limiter bound the ``retry_direct`` follow-ups (default: an engine of its own).
         """
         self.samples = samples
         self.metrics = metrics
@@ -106,6 +114,7 @@ class BatchRun:
         self.raise_exceptions = raise_exceptions
         self.show_progress = show_progress
         self.stop = stop or threading.Event()
+        self.engine = engine or ScoringEngine()
         self.directory: Path = options.resolved_state_dir()
         self.jobs: list[_Job] = []
         self.calls: dict[str, PlannedCall] = {}
@@ -124,46 +133,101 @@ class BatchRun:
         """Score every job; False when Ctrl-C stopped the run (the batches keep running).
 
         Raises:
-            BatchError: A judge the Batch API cannot serve, nothing to cancel, or the
-                service refused a file or a batch.
+            BatchError: A judge the Batch API cannot serve, nothing to cancel, another run
+                holds the job, or the service refused a file or a batch (then the message
+                says what keeps running at the service and how to resume or cancel it).
             PreflightError: The judge failed the pre-flight request (nothing was uploaded).
         """
         self._plan()
+        if self.stop.is_set():  # on_result stopped the run while it was planned
+            self._interrupted(None)
+            return False
         misses = [c for c in self.calls.values() if c.outcome is None]
         for call in self.calls.values():
             call.body = call.judge.body(call.runner, call.call)
         key = job_key(
-            (c.custom_id, _digest(c.judge.label.encode() + c.body)) for c in self.calls.values()
+            (c.custom_id, _digest(c.judge.identity.encode() + c.body)) for c in self.calls.values()
         )
         self.report = BatchReport(
             job=key, planned=len(self.calls), cache_hits=len(self.calls) - len(misses)
         )
+        if self.options.cancel:  # uploads nothing: may stop the batches of a waiting run
+            return self._execute(key, misses=bool(misses))
+        with JobState.lock(self.directory, key):
+            return self._execute(key, misses=bool(misses))
+
+    def _execute(self, key: str, *, misses: bool) -> bool:
+        """:meth:`execute` once the job is held by this run."""
         state = JobState.load(self.directory, key)
         if state is not None:
             self._from_disk = {b.part for b in state.batches}
             self._since = state.created_at.timestamp()
+        for service in self.services:
+            service.since = self._since
         try:
             if self.options.cancel:
                 state = self._cancel(state, key)
             elif state is None:
                 if not misses:
-                    self._finish(None)
-                    return True
+                    return self._finish(None)
                 if self.preflight is not None:
                     self.preflight()
                 state = self._new_state(key)
             else:
                 self.report.resumed = True
             self._drive(state)
-        except (KeyboardInterrupt, _StoppedError):  # said even without progress: money is at stake
-            sys.stderr.write(
-                "Interrupted: the batches keep running at the service. Run the same command "
-                "again to pick them up (nothing is uploaded twice), or cancel them with "
-                "--cancel (Python: BatchOptions(cancel=True)).\n"
-            )
+        except (KeyboardInterrupt, _StoppedError):
+            self._interrupted(state)
             return False
-        self._finish(state)
-        return True
+        except BatchError as exc:
+            advice = self._advice(state)
+            if advice is None:
+                raise
+            raise BatchError(f"{exc}\n{advice}") from exc
+        except Exception:  # not ours to rename: the advice goes to stderr, as for Ctrl-C
+            advice = self._advice(state)
+            if advice is not None:
+                sys.stderr.write(advice + "\n")
+            raise
+        return self._finish(state)
+
+    def _pause(self, seconds: float) -> None:
+        """Sleep out a backoff; Ctrl-C or a stopped wait (``stop``) cuts it short."""
+        if self.stop.wait(seconds):
+            raise _StoppedError
+
+    def _advice(
+        self, state: JobState | None, *, head: str = "Meanwhile: ", interrupted: bool = False
+    ) -> str | None:
+        """What a run ending early leaves at the service and what to do; None: nothing sent.
+
+        After an interruption a part with an uploaded file but no batch id counts as
+        running: its creation may have reached the service (an error from a creation means
+        the service refused it, or it was looked up and is not there).
+        """
+        if state is None:
+            return None
+        where = JobState.path(self.directory, state.key)
+        if any(
+            not r.terminal and (r.batch_id or (interrupted and r.file_id)) for r in state.batches
+        ):
+            return (
+                f"{head}the batches keep running at the service (and are billed). Run the same "
+                "command again to pick them up without paying twice, or stop them with "
+                f"--cancel (Python: BatchOptions(cancel=True)). Job state: {where}"
+            )
+        if any(r.batch_id or r.file_id for r in state.batches):
+            return (
+                f"{head}no batch of this job is running at the service. Run the same command "
+                "again to resume: what was uploaded or answered is reused, not paid twice. "
+                f"Job state: {where}"
+            )
+        return None
+
+    def _interrupted(self, state: JobState | None) -> None:
+        """Say what Ctrl-C left behind (said even without progress: money is at stake)."""
+        advice = self._advice(state, head="Interrupted: ", interrupted=True)
+        sys.stderr.write((advice or "Interrupted: nothing was sent to the Batch API.") + "\n")
 
     # ------------------------------------------------------------------ planning
 
@@ -171,11 +235,15 @@ class BatchRun:
         """The batch group of ``llm``: one per endpoint and model (a batch holds one model)."""
         candidate = BatchJudge(len(self.judges), llm)
         for judge in self.judges:
-            if judge.llm is llm or judge.label == candidate.label:
+            if judge.llm is llm or judge.identity == candidate.identity:
                 return judge
         judge = candidate
         self.judges.append(judge)
-        self.services.append(BatchService(judge, timeout=self.options.request_timeout))
+        self.services.append(
+            BatchService(
+                judge, timeout=self.options.request_timeout, since=self._since, pause=self._pause
+            )
+        )
         return judge
 
     def _plan(self) -> None:
@@ -308,7 +376,7 @@ class BatchRun:
                     self.report.uploads += 1
                 record.file_id = found
                 state.save(self.directory)
-            metadata = {"ragmetrics_job": state.key, "part": str(record.part)}
+            metadata = _metadata(state, record)
             batch = service.find_batch(metadata, self._since) if recovering else None
             if batch is None:
                 batch = service.create(
@@ -345,12 +413,25 @@ class BatchRun:
             self._add_batches(state, todo)
 
     def _poll(self, state: JobState) -> None:
+        """Wait until every batch has ended, riding out ``max_poll_failures`` failed checks."""
+        failures = 0
         while True:
             live = [r for r in state.batches if r.batch_id is not None and not r.terminal]
             changed = False
-            for record in live:
-                batch = self.services[record.judge].retrieve(str(record.batch_id))
-                changed = update_record(record, batch) or changed
+            try:
+                for record in live:
+                    batch = self.services[record.judge].retrieve(str(record.batch_id))
+                    changed = update_record(record, batch) or changed
+                failures = 0
+            except BatchError as exc:
+                if not transient_failure(exc):
+                    raise
+                failures += 1
+                limit = self.options.max_poll_failures
+                if failures >= limit:
+                    msg = f"{exc} ({failures} status checks in a row failed: max_poll_failures)"
+                    raise BatchError(msg) from exc
+                self._say(f"Batch API: a status check failed ({failures}/{limit}): {exc}")
             if changed:
                 state.save(self.directory)
             self._progress(state)
@@ -380,6 +461,9 @@ class BatchRun:
         """Read a finished batch's output and error files into its requests."""
         mine = set(record.custom_ids)
         where = f"batch {record.batch_id}"
+        if record.batch_id is not None:  # the service took every line of it: each was sent
+            for custom_id in record.custom_ids:
+                self._call_of(custom_id).placed += 1
         if record.batch_id is None:  # cancelled before this part was submitted
             for custom_id in record.custom_ids:
                 call = self._call_of(custom_id)
@@ -452,15 +536,32 @@ class BatchRun:
             call.final = True  # what the direct path would not retry either (400, 401 ...)
 
     def _direct(self, todo: list[PlannedCall]) -> None:
-        """Send the follow-ups through the direct path, with the metric's retry policy."""
+        """Send the follow-ups through the direct path, with the metric's retry policy.
+
+        Each runs under an admission of the engine's gate, as a direct job's calls do: one
+        of ``max_concurrency`` slots (given back during a backoff), the engine's rate
+        limiter for every HTTP attempt, and ``timeout`` as its deadline.
+        """
         if not todo:
             return
+        engine = self.engine
 
         def one(call: PlannedCall) -> None:
             policy = self._job_of[call.custom_id].metric.retry
-            outcome = call_judge(call.runner, call.call, None, policy)
+            deadline = None if engine.timeout is None else time.monotonic() + engine.timeout
+            admission = Admission(engine.gate, deadline)
+            try:
+                admission.enter()
+                with admitted(admission):
+                    outcome = call_judge(call.runner, call.call, engine.config, policy)
+            except DeadlineExceededError as exc:  # no slot before the deadline: never sent
+                outcome = JudgeOutcome(error=f"{type(exc).__name__}: {exc}")
+            finally:
+                admission.close()
             call.attempts += outcome.usage.judge_calls
+            call.placed += outcome.usage.judge_calls
             call.usage = call.usage + outcome.usage
+            call.direct_usage = call.direct_usage + outcome.usage
             self.report.direct_requests += outcome.usage.judge_calls
             if outcome.error is not None:  # the metric's retry policy is spent: final
                 call.final, call.cause = True, f"direct follow-up: {outcome.error}"
@@ -468,12 +569,15 @@ class BatchRun:
             outcome.usage = call.usage
             call.outcome = outcome if call.cached is None else call.cached.store(outcome)
 
-        with ThreadPoolExecutor(_DIRECT_WORKERS, thread_name_prefix="ragmetrics-batch") as pool:
+        workers = min(len(todo), engine.max_concurrency)
+        with ThreadPoolExecutor(workers, thread_name_prefix="ragmetrics-batch") as pool:
             list(pool.map(one, todo))
 
     # ------------------------------------------------------------------ cancelling
 
     def _cancel(self, state: JobState | None, key: str) -> JobState:
+        if state is not None:
+            self._adopt_untracked(state)
         live = [] if state is None else [r for r in state.batches if r.batch_id and not r.terminal]
         if state is None or not live:
             msg = (
@@ -486,6 +590,21 @@ class BatchRun:
             update_record(record, self.services[record.judge].cancel(str(record.batch_id)))
         state.save(self.directory)
         return state
+
+    def _adopt_untracked(self, state: JobState) -> None:
+        """Find the batches a killed run created but never saved (by their metadata)."""
+        changed = False
+        for record in state.batches:
+            if record.batch_id is not None:
+                continue
+            service = self.services[record.judge]
+            batch = service.find_batch(_metadata(state, record), self._since)
+            if batch is not None:
+                record.file_id = record.file_id or str(batch.input_file_id)
+                update_record(record, batch)
+                changed = True
+        if changed:
+            state.save(self.directory)
 
     # ------------------------------------------------------------------ scoring
 
@@ -514,20 +633,29 @@ class BatchRun:
         )
         return failed if call.cached is None else call.cached.store(failed)
 
-    def _finish(self, state: JobState | None) -> None:
+    def _finish(self, state: JobState | None) -> bool:
+        """Score, report and forget the job; False when ``on_result`` stopped the run.
+
+        A run stopped while its rows are scored keeps the state: the batches have ended and
+        the same command scores them again without sending anything.
+        """
         for job in self.jobs:
+            if self.stop.is_set():
+                break
             if not job.settled:
                 self._settle(job)
         stopped = [c for c in self.calls.values() if c.stopped and not c.answered]
         report = self.report
-        sent = [c for c in self.calls.values() if c.attempts]
+        sent = [c for c in self.calls.values() if c.placed]
         report.sent = len(sent)
-        report.attempts = sum(c.attempts for c in sent)
-        report.retried = sum(1 for c in sent if c.attempts > 1)
+        report.attempts = sum(c.placed for c in sent)
+        report.retried = sum(1 for c in sent if c.placed > 1)
         report.answered = sum(1 for c in self.calls.values() if c.answered) - report.cache_hits
         report.failed = sum(1 for c in self.calls.values() if not c.answered)
         report.input_tokens = sum(c.usage.input_tokens for c in self.calls.values())
         report.output_tokens = sum(c.usage.output_tokens for c in self.calls.values())
+        report.direct_input_tokens = sum(c.direct_usage.input_tokens for c in self.calls.values())
+        report.direct_output_tokens = sum(c.direct_usage.output_tokens for c in self.calls.values())
         if state is not None:
             report.batches = [
                 BatchSummary(
@@ -540,22 +668,30 @@ class BatchRun:
                 )
                 for r in state.batches
             ]
-            if stopped:
-                report.stopped = (
-                    f"{len(stopped)} requests were left unanswered ({stopped[0].cause}); run "
-                    "the same evaluation again to resubmit them"
-                )
-                for record in state.batches:
-                    if record.status in ("expired", "cancelled"):
-                        record.reported = True
-                state.save(self.directory)
-            else:
-                state.remove(self.directory)
+        if state is not None and self.stop.is_set():
+            state.save(self.directory)
+            sys.stderr.write(
+                "Interrupted: the batches have ended; run the same command again to score "
+                f"them without sending anything (job state: "
+                f"{JobState.path(self.directory, state.key)}).\n"
+            )
+        elif state is not None and stopped:
+            report.stopped = (
+                f"{len(stopped)} requests were left unanswered ({stopped[0].cause}); run "
+                "the same evaluation again to resubmit them"
+            )
+            for record in state.batches:
+                if record.status in ("expired", "cancelled"):
+                    record.reported = True
+            state.save(self.directory)
+        elif state is not None:
+            state.remove(self.directory)
         self.report = report.price(self.options)
         if self.options.on_report is not None:
             self.options.on_report(self.report)
         else:
             self._say(self.report.summary())
+        return not self.stop.is_set()
 
 
 def _worth_retrying(status: int, message: str, body: Any) -> bool:
@@ -572,6 +708,11 @@ def _worth_retrying(status: int, message: str, body: Any) -> bool:
     request = http_lib.Request("POST", "https://batch.invalid/v1/chat/completions")
     response = http_lib.Response(status, request=request, json=body if body is not None else {})
     return is_transient(openai.APIStatusError(message, response=response, body=body))
+
+
+def _metadata(state: JobState, record: BatchRecord) -> dict[str, str]:
+    """The metadata a batch of ``record`` carries: how a lost or untracked one is found."""
+    return {"ragmetrics_job": state.key, "part": str(record.part)}
 
 
 def _digest(data: bytes) -> str:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import TYPE_CHECKING, Any
 
 from langchain_ragmetrics._errors import BatchError
+from langchain_ragmetrics.metrics._judge import RetryPolicy, is_transient
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -13,24 +15,58 @@ if TYPE_CHECKING:
     from langchain_ragmetrics.evaluation._batch_requests import BatchJudge
     from langchain_ragmetrics.evaluation._batch_state import BatchRecord
 
-__all__ = ["BatchService"]
+__all__ = ["BatchService", "transient_failure"]
 
-_SDK_RETRIES = 2  # the file and batch requests are idempotent reads or guarded by the state file
+_SDK_RETRIES = 2  # reads (status, lists, downloads) and cancels: safe to send again
 _SCAN_SLACK_S = 300  # clock skew allowed when looking for a lost upload or batch
+_CREATE_RETRY = RetryPolicy(max_retries=4, initial_backoff=2.0, max_backoff=60.0)
+"""Our own retries of an upload or a batch creation (the SDK's would create a second one)."""
+
+
+def transient_failure(error: BatchError) -> bool:
+    """True when ``error`` came from a failure worth trying again (5xx, 429, timeout, network)."""
+    cause = error.__cause__
+    return cause is not None and is_transient(cause)
+
+
+def _may_have_landed(exc: BaseException) -> bool:
+    """Whether a failed POST may still have created its file or batch at the service.
+
+    A 429 was refused before anything was made; a timeout, a lost connection, a 5xx or a 409
+    may come after the service made it (only its answer was lost).
+    """
+    return is_transient(exc) and getattr(exc, "status_code", None) != 429
 
 
 class BatchService:
     """Uploads, batches and downloads for one judge, with the judge's own openai client.
 
     The client keeps the judge's base URL, key, organisation and headers; it gets a longer
-    timeout (uploads can be large) and the SDK's retries for the file and batch requests.
+    timeout (uploads can be large). Reads and cancels keep the SDK's retries; an upload or
+    a batch creation is sent without them, since the SDK would repeat a POST whose answer
+    was lost and pay for a second batch: :meth:`upload` and :meth:`create` look the lost
+    one up instead and retry only when it is not there.
     """
 
-    def __init__(self, judge: BatchJudge, *, timeout: float) -> None:
-        """Wrap the root openai client of ``judge``."""
+    def __init__(
+        self,
+        judge: BatchJudge,
+        *,
+        timeout: float,
+        since: float,
+        pause: Callable[[float], None] = time.sleep,
+    ) -> None:
+        """Wrap the root openai client of ``judge``.
+
+        ``since`` bounds the look-ups of lost files and batches (the job's start); ``pause``
+        sleeps out a backoff (the run's, which Ctrl-C or a cancelled wait cuts short).
+        """
         root: Any = getattr(judge.llm, "root_client", None)
         self.label = judge.label
+        self.since = since
+        self.pause = pause
         self.client: Any = root.with_options(timeout=timeout, max_retries=_SDK_RETRIES)
+        self.writer: Any = root.with_options(timeout=timeout, max_retries=0)
 
     def _call(self, what: str, fn: Callable[[], Any]) -> Any:
         import openai
@@ -41,15 +77,44 @@ class BatchService:
             msg = f"the Batch API of {self.label} failed to {what}: {type(exc).__name__}: {exc}"
             raise BatchError(msg) from exc
 
+    def _create_once(self, what: str, send: Callable[[], Any], find: Callable[[], Any]) -> Any:
+        """What ``send`` creates, or what ``find`` finds after a failure that may have landed.
+
+        ``send`` goes out without the SDK's retries. A 429, and a lost POST that ``find`` does
+        not see, are sent again after a backoff, at most ``_CREATE_RETRY.max_retries`` times;
+        any other failure raises at once.
+
+        Raises:
+            BatchError: The service refused, or kept failing (the cause and attempts named).
+        """
+        import openai
+
+        attempt = 0
+        while True:
+            try:
+                return send()
+            except openai.APIError as exc:
+                if not is_transient(exc) or attempt >= _CREATE_RETRY.max_retries:
+                    msg = f"the Batch API of {self.label} failed to {what}: {type(exc).__name__}"
+                    tries = f" (after {attempt + 1} attempts)" if attempt else ""
+                    raise BatchError(f"{msg}: {exc}{tries}") from exc
+                if _may_have_landed(exc):
+                    found = find()
+                    if found is not None:
+                        return found
+                self.pause(_CREATE_RETRY.delay(attempt, exc))
+                attempt += 1
+
     def upload(self, filename: str, content: bytes) -> str:
-        """Upload a batch input file; its id."""
-        created = self._call(
+        """Upload a batch input file; its id (a lost upload is found by its name, not resent)."""
+        created = self._create_once(
             f"take the file {filename}",
-            lambda: self.client.files.create(
+            lambda: self.writer.files.create(
                 file=(filename, content, "application/jsonl"), purpose="batch"
             ),
+            lambda: self.find_file(filename, self.since),
         )
-        return str(created.id)
+        return str(created) if isinstance(created, str) else str(created.id)
 
     def find_file(self, filename: str, since: float) -> str | None:
         """The id of a batch file named ``filename`` uploaded after ``since`` (a lost upload)."""
@@ -66,15 +131,16 @@ class BatchService:
         return found
 
     def create(self, file_id: str, *, window: str, metadata: dict[str, str]) -> Any:
-        """Create a batch of the uploaded file."""
-        return self._call(
+        """Create a batch of the uploaded file (a lost creation is found by its metadata)."""
+        return self._create_once(
             f"create a batch of {file_id}",
-            lambda: self.client.batches.create(
+            lambda: self.writer.batches.create(
                 input_file_id=file_id,
                 endpoint="/v1/chat/completions",
                 completion_window=window,
                 metadata=metadata,
             ),
+            lambda: self.find_batch(metadata, self.since),
         )
 
     def find_batch(self, metadata: dict[str, str], since: float) -> Any:

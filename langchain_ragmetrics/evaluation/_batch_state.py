@@ -2,7 +2,10 @@
 
 Written before each upload and after each id the service hands back, so a run killed at any
 point (Ctrl-C, a crash, a reboot) leaves enough behind for the same command to find the file
-it uploaded and the batch it created instead of paying for them twice.
+it uploaded and the batch it created instead of paying for them twice. The directory is
+created private (0700) and the files are written 0600: they name the judge's endpoint and
+every request of the job. A lock file beside the state (``fcntl.flock``, POSIX only; skipped
+where there is no ``fcntl``) keeps a second run of the same job from uploading it again.
 """
 
 from __future__ import annotations
@@ -21,9 +24,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from langchain_ragmetrics._errors import BatchError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Iterator
 
-__all__ = ["TERMINAL", "BatchRecord", "JobState", "RequestRef", "job_key"]
+__all__ = ["TERMINAL", "BatchRecord", "JobState", "RequestRef", "job_key", "make_private_dir"]
 
 TERMINAL = frozenset({"completed", "expired", "cancelled", "failed"})
 """Batch statuses after which nothing changes any more."""
@@ -38,6 +41,19 @@ def job_key(parts: Iterable[tuple[str, str]]) -> str:
     """
     text = json.dumps(sorted(parts), separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:24]
+
+
+def make_private_dir(directory: Path) -> None:
+    """Create the state directory readable by its owner only (an existing one is left as is).
+
+    Raises:
+        BatchError: The directory cannot be created (named in the message).
+    """
+    try:
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as exc:
+        msg = f"cannot create the batch job directory {directory}: {exc}"
+        raise BatchError(msg) from exc
 
 
 class RequestRef(BaseModel):
@@ -148,9 +164,10 @@ class JobState(BaseModel):
         """
         target = self.path(directory, self.key)
         temp = target.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+        make_private_dir(directory)
         try:
-            directory.mkdir(parents=True, exist_ok=True)
-            with temp.open("w", encoding="utf-8") as out:
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with open(fd, "w", encoding="utf-8") as out:
                 out.write(self.model_dump_json(indent=1))
                 out.flush()
                 os.fsync(out.fileno())
@@ -161,6 +178,56 @@ class JobState(BaseModel):
             msg = f"cannot write the batch job state {target}: {exc}"
             raise BatchError(msg) from exc
         return target
+
+    @staticmethod
+    @contextlib.contextmanager
+    def lock(directory: Path, key: str) -> Iterator[None]:
+        """Hold job ``key`` for this run: a second run of the same job fails at once.
+
+        ``fcntl.flock`` on ``<key>.lock`` beside the state file, released (and the lock file
+        removed) when the block ends, a crash included (the kernel drops the lock).
+
+        Raises:
+            BatchError: Another run holds the job (the message names its state file).
+        """
+        try:
+            import fcntl
+        except ImportError:  # no fcntl (Windows): no lock, as documented
+            yield
+            return
+        make_private_dir(directory)
+        path = directory / f"{key}.lock"
+        while True:
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+            except OSError as exc:
+                msg = f"cannot create the batch job lock {path}: {exc}"
+                raise BatchError(msg) from exc
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                os.close(fd)
+                state = JobState.path(directory, key)
+                msg = (
+                    f"another run of this evaluation holds its batch job {state} (lock {path}): "
+                    "wait for it to end, or stop it, before running it again"
+                    if isinstance(exc, BlockingIOError)
+                    else f"cannot lock the batch job lock {path}: {exc}"
+                )
+                raise BatchError(msg) from exc
+            try:  # the holder before us may have removed the file: lock the one in place
+                same = os.stat(path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        try:
+            yield
+        finally:
+            with contextlib.suppress(OSError):
+                path.unlink()  # while still held: a run waiting on this inode tries again
+            os.close(fd)
 
     def remove(self, directory: Path) -> None:
         """Forget the job (every request has its final outcome)."""

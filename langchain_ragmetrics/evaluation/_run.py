@@ -297,8 +297,11 @@ class _Run:
 
         def record(row: int, col: int, result: MetricResult) -> None:
             self.results[(row, col)] = result
-            if self.on_result is not None:
-                self.on_result(row, self.columns[col], result)
+            if self.on_result is not None and not self.stop_requested:
+                try:
+                    self.on_result(row, self.columns[col], result)
+                except KeyboardInterrupt:  # stops the run like Ctrl-C, as _record_at does
+                    self.stop()
 
         batch = BatchRun(
             samples=self.data.samples,
@@ -310,6 +313,7 @@ class _Run:
             raise_exceptions=self.engine.raise_exceptions,
             show_progress=self.show_progress,
             stop=self._stop,
+            engine=self.engine,  # the direct follow-ups keep the run's limits
         )
         start = time.perf_counter()
         try:

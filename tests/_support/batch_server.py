@@ -28,6 +28,7 @@ from email.policy import HTTP
 from typing import Any, ClassVar
 
 from tests._support.openai_server import (
+    MAX_HOLD_SECONDS,
     JudgeRequest,
     JudgeServer,
     LoopbackHandler,
@@ -125,6 +126,7 @@ class _BatchHandler(LoopbackHandler):
             owner.serve_chat(self, path, raw)
             return
         status, payload = owner.route(method, path, query, raw, self.headers.get("Content-Type"))
+        owner.hold_reply(method, path)
         if isinstance(payload, bytes):
             self.send_bytes(status, payload, "application/octet-stream")
         else:
@@ -176,7 +178,19 @@ class BatchServer(JudgeServer):
         """New batches fail validation with this message (the service fails the batch)."""
         self.faults: dict[str, list[int]] = {}
         """Per operation (upload, create, retrieve, cancel, content, list_files,
-        list_batches), HTTP statuses to answer with before serving it normally."""
+        list_batches), HTTP statuses to answer with before serving it normally (0: serve
+        that request normally, so ``[0, 400]`` refuses only the second one)."""
+        self.lost: dict[str, list[int]] = {}
+        """Per operation, HTTP statuses answered *after* serving it (the file or batch
+        exists but the client never learns its id: a response lost on the way back)."""
+        self.hold_after: dict[str, threading.Event] = {}
+        """Per operation, an event the next such request waits for after it was served,
+        before its answer is sent (bounded, released on stop): a client timeout loses the
+        answer, or the test holds a run mid-upload. Used once per operation."""
+        self.holding = threading.Event()
+        """Set when a request is held by ``hold_after``."""
+        self.operations: list[str] = []
+        """Every file and batch request served or refused, by operation name."""
 
     # ------------------------------------------------------------------ test controls
 
@@ -220,43 +234,76 @@ class BatchServer(JudgeServer):
         tail = parts[parts.index("v1") + 1 :] if "v1" in parts else parts[1:]
         op = self._operation(method, tail)
         with self._batch_lock:
+            self.operations.append(op or f"{method} {path}")
             pending = self.faults.get(op or "")
-            if pending:
-                status = pending.pop(0)
+            status = pending.pop(0) if pending else 0
+            if status:
                 return status, _error_payload(status, f"scripted {status} on {op}")
-            if op == "upload":
-                return self._upload(raw, content_type or "")
-            if op == "list_files":
-                purpose = dict(p.split("=", 1) for p in query.split("&") if "=" in p).get("purpose")
-                cards = [f.card() for f in self.files.values() if purpose in (None, f.purpose)]
-                return 200, _page(cards[::-1])
-            if op in ("file", "content"):
-                stored = self.files.get(tail[1])
-                if stored is None:
-                    return 404, _error_payload(404, f"no file {tail[1]}")
-                return 200, stored.content if op == "content" else stored.card()
-            if op == "create":
-                return self._create(raw)
-            if op == "list_batches":
-                return 200, _page([b.card() for b in self.batches.values()][::-1])
-            if op in ("retrieve", "cancel"):
-                batch = self.batches.get(tail[1])
-                if batch is None:
-                    return 404, _error_payload(404, f"no batch {tail[1]}")
-                if op == "cancel":
-                    self.cancels += 1
-                    if batch.status not in _TERMINAL:
-                        batch.status, batch.ends_as = "cancelling", "cancelled"
-                elif self.auto_advance and batch.status != self.hold_at:
+            served = self._serve(op, method, path, tail, query, raw, content_type)
+            lost = self.lost.get(op or "")
+            if lost:
+                status = lost.pop(0)
+                return status, _error_payload(status, f"scripted {status} after {op}")
+            return served
+
+    def hold_reply(self, method: str, path: str) -> None:
+        """Wait out a ``hold_after`` event of this request's operation (bounded, cut by stop)."""
+        parts = path.split("/")
+        tail = parts[parts.index("v1") + 1 :] if "v1" in parts else parts[1:]
+        with self._batch_lock:
+            event = self.hold_after.pop(self._operation(method, tail) or "", None)
+        if event is None:
+            return
+        self.holding.set()
+        deadline = time.monotonic() + MAX_HOLD_SECONDS
+        while not event.is_set() and time.monotonic() < deadline:
+            if self.pause(0.02):
+                return
+
+    def _serve(
+        self,
+        op: str | None,
+        method: str,
+        path: str,
+        tail: list[str],
+        query: str,
+        raw: bytes,
+        content_type: str | None,
+    ) -> tuple[int, Any]:
+        """Serve one file or batch request (the batch lock held)."""
+        if op == "upload":
+            return self._upload(raw, content_type or "")
+        if op == "list_files":
+            purpose = dict(p.split("=", 1) for p in query.split("&") if "=" in p).get("purpose")
+            cards = [f.card() for f in self.files.values() if purpose in (None, f.purpose)]
+            return 200, _page(cards[::-1])
+        if op in ("file", "content"):
+            stored = self.files.get(tail[1])
+            if stored is None:
+                return 404, _error_payload(404, f"no file {tail[1]}")
+            return 200, stored.content if op == "content" else stored.card()
+        if op == "create":
+            return self._create(raw)
+        if op == "list_batches":
+            return 200, _page([b.card() for b in self.batches.values()][::-1])
+        if op in ("retrieve", "cancel"):
+            batch = self.batches.get(tail[1])
+            if batch is None:
+                return 404, _error_payload(404, f"no batch {tail[1]}")
+            if op == "cancel":
+                self.cancels += 1
+                if batch.status not in _TERMINAL:
+                    batch.status, batch.ends_as = "cancelling", "cancelled"
+            elif self.auto_advance and batch.status != self.hold_at:
+                self._step(batch)
+                while self.instant and batch.status not in _TERMINAL:
                     self._step(batch)
-                    while self.instant and batch.status not in _TERMINAL:
-                        self._step(batch)
-                if batch.status == self.hold_at:
-                    self.polled.set()
-                if op == "retrieve":
-                    self.reads.append((batch.id, batch.status))
-                    self._read.notify_all()
-                return 200, batch.card()
+            if batch.status == self.hold_at:
+                self.polled.set()
+            if op == "retrieve":
+                self.reads.append((batch.id, batch.status))
+                self._read.notify_all()
+            return 200, batch.card()
         return 404, _error_payload(404, f"BatchServer: unknown route {method} {path}")
 
     @staticmethod

@@ -660,3 +660,405 @@ def test_a_batch_switch_that_is_not_a_bool_is_refused(option: str, value: object
     with pytest.raises(ValueError, match=option):
         BatchOptions(**{option: value})
     assert getattr(BatchOptions(**{option: True}), option) is True
+
+
+# --------------------------------------------------------------------------- money at stake
+
+
+@pytest.fixture
+def quick_create_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Our retries of an upload or a creation, without their backoff sleeps."""
+    from langchain_ragmetrics.evaluation import _batch_service
+    from langchain_ragmetrics.metrics import RetryPolicy
+
+    policy = RetryPolicy(max_retries=4, initial_backoff=0, max_backoff=0)
+    monkeypatch.setattr(_batch_service, "_CREATE_RETRY", policy)
+
+
+def test_a_lost_answer_to_an_upload_or_a_create_adopts_it_instead_of_paying_twice(
+    server: BatchServer, tmp_path: Path
+) -> None:
+    """Before, the SDK sent the POST again: a second file and a second paid batch."""
+    server.lost = {"upload": [502], "create": [500]}  # made at the service, answer lost
+    reports = Reports()
+    batch = evaluate(
+        DATA, ["context_recall"], llm=judge(server), batch_api=batch_options(tmp_path, reports)
+    )
+    assert batch["context_recall"] == [0.5, 0.5, 0.0, 1.0]
+    assert (server.uploads, server.created) == (1, 1)
+    assert [b.id for b in reports.last.batches] == list(server.batches)
+
+
+def test_a_create_that_times_out_after_the_service_made_it_is_adopted(
+    server: BatchServer, tmp_path: Path
+) -> None:
+    """Before, the SDK's retry after the timeout created a second batch nothing tracked."""
+    answer = threading.Event()
+    server.hold_after = {"create": answer}  # the batch exists; its answer never comes in time
+    try:
+        batch = evaluate(
+            DATA,
+            ["context_recall"],
+            llm=judge(server),
+            batch_api=batch_options(tmp_path, request_timeout=1.0),
+        )
+    finally:
+        answer.set()
+    assert batch["context_recall"] == [0.5, 0.5, 0.0, 1.0]
+    assert server.created == 1
+
+
+@pytest.mark.usefixtures("quick_create_retries")
+def test_a_throttled_create_is_retried_by_us_without_a_second_batch(
+    server: BatchServer, tmp_path: Path
+) -> None:
+    server.faults = {"create": [429, 429, 429]}  # refused: nothing was made, ask again
+    batch = evaluate(DATA, ["context_recall"], llm=judge(server), batch_api=batch_options(tmp_path))
+    assert batch["context_recall"] == [0.5, 0.5, 0.0, 1.0]
+    assert server.created == 1
+    assert server.operations.count("list_batches") == 0  # a 429 made nothing: no look-up
+
+
+def test_cancel_finds_a_batch_whose_id_was_never_saved(
+    server: BatchServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before, --cancel said there was nothing to cancel while the batch ran (and billed)."""
+    from langchain_ragmetrics.evaluation._batch_service import BatchService
+
+    created = BatchService.create
+
+    def killed_after_create(self: BatchService, *args: Any, **kwargs: Any) -> Any:
+        created(self, *args, **kwargs)
+        raise KeyboardInterrupt  # the run ends before the batch id is saved
+
+    monkeypatch.setattr(BatchService, "create", killed_after_create)
+    first = evaluate(DATA, ["context_recall"], llm=judge(server), batch_api=batch_options(tmp_path))
+    assert first.interrupted
+    monkeypatch.undo()
+    assert server.created == 1
+    reports = Reports()
+    cancelled = evaluate(
+        DATA,
+        ["context_recall"],
+        llm=judge(server),
+        batch_api=batch_options(tmp_path, reports, cancel=True),
+    )
+    assert server.cancels == 1
+    assert [b.status for b in server.batches.values()] == ["cancelled"]
+    assert [b.status for b in reports.last.batches] == ["cancelled"]
+    errors = [r.results["context_recall"].error for r in cancelled.rows]  # type: ignore[union-attr]
+    assert all("cancelled before answering it" in str(e) for e in errors), errors
+
+
+def test_a_service_outage_while_polling_is_waited_out(server: BatchServer, tmp_path: Path) -> None:
+    """Before, one status check failing after the SDK's retries ended the wait."""
+    server.faults = {"retrieve": [503] * 6}  # two status checks fail, SDK retries included
+    batch = evaluate(DATA, ["context_recall"], llm=judge(server), batch_api=batch_options(tmp_path))
+    assert batch["context_recall"] == [0.5, 0.5, 0.0, 1.0]
+    assert server.faults == {"retrieve": []}
+    assert server.cancels == 0
+
+
+def test_a_long_outage_ends_the_wait_saying_how_to_resume_or_cancel(
+    server: BatchServer, tmp_path: Path
+) -> None:
+    server.faults = {"retrieve": [503] * 3}
+    options = batch_options(tmp_path, max_poll_failures=1)
+    with pytest.raises(BatchError) as info:
+        evaluate(DATA, ["context_recall"], llm=judge(server), batch_api=options)
+    message = str(info.value)
+    (state_file,) = (tmp_path / "jobs").glob("*.json")
+    assert "1 status checks in a row failed: max_poll_failures" in message
+    assert "the batches keep running at the service" in message
+    assert "Run the same command again to pick them up without paying twice" in message
+    assert "--cancel (Python: BatchOptions(cancel=True))" in message
+    assert str(state_file) in message
+    again = evaluate(DATA, ["context_recall"], llm=judge(server), batch_api=options)
+    assert again["context_recall"] == [0.5, 0.5, 0.0, 1.0]
+    assert (server.uploads, server.created) == (1, 1)
+
+
+def test_a_refused_second_part_says_the_first_keeps_running(
+    server: BatchServer, tmp_path: Path
+) -> None:
+    """Before, the bare service error said nothing of the paid batch left running."""
+    server.faults = {"create": [0, 400]}  # part 1 is created, part 2 refused
+    options = batch_options(tmp_path, max_requests_per_file=2)
+    with pytest.raises(BatchError, match="failed to create a batch") as info:
+        evaluate(DATA, ["context_recall"], llm=judge(server), batch_api=options)
+    assert "the batches keep running at the service" in str(info.value)
+    assert "--cancel" in str(info.value)
+    again = evaluate(DATA, ["context_recall"], llm=judge(server), batch_api=options)
+    assert again["context_recall"] == [0.5, 0.5, 0.0, 1.0]
+    assert (server.uploads, server.created) == (2, 2)
+
+
+def test_a_second_run_of_the_same_job_is_refused_while_the_first_holds_it(
+    server: BatchServer, tmp_path: Path
+) -> None:
+    """Before, a second run started during the first one's upload created a second batch."""
+    uploaded = threading.Event()
+    server.hold_after = {"upload": uploaded}  # the first run waits for its upload's answer
+    options = batch_options(tmp_path)
+    box: dict[str, Any] = {}
+
+    def first_run() -> None:
+        box["first"] = evaluate(DATA, ["context_recall"], llm=judge(server), batch_api=options)
+
+    worker = threading.Thread(target=first_run)
+    worker.start()
+    try:
+        assert server.holding.wait(30), "the first run never uploaded"
+        with pytest.raises(BatchError, match="another run of this evaluation holds") as info:
+            evaluate(DATA, ["context_recall"], llm=judge(server), batch_api=options)
+        (state_file,) = (tmp_path / "jobs").glob("*.json")
+        assert str(state_file) in str(info.value)
+    finally:
+        uploaded.set()
+        worker.join(30)
+    assert not worker.is_alive()
+    assert box["first"]["context_recall"] == [0.5, 0.5, 0.0, 1.0]
+    assert (server.uploads, server.created) == (1, 1)
+    assert list(tmp_path.joinpath("jobs").iterdir()) == []  # no state, no lock file left
+
+
+def test_direct_follow_ups_are_priced_without_the_batch_discount(
+    server: BatchServer, tmp_path: Path
+) -> None:
+    """Before, the direct follow-ups' tokens were priced at half the price."""
+    server.drop = {f"r{i}-m0-c0" for i in range(4)}  # every answer comes back directly
+    reports = Reports()
+    evaluate(
+        DATA,
+        ["context_recall"],
+        llm=judge(server),
+        batch_api=batch_options(
+            tmp_path, reports, retry_direct=True, input_price=1.0, output_price=2.0
+        ),
+    )
+    report = reports.last
+    assert report.direct_requests == 4
+    assert (report.direct_input_tokens, report.direct_output_tokens) == (
+        report.input_tokens,
+        report.output_tokens,
+    )
+    full = (report.input_tokens * 1.0 + report.output_tokens * 2.0) / 1_000_000
+    assert report.batch_cost == 0
+    assert report.followup_cost == pytest.approx(full)
+    assert report.total_cost == pytest.approx(full)
+    assert report.direct_cost == pytest.approx(full)
+    assert "for the direct follow-ups" in report.summary()
+
+
+def test_direct_and_batch_tokens_are_priced_apart(server: BatchServer, tmp_path: Path) -> None:
+    server.drop = {"r2-m0-c0"}
+    reports = Reports()
+    evaluate(
+        DATA,
+        ["context_recall"],
+        llm=judge(server),
+        batch_api=batch_options(
+            tmp_path, reports, retry_direct=True, input_price=1.0, output_price=1.0
+        ),
+    )
+    report = reports.last
+    direct = (report.direct_input_tokens + report.direct_output_tokens) / 1_000_000
+    batched = (report.input_tokens + report.output_tokens) / 1_000_000 - direct
+    assert 0 < direct < batched
+    assert report.batch_cost == pytest.approx(batched / 2)
+    assert report.followup_cost == pytest.approx(direct)
+    assert report.total_cost == pytest.approx(batched / 2 + direct)
+
+
+def test_a_keyboard_interrupt_in_on_result_stops_a_batch_run_like_ctrl_c(
+    server: BatchServer, tmp_path: Path
+) -> None:
+    """Before, the KeyboardInterrupt escaped evaluate() in batch mode."""
+    seen: list[int] = []
+
+    def stop_at_first(row: int, metric: str, result: Any) -> None:
+        seen.append(row)
+        raise KeyboardInterrupt
+
+    options = batch_options(tmp_path)
+    try:
+        result = evaluate(
+            DATA, ["context_recall"], llm=judge(server), batch_api=options, on_result=stop_at_first
+        )
+    except KeyboardInterrupt:  # caught here: it would end the whole test session
+        pytest.fail("the KeyboardInterrupt of on_result escaped evaluate()")
+    assert result.interrupted
+    assert seen == [0]
+    assert [r.status("context_recall") for r in result.rows] == ["scored"] + ["not_run"] * 3
+    again = evaluate(DATA, ["context_recall"], llm=judge(server), batch_api=options)
+    assert again["context_recall"] == [0.5, 0.5, 0.0, 1.0]
+    assert (server.uploads, server.created) == (1, 1)  # the state was kept: nothing sent again
+
+
+def test_the_state_is_private_and_names_no_credentials(server: BatchServer, tmp_path: Path) -> None:
+    """Before, the state was world-readable and its endpoint kept the URL's password."""
+    import os
+    import stat
+
+    server.expire, server.partial = True, 1  # the job is left behind for a re-run
+    base = server.base_url.replace("http://", "http://user:s3cret@")
+    old = os.umask(0o022)
+    try:
+        evaluate(
+            DATA,
+            ["context_recall"],
+            llm=judge(server, base_url=base),
+            batch_api=batch_options(tmp_path),
+        )
+    finally:
+        os.umask(old)
+    (state_file,) = (tmp_path / "jobs").glob("*.json")
+    assert stat.S_IMODE(state_file.parent.stat().st_mode) == 0o700
+    assert stat.S_IMODE(state_file.stat().st_mode) == 0o600
+    text = state_file.read_text()
+    assert "s3cret" not in text
+    assert json.loads(text)["endpoints"] == [f"judge-model at {server.base_url.rstrip('/')}"]
+
+
+def test_the_judge_label_drops_credentials_and_query() -> None:
+    from langchain_ragmetrics.evaluation._batch_requests import BatchJudge
+
+    llm = ChatOpenAI(model="m", base_url="http://user:pw@127.0.0.1:9/v1?api-key=k2", api_key="test")
+    assert BatchJudge(0, llm).label == "m at http://127.0.0.1:9/v1"
+
+
+def test_ctrl_c_before_anything_was_sent_says_so(
+    server: BatchServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Before, it said batches kept running at the service when none had been sent."""
+    from langchain_ragmetrics.evaluation import _run
+
+    checked = _run.preflight_metrics
+
+    def interrupted_preflight(*args: Any, **kwargs: Any) -> None:
+        if kwargs.get("call"):
+            raise KeyboardInterrupt
+        checked(*args, **kwargs)
+
+    monkeypatch.setattr(_run, "preflight_metrics", interrupted_preflight)
+    result = evaluate(
+        DATA, ["context_recall"], llm=judge(server), batch_api=batch_options(tmp_path)
+    )
+    assert result.interrupted
+    err = capsys.readouterr().err
+    assert "Interrupted: nothing was sent to the Batch API." in err
+    assert "keep running" not in err
+    assert server.uploads == server.created == 0
+
+
+def test_requests_of_an_expired_batch_count_as_sent(server: BatchServer, tmp_path: Path) -> None:
+    """Before, only the requests the batch answered counted as sent."""
+    server.expire, server.partial = True, 1
+    reports = Reports()
+    evaluate(
+        DATA, ["context_recall"], llm=judge(server), batch_api=batch_options(tmp_path, reports)
+    )
+    report = reports.last
+    assert (report.sent, report.attempts, report.retried) == (4, 4, 0)
+    assert (report.answered, report.failed) == (1, 3)
+
+
+def test_an_azure_judge_is_refused_before_any_request(server: BatchServer, tmp_path: Path) -> None:
+    """Before, it passed the check and failed at the upload."""
+    from langchain_openai import AzureChatOpenAI
+
+    llm = AzureChatOpenAI(
+        azure_endpoint=server.url,
+        azure_deployment="judge-model",
+        api_version="2024-10-21",
+        api_key="test",
+        max_retries=0,
+        temperature=0,
+    )
+    with pytest.raises(BatchError, match="does not support Azure OpenAI"):
+        evaluate(DATA, ["context_recall"], llm=llm, batch_api=batch_options(tmp_path))
+    assert server.operations == []
+    assert server.count() == 0
+
+
+def test_direct_follow_ups_keep_the_direct_paths_concurrency_and_rate_limit(
+    server: BatchServer, tmp_path: Path
+) -> None:
+    """Before, they ran on 8 threads of their own, outside max_concurrency and the rate limit.
+
+    ``evaluate`` hands its engine to the run; here the run gets one directly.
+    """
+    from langchain_ragmetrics import RagSample
+    from langchain_ragmetrics._engine import ScoringEngine
+    from langchain_ragmetrics.evaluation._batch_run import BatchRun
+    from langchain_ragmetrics.evaluation._run import prepare_metrics
+    from tests._support.concurrency import Peak
+
+    class CountingLimiter:
+        def __init__(self) -> None:
+            self.asked = 0
+
+        def acquire(self, *, blocking: bool = True) -> bool:
+            self.asked += 1
+            return True
+
+    metrics = prepare_metrics(METRICS, llm=judge(server))
+    rows = [json.loads(line) for line in DATA.read_text().splitlines()]
+    samples = [RagSample.model_validate(row) for row in rows]
+    server.drop = {f"r{r}-m{m}-c{c}" for r in range(4) for m in range(4) for c in range(2)}
+    peak = Peak(2, 20, lexical_judge())
+    server.script = peak
+    engine = ScoringEngine(max_concurrency=2)
+    limiter = CountingLimiter()
+    engine.gate.rate_limiter = limiter  # type: ignore[assignment]
+    results: dict[tuple[int, int], Any] = {}
+    run = BatchRun(
+        samples=samples,
+        metrics=metrics,
+        columns=METRICS,
+        options=batch_options(tmp_path, retry_direct=True),
+        record=lambda row, col, result: results.__setitem__((row, col), result),
+        preflight=None,
+        engine=engine,
+    )
+    assert run.execute()
+    assert server.count() == 20
+    assert peak.peak == 2, peak.peak
+    assert limiter.asked == 20
+    assert len(results) == 16
+    assert all(not r.failed for r in results.values())
+
+
+def test_evaluate_hands_its_limits_to_the_direct_follow_ups(
+    server: BatchServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``evaluate(max_concurrency=2, batch_api=...)``: the follow-ups sent directly run on
+    the run's own engine and stay within 2 at a time (before, an engine of the batch run's
+    own, 16 at a time)."""
+    from langchain_ragmetrics.evaluation._batch_run import BatchRun
+    from tests._support.concurrency import Peak
+
+    engines: list[Any] = []
+    built = BatchRun.__init__
+
+    def spy(run: BatchRun, **options: Any) -> None:
+        engines.append(options.get("engine"))
+        built(run, **options)
+
+    monkeypatch.setattr(BatchRun, "__init__", spy)
+    server.drop = {f"r{r}-m{m}-c{c}" for r in range(4) for m in range(4) for c in range(2)}
+    peak = Peak(2, 20, lexical_judge())
+    server.script = peak
+    options = batch_options(tmp_path, retry_direct=True)
+    result = evaluate(
+        DATA, METRICS, llm=judge(server), batch_api=options, max_concurrency=2, preflight=False
+    )
+    (engine,) = engines
+    assert engine is not None
+    assert engine.max_concurrency == 2
+    assert server.count() == 20
+    assert peak.peak == 2
+    assert not any(r is None or r.failed for m in METRICS for r in result.results_of(m))

@@ -214,3 +214,32 @@ def test_ctrl_c_while_polling_leaves_the_batch_running_for_the_next_run(
     assert main(argv) == ExitCode.OK
     assert scores(out)["context_recall"] == [0.5, 0.5, 0.0, 1.0]
     assert (server.uploads, server.created) == (1, 1)
+
+
+def test_an_error_after_a_batch_was_created_says_how_to_resume_or_cancel(
+    server: BatchServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before, the command printed the bare service error: nothing about the paid batch."""
+    server.faults = {"create": [0, 400]}  # part 1 is created, part 2 refused
+    jobs = tmp_path / "jobs"
+    argv = batch_command(
+        tmp_path / "out.jsonl",
+        "--metrics",
+        "context_recall",
+        "--max-requests-per-file",
+        "2",
+        "--batch-dir",
+        str(jobs),
+    )
+    assert main(argv) == ExitCode.ERROR
+    err = capsys.readouterr().err
+    (state_file,) = jobs.glob("*.json")
+    assert "failed to create a batch" in err
+    assert "the batches keep running at the service" in err
+    assert "Run the same command again to pick them up without paying twice" in err
+    assert "--cancel" in err
+    assert str(state_file) in err
+    server.partial = 1  # the cancelled batch answered one line: not every row fails
+    assert main([*argv, "--cancel"]) == ExitCode.OK
+    assert server.cancels == 1
+    assert server.created == 1
