@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib
+import sys
 from collections.abc import Iterable, Mapping, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, ExitStack
 from typing import Any
 from uuid import UUID
 
@@ -70,9 +72,9 @@ def check_sinks(sinks: Sequence[BaseSink] | None) -> list[BaseSink]:
 
 
 def judge_callbacks(trace_judge: str | BaseCallbackHandler | None) -> list[BaseCallbackHandler]:
-    """Callbacks of the judge runs: none, or a tracer to a separate project."""
+    """Callbacks of the judge runs: none (but see :func:`_mlflow_silencer`), or a tracer."""
     if trace_judge is None:
-        return []
+        return _mlflow_silencer()
     if isinstance(trace_judge, BaseCallbackHandler):
         return [trace_judge]
     if isinstance(trace_judge, str) and trace_judge:
@@ -83,11 +85,55 @@ def judge_callbacks(trace_judge: str | BaseCallbackHandler | None) -> list[BaseC
     raise TypeError(msg)
 
 
+def _mlflow_silencer() -> list[BaseCallbackHandler]:
+    """A stand-in that keeps MLflow's autologging off the judge runs, when MLflow is loaded.
+
+    Autologging adds its tracer to every callback manager that holds none: an instance of
+    its tracer class that listens to nothing holds that place (else each judge call would
+    be a trace of its own in the user's experiment, with the sample's texts in it). Seen
+    when the handler is built: autologging turned on later still traces the judge runs.
+    """
+    if "mlflow.langchain" not in sys.modules:  # autologging imports it; its tracer is lazy
+        return []
+    try:
+        module = importlib.import_module("mlflow.langchain.langchain_tracer")
+    except Exception:  # another MLflow version: the judge runs may then be traced
+        return []
+    tracer = getattr(module, "MlflowLangchainTracer", None)
+    if not isinstance(tracer, type) or not issubclass(tracer, BaseCallbackHandler):
+        return []
+
+    def nothing(*_args: Any, **_kwargs: Any) -> None:
+        return None
+
+    quiet: dict[str, Any] = {
+        name: nothing for name in dir(BaseCallbackHandler) if name.startswith("on_")
+    }
+    quiet.update({name: True for name in dir(BaseCallbackHandler) if name.startswith("ignore_")})
+    quiet["__doc__"] = "MLflow's tracer class, listening to nothing (see _mlflow_silencer)."
+    try:
+        return [type("QuietMlflowTracer", (tracer,), quiet)()]
+    except Exception:  # another MLflow version: the judge runs may then be traced
+        return []
+
+
 def untraced() -> AbstractContextManager[Any]:
-    """Disable LangSmith/LangChain tracing (env or context) for everything on the worker."""
+    """Disable tracing for everything on the worker: LangSmith's, and OpenTelemetry's.
+
+    LangSmith/LangChain tracing is off whatever the environment says; OpenTelemetry
+    instrumentations are suppressed (OpenInference's LangChain tracer honours that).
+    """
     from langsmith.run_helpers import tracing_context
 
-    return tracing_context(enabled=False)
+    stack = ExitStack()
+    stack.enter_context(tracing_context(enabled=False))
+    if "opentelemetry.context" in sys.modules:
+        from opentelemetry import context
+
+        quiet = context.set_value(context._SUPPRESS_INSTRUMENTATION_KEY, True)
+        token = context.attach(quiet)
+        stack.callback(context.detach, token)
+    return stack
 
 
 def langsmith_trace_id(parent_run_id: UUID) -> UUID | None:

@@ -100,8 +100,10 @@ class RagMetricsCallbackHandler(BaseCallbackHandler):
             the online docs for sizing).
         rate_limit_per_minute: Optional cap on judge calls per minute.
         timeout: Seconds allowed per metric job before it fails (None: no limit).
-        trace_judge: None (judge runs are never traced), a LangSmith project name, or a
-            tracer to which the judge runs are traced, apart from the user's traces.
+        trace_judge: None (judge runs are never traced: not by LangSmith, OpenTelemetry
+            instrumentations, nor MLflow autologging turned on before), a LangSmith
+            project name, or a tracer to which the judge runs are traced, apart from the
+            user's traces.
         max_open_traces: Bound on traces in progress (an abandoned stream never ends).
         sink_queue_size: Bound on results waiting in each sink's own outbox; a sink that
             cannot keep up (LangSmith down) drops the overflow, counted in

@@ -574,3 +574,21 @@ def test_text_no_json_body_can_hold_is_escaped_and_delivered(
     assert {f.rationale for f in stored} == {"relevant \\ud800 text"}
     assert {f.source.source_id for f in stored} == {"judge-\\udc80"}
     assert _classify(TypeError("not JSON serializable")) == "rejected"  # never retried
+
+
+def test_judge_runs_are_not_traces_in_the_users_experiment(
+    tracking: str, judge_server: JudgeServer, make_judge: JudgeFactory
+) -> None:
+    """With autologging on, each judge call was a trace of its own in the experiment (the
+    sample's question, contexts and answer in its preview): judge runs are never traced."""
+    app = rag_app(judge_server, make_judge, max_retries=2)
+    handler = online_handler(app.llm)  # the judges run on this process's threads
+    with handler:
+        for i in range(2):
+            app.chain.invoke(question(i), config={"callbacks": [handler]})
+        assert handler.flush(timeout=60)
+    assert handler.stats.scored == 2
+    mlflow.flush_trace_async_logging(terminate=False)
+    traces = mlflow.search_traces(return_type="list")
+    assert len(traces) == 2  # the app's two requests, and nothing else
+    assert judge_server.count("RelevantSentences") == 2

@@ -407,3 +407,24 @@ def test_text_and_numbers_no_json_body_can_hold_are_made_plain_and_delivered(
     assert annotation["result"]["explanation"] == "relevant \\ud800 text"
     assert annotation["metadata"]["details"] == {"x": None, "kept": [1]}
     assert _classify(UnicodeEncodeError("utf-8", "\ud800", 0, 1, "surrogate")) == "rejected"
+
+
+def test_judge_runs_are_not_spans_in_phoenix(
+    phoenix_server: ServerProcess,
+    instrumented: Any,
+    judge_server: JudgeServer,
+    make_judge: JudgeFactory,
+) -> None:
+    """With OpenInference instrumenting LangChain, each judge call was exported as a trace
+    of its own (named ``ragmetrics:<metric>``): judge runs are never traced."""
+    app = rag_app(judge_server, make_judge, max_retries=2)
+    memory = InMemorySink()
+    handler = online_handler(app.llm, sinks=[memory, PhoenixSink(endpoint=phoenix_server.url)])
+    with handler:
+        app.chain.invoke(question(31), config={"callbacks": [handler]})
+        assert handler.flush(timeout=90)
+    (item,) = memory.results
+    assert "openinference" in item.links  # the app's request was traced
+    names = {span["name"] for span in spans_by_id(phoenix_server.url).values()}
+    assert not any(name.startswith("ragmetrics:") for name in names), names
+    assert handler.stats.sinks["PhoenixSink"].delivered == 1  # the app's own spans are there
