@@ -7,9 +7,13 @@ the package is cheap: submodules load on first use of a name.
 from __future__ import annotations
 
 import importlib
+import logging
 from typing import TYPE_CHECKING, Any
 
+from langchain_ragmetrics._redact import install as _install_redaction
 from langchain_ragmetrics._version import __version__
+
+_install_redaction(logging.getLogger("langchain_ragmetrics"))  # no secret reaches a log record
 
 if TYPE_CHECKING:
     from langchain_ragmetrics._errors import (
