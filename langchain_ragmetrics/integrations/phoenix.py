@@ -54,7 +54,19 @@ def _classify(exc: Exception) -> Failure:
     """How a Phoenix request's error is handled: by its HTTP status, as for LangSmith."""
     if isinstance(exc, LOCAL_ERRORS):
         return "rejected"
-    return classify_status(http_status(exc))
+    status = http_status(exc)
+    if status == 404 and not _names_a_span(exc):
+        return "refused"  # no such route (a wrong base URL or path): every request meets it
+    return classify_status(status)
+
+
+def _names_a_span(exc: Exception) -> bool:
+    """Whether a 404 is Phoenix's "span not stored yet" ("Spans with IDs ... do not exist")."""
+    try:
+        text = str(exc.response.text)  # type: ignore[attr-defined]
+    except Exception:  # no body to read: taken as "not stored yet", as before
+        return True
+    return "span" in text.lower()
 
 
 def _plain(value: Any) -> Any:

@@ -428,3 +428,37 @@ def test_judge_runs_are_not_spans_in_phoenix(
     names = {span["name"] for span in spans_by_id(phoenix_server.url).values()}
     assert not any(name.startswith("ragmetrics:") for name in names), names
     assert handler.stats.sinks["PhoenixSink"].delivered == 1  # the app's own spans are there
+
+
+@pytest.mark.parametrize(
+    ("detail", "breaker_opens"),
+    [
+        ("Not Found", True),  # a proxy's or a wrong route's 404: no span named
+        ("Spans with IDs 00000000000000ff do not exist.", False),  # Phoenix: not stored yet
+    ],
+)
+def test_a_404_that_names_no_span_fails_at_once_and_opens_the_breaker(
+    detail: str, breaker_opens: bool
+) -> None:
+    """A 404 that names no span (a wrong base path behind a proxy) is not "span not stored
+    yet": before, each result was retried for ``not_found_wait`` and the breaker never
+    opened, so the outbox filled while every request failed."""
+    with StatusServer(404, {"detail": detail}) as server:
+        sink = PhoenixSink(
+            endpoint=server.url,
+            not_found_wait=0.2,
+            backoff=0.01,
+            failure_threshold=3,
+            max_concurrency=1,
+        )
+        items = [linked_item("openinference", "ab" * 16, f"{i:016x}") for i in range(5)]
+        stats = deliver(sink, items)
+        sink.close()
+        posts = len(server.requests)
+    assert stats.delivered == 0
+    assert sink.delivery.breaker.is_open is breaker_opens
+    if breaker_opens:  # each failed at once, the breaker refused the last two unsent
+        assert (stats.errors, stats.dropped, posts) == (3, 2, 3)
+    else:  # each "not stored yet" retried for its 0.2 s
+        assert (stats.errors, stats.dropped) == (5, 0)
+        assert posts > 5
