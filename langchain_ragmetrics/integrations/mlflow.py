@@ -208,8 +208,9 @@ class MlflowSink(BaseSink):
             self._failures.report(
                 "no-link",
                 "MlflowSink: a retrieval has no MLflow trace (call mlflow.langchain.autolog() "
-                "before the chain runs); such results are skipped for MLflow and counted in "
-                "stats.sinks['MlflowSink'].skipped",
+                "before the chain runs; for ainvoke/abatch, autolog(run_tracer_inline=True); "
+                "a chain's batch() is never linked); such results are skipped for MLflow and "
+                "counted in stats.sinks['MlflowSink'].skipped",
             )
             msg = "no MLflow trace recorded this retrieval"
             raise SinkSkipError(msg)

@@ -592,3 +592,42 @@ def test_judge_runs_are_not_traces_in_the_users_experiment(
     traces = mlflow.search_traces(return_type="list")
     assert len(traces) == 2  # the app's two requests, and nothing else
     assert judge_server.count("RelevantSentences") == 2
+
+
+def test_ainvoke_is_linked_with_the_tracer_run_inline(tracking: str) -> None:
+    """What the docs tell users of ``ainvoke``: with ``run_tracer_inline=True`` MLflow's span
+    is in the caller's context, so the score finds its retriever span."""
+    import asyncio
+
+    from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun
+    from langchain_core.documents import Document
+    from langchain_core.retrievers import BaseRetriever
+    from langchain_core.runnables import RunnableLambda
+
+    from langchain_ragmetrics import NonLLMContextPrecision
+
+    class Found(BaseRetriever):
+        def _get_relevant_documents(self, query: str, *, run_manager: Any) -> list[Document]:
+            return [Document(page_content=f"doc {query}")]
+
+        async def _aget_relevant_documents(
+            self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun
+        ) -> list[Document]:
+            return [Document(page_content=f"doc {query}")]
+
+    mlflow.langchain.autolog(run_tracer_inline=True)
+    chain = Found() | RunnableLambda(lambda docs: docs[0].page_content)
+    memory = InMemorySink()
+    handler = RagMetricsCallbackHandler(
+        metrics=[NonLLMContextPrecision()],
+        sinks=[memory],
+        isolation="thread",
+        reference_provider=lambda q, m: {"reference_contexts": [f"doc {q}"]},
+    )
+    with handler:
+        asyncio.run(chain.ainvoke("q", config={"callbacks": [handler]}))
+        assert handler.flush(timeout=30)
+    (item,) = memory.results
+    trace_id, span_id = item.links["mlflow"]
+    (span,) = [s for s in read_trace(trace_id).data.spans if s.span_id == span_id]
+    assert span.span_type == "RETRIEVER"
