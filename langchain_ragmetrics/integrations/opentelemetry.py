@@ -20,8 +20,9 @@ from __future__ import annotations
 import contextlib
 import threading
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from concurrent.futures import Future
+from functools import partial
 from typing import TYPE_CHECKING, Any, Literal
 
 from typing_extensions import override
@@ -41,7 +42,7 @@ from langchain_ragmetrics.integrations._otel_attributes import (
 
 if TYPE_CHECKING:
     from opentelemetry._logs import Logger, LoggerProvider
-    from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
+    from opentelemetry.metrics import CallbackOptions, Meter, MeterProvider, Observation
     from opentelemetry.trace import Tracer, TracerProvider
 
     from langchain_ragmetrics.callbacks.handler import RagMetricsCallbackHandler
@@ -49,6 +50,79 @@ if TYPE_CHECKING:
 __all__ = ["EVENT_NAME", "SCORE_BOUNDARIES", "OpenTelemetrySink"]
 
 _SCOPE = "langchain_ragmetrics"
+_Handlers = weakref.WeakSet["RagMetricsCallbackHandler"]
+_OBSERVED: weakref.WeakKeyDictionary[Any, _Handlers] = weakref.WeakKeyDictionary()
+"""The handlers each meter provider's observable counters report, across sinks."""
+_OBSERVED_LOCK = threading.Lock()
+
+
+def _observed_handlers(provider: Any, meter: Meter) -> _Handlers:
+    """The handlers ``provider``'s observable counters report: one set per provider.
+
+    A meter keeps one instrument per name: a second sink's observable counters on the same
+    provider would be the first's, with the second's callbacks never called. So the counters
+    are registered once per provider, over a set that every sink on it adds its handlers to.
+    """
+    with _OBSERVED_LOCK:
+        try:
+            handlers = _OBSERVED.get(provider)
+        except TypeError:  # a provider that cannot be weakly referenced: one set per sink
+            handlers, provider = None, None
+        if handlers is None:
+            handlers = weakref.WeakSet()
+            _register_observers(meter, handlers)
+            if provider is not None:
+                _OBSERVED[provider] = handlers
+        return handlers
+
+
+def _register_observers(meter: Meter, handlers: _Handlers) -> None:
+    """The observable counters of the handlers' dropped retrievals and sink figures."""
+    meter.create_observable_counter(
+        "ragmetrics.retrievals.dropped",
+        callbacks=[partial(_observe_dropped, handlers)],
+        unit="{retrieval}",
+        description="Sampled retrievals the handler dropped (queue full or closed).",
+    )
+    meter.create_observable_counter(
+        "ragmetrics.sink.dropped",
+        callbacks=[partial(_observe_sinks, handlers, "dropped")],
+        unit="{result}",
+        description="Results a sink never delivered (its outbox full, circuit open, closed).",
+    )
+    meter.create_observable_counter(
+        "ragmetrics.sink.errors",
+        callbacks=[partial(_observe_sinks, handlers, "errors")],
+        unit="{result}",
+        description="Results whose delivery to a sink raised.",
+    )
+
+
+def _observe_dropped(handlers: _Handlers, _options: CallbackOptions) -> Iterable[Observation]:
+    from opentelemetry.metrics import Observation
+
+    return [
+        Observation(handler.stats.dropped, {"ragmetrics.handler": handler.name})
+        for handler in list(handlers)
+    ]
+
+
+def _observe_sinks(
+    handlers: _Handlers, field: Literal["dropped", "errors"], _options: CallbackOptions
+) -> Iterable[Observation]:
+    """One per-sink figure of every observed handler."""
+    from opentelemetry.metrics import Observation
+
+    return [
+        Observation(
+            getattr(figures, field),
+            {"ragmetrics.handler": handler.name, "ragmetrics.sink": sink},
+        )
+        for handler in list(handlers)
+        for sink, figures in handler.stats.sinks.items()
+    ]
+
+
 _MISSING_EXTRA = (
     "OpenTelemetrySink needs the OpenTelemetry API: pip install 'langchain-ragmetrics[otel]'"
 )
@@ -133,12 +207,12 @@ class OpenTelemetrySink(BaseSink):
         self._tracer_provider = tracer_provider
         self._logger: tuple[LoggerProvider, Logger] | None = None
         self._tracer: Tracer | None = None
-        self._handlers: weakref.WeakSet[RagMetricsCallbackHandler] = weakref.WeakSet()
         self._lock = threading.Lock()
         self._flusher = DaemonThreadPool(name="ragmetrics-otel-flush")
         self._flushing: Future[None] | None = None
 
-        meter = (meter_provider or metrics.get_meter_provider()).get_meter(_SCOPE)
+        provider = meter_provider or metrics.get_meter_provider()
+        meter = provider.get_meter(_SCOPE)
         self._score = meter.create_histogram(
             "ragmetrics.evaluation.score",
             unit="1",
@@ -161,24 +235,7 @@ class OpenTelemetrySink(BaseSink):
         self._judge_tokens = meter.create_counter(
             "ragmetrics.judge.tokens", unit="{token}", description="Judge model tokens."
         )
-        meter.create_observable_counter(
-            "ragmetrics.retrievals.dropped",
-            callbacks=[self._observe_dropped],
-            unit="{retrieval}",
-            description="Sampled retrievals the handler dropped (queue full or closed).",
-        )
-        meter.create_observable_counter(
-            "ragmetrics.sink.dropped",
-            callbacks=[self._observe_sinks("dropped")],
-            unit="{result}",
-            description="Results a sink never delivered (its outbox full, circuit open, closed).",
-        )
-        meter.create_observable_counter(
-            "ragmetrics.sink.errors",
-            callbacks=[self._observe_sinks("errors")],
-            unit="{result}",
-            description="Results whose delivery to a sink raised.",
-        )
+        self._handlers = _observed_handlers(provider, meter)
         self._trace_api = trace
 
     # ------------------------------------------------------------------ public
@@ -241,33 +298,6 @@ class OpenTelemetrySink(BaseSink):
         self._flusher.stop(0)
 
     # ------------------------------------------------------------------ internals
-
-    def _observe_dropped(self, _options: CallbackOptions) -> Iterable[Observation]:
-        from opentelemetry.metrics import Observation
-
-        return [
-            Observation(handler.stats.dropped, {"ragmetrics.handler": handler.name})
-            for handler in list(self._handlers)
-        ]
-
-    def _observe_sinks(
-        self, field: Literal["dropped", "errors"]
-    ) -> Callable[[CallbackOptions], Iterable[Observation]]:
-        """A callback observing one per-sink figure of every observed handler."""
-
-        def observe(_options: CallbackOptions) -> Iterable[Observation]:
-            from opentelemetry.metrics import Observation
-
-            return [
-                Observation(
-                    getattr(figures, field),
-                    {"ragmetrics.handler": handler.name, "ragmetrics.sink": sink},
-                )
-                for handler in list(self._handlers)
-                for sink, figures in handler.stats.sinks.items()
-            ]
-
-        return observe
 
     def _logs_provider(self) -> LoggerProvider | None:
         """The logger provider to use now, or None for the span-event fallback."""

@@ -296,6 +296,30 @@ def test_dropped_retrievals_are_observed(otel: Otel, make_judge: JudgeFactory) -
     assert point.attributes == {"ragmetrics.handler": "dropper"}
 
 
+def test_two_sinks_on_one_meter_provider_both_report_their_handlers(
+    otel: Otel, make_judge: JudgeFactory
+) -> None:
+    """Two APIs of one process, each with its sink and handler on the app's provider: before,
+    the second sink's observable counters were the first's (a meter keeps one instrument per
+    name), and the second handler's dropped counts were never exported."""
+    retriever = make_retriever(corpus(3))
+    handlers = []  # the apps hold their handlers (observed weakly)
+    for name, drops in (("api-a", 1), ("api-b", 2)):
+        sink = otel.sink()
+        handler = RagMetricsCallbackHandler(
+            metrics=[ContextPrecision(llm=make_judge())], sinks=[sink], name=name
+        )
+        handlers.append(sink.observe(handler))
+        handler.close()
+        for i in range(drops):
+            retriever.invoke(question(i), config={"callbacks": [handler]})
+    by_handler = {
+        p.attributes["ragmetrics.handler"]: p.value
+        for p in otel.points("ragmetrics.retrievals.dropped")
+    }
+    assert by_handler == {"api-a": 1, "api-b": 2}
+
+
 def test_bad_options_name_the_field() -> None:
     with pytest.raises(ValueError, match="`events`"):
         OpenTelemetrySink(events="stdout")  # type: ignore[arg-type]
