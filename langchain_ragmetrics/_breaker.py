@@ -19,8 +19,11 @@ __all__ = ["CircuitBreaker"]
 class CircuitBreaker:
     """Closed until ``threshold`` failures in a row; then open for ``cooldown`` seconds.
 
-    After the cool-down one attempt is let through (half-open): a success closes the
-    circuit, a failure opens it for another cool-down.
+    After the cool-down one attempt is let through (half-open, :meth:`allow`): a success
+    closes the circuit, a failure opens it for another cool-down; the other callers are
+    refused meanwhile (until the trial's outcome, or one more cool-down without one).
+    Failures of requests already under way when it opened neither extend the cool-down nor
+    count as opening it again (one warning per opening, not one per lane).
 
     Args:
         threshold: Consecutive failures that open the circuit.
@@ -37,6 +40,7 @@ class CircuitBreaker:
         self._lock = threading.Lock()
         self._failures = 0
         self._open_until: float | None = None
+        self._trial = False  # the one attempt of a half-open circuit is under way
 
     @property
     def is_open(self) -> bool:
@@ -63,19 +67,40 @@ class CircuitBreaker:
                 return 0.0
             return max(0.0, self._open_until - self._clock())
 
+    def allow(self) -> bool:
+        """Whether a new request may go now: closed, or the one trial after a cool-down.
+
+        The trial holds the circuit for another cool-down: the others are refused until its
+        outcome (or, if it never reports one, until that cool-down ends).
+        """
+        with self._lock:
+            if self._open_until is None:
+                return True
+            now = self._clock()
+            if now < self._open_until:
+                return False
+            self._open_until = now + self.cooldown
+            self._trial = True
+            return True
+
     def success(self) -> bool:
         """Record a success; True when it closed an open circuit."""
         with self._lock:
             was_open = self._open_until is not None
             self._failures = 0
             self._open_until = None
+            self._trial = False
             return was_open
 
     def failure(self) -> bool:
-        """Record a failure; True when it (re)opened the circuit."""
+        """Record a failure; True when it opened the circuit (or a trial failed)."""
         with self._lock:
             self._failures += 1
             if self._failures < self.threshold:
                 return False
-            self._open_until = self._clock() + self.cooldown
-            return True
+            now = self._clock()
+            opening = self._open_until is None or self._trial or now >= self._open_until
+            if opening:
+                self._open_until = now + self.cooldown
+            self._trial = False
+            return opening

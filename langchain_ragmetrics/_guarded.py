@@ -228,8 +228,12 @@ class GuardedRequests:
         deadline: float | None = None
         uncertain = False  # a try may have been stored: look before sending again
         running: Future[T] | None = None  # a try without answer that still runs
+        self.admit()  # a new request: the one trial of a half-open circuit, or refused
+        retry = False
         while True:
-            self.refuse_if_open()
+            if retry:
+                self.refuse_if_open()
+            retry = True
             try:
                 value = self._try(request, landed if uncertain else None, running)
             except SinkUnavailableError:
@@ -314,6 +318,12 @@ class GuardedRequests:
                 self.breaker.cooldown,
             )
         return opened
+
+    def admit(self) -> None:
+        """Raise SinkUnavailableError unless a new request may go (see ``CircuitBreaker.allow``)."""
+        if not self.breaker.allow():
+            msg = f"{self.label}: circuit open, next try in {self.breaker.retry_in:.0f} s"
+            raise SinkUnavailableError(msg)
 
     def refuse_if_open(self) -> None:
         """Raise SinkUnavailableError while the breaker is open."""

@@ -57,3 +57,45 @@ def test_with_no_cooldown_it_is_never_open_but_trips() -> None:
 def test_bad_options(threshold: int, cooldown: float) -> None:
     with pytest.raises(ValueError, match=r"failure_threshold|cooldown"):
         CircuitBreaker(threshold=threshold, cooldown=cooldown)
+
+
+def test_failures_of_requests_under_way_when_it_opened_neither_extend_nor_warn_again() -> None:
+    """Several lanes fail together: before, each failure past the threshold "opened" it again
+    (a warning each) and pushed the cool-down further."""
+    clock = Clock()
+    breaker = CircuitBreaker(threshold=2, cooldown=30, clock=clock)
+    breaker.failure()
+    assert breaker.failure() is True
+    clock.now += 10
+    assert [breaker.failure() for _ in range(3)] == [False, False, False]
+    assert breaker.retry_in == 20  # not extended
+
+
+def test_after_the_cool_down_one_trial_goes_and_the_others_wait_for_it() -> None:
+    clock = Clock()
+    breaker = CircuitBreaker(threshold=1, cooldown=30, clock=clock)
+    assert breaker.allow()
+    assert breaker.failure() is True
+    assert not breaker.allow()
+    clock.now += 30
+    assert breaker.allow()  # the trial
+    assert not breaker.allow()  # everyone else waits for its outcome
+    assert breaker.failure() is True  # the trial failed: open again, one warning
+    assert not breaker.allow()
+    clock.now += 30
+    assert breaker.allow()  # the next trial
+    assert breaker.success() is True
+    assert breaker.allow()
+    assert breaker.allow()
+
+
+def test_a_trial_that_never_reports_holds_the_others_for_one_cool_down() -> None:
+    clock = Clock()
+    breaker = CircuitBreaker(threshold=1, cooldown=30, clock=clock)
+    breaker.failure()
+    clock.now += 30
+    assert breaker.allow()  # the trial, whose outcome never comes
+    clock.now += 29
+    assert not breaker.allow()
+    clock.now += 1
+    assert breaker.allow()  # another trial
