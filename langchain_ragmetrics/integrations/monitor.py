@@ -86,7 +86,7 @@ if TYPE_CHECKING:
 
     V2Page = AsyncItemsCursorPostPagination[V2Run]
 
-__all__ = ["LangSmithMonitor", "MonitorSummary", "monitor", "parse_duration"]
+__all__ = ["LangSmithMonitor", "MonitorSummary", "monitor"]
 
 T = TypeVar("T")
 Reason = Literal["waiting", "langsmith", "judge"]
