@@ -111,6 +111,12 @@ def register(commands: Any) -> None:
         "runs LangSmith ingests late, e.g. 30s, 10m, 1h (default: 10m)",
     )
     monitor.add_argument(
+        "--max-wait",
+        default="24h",
+        help="how long a run whose trace is not complete in LangSmith is waited for before "
+        "its pairs are dropped (counted), e.g. 1h, 24h (default: 24h)",
+    )
+    monitor.add_argument(
         "--max-polls", type=positive_int, default=None, help="stop after this many polls"
     )
     monitor.set_defaults(handler=_monitor_command)
@@ -152,6 +158,7 @@ def _monitor_command(args: argparse.Namespace) -> int:
             poll_interval=args.poll_interval,
             max_polls=args.max_polls,
             lookback=args.lookback,
+            max_wait=args.max_wait,
         )
     except ValueError as exc:
         error(str(exc))

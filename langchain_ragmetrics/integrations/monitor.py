@@ -216,6 +216,9 @@ class MonitorSummary(BaseModel):
     """Extra rounds a one-shot run made for unsent pairs before it ended."""
     runs_scored: int = 0
     """Runs scored in this run."""
+    runs_incomplete: int = 0
+    """Runs whose trace stayed incomplete (or invisible) longer than ``max_wait``: their pairs
+    are settled unsent, so a trace that never ends is not waited for without a bound."""
     runs_gone: int = 0
     """Runs with unsent pairs that LangSmith no longer holds (deleted since they were read):
     their pairs are settled unsent."""
@@ -260,7 +263,8 @@ class MonitorSummary(BaseModel):
             f"  results scored {self.results_scored}, failed {self.results_failed}, "
             f"skipped {self.results_skipped}",
             f"  feedback sent {self.feedback_sent}, failed {self.feedback_failed}, resent "
-            f"{self.results_resent} without judging again; gone {self.runs_gone}; judge calls "
+            f"{self.results_resent} without judging again; gone {self.runs_gone}, incomplete "
+            f"{self.runs_incomplete}; judge calls "
             f"{self.usage.judge_calls}, tokens {self.usage.input_tokens} in / "
             f"{self.usage.output_tokens} out",
         ]
@@ -622,6 +626,9 @@ class LangSmithMonitor:
         max_polls: Stop after this many polls (None: no bound).
         lookback: Later polls re-list this far before the previous poll, for late arrivals
             (``"10m"`` or a timedelta).
+        max_wait: How long a run whose trace is not complete in LangSmith (or not visible
+            yet) is waited for, from its start (or from when this monitor first saw it
+            waiting); then its pairs are settled unsent (``runs_incomplete``).
         max_attempts: Failed results are retried on later polls and runs; after this many
             failures the failure itself is posted (``error=True``) and the pair settled.
         retry_rounds: Without ``follow``: extra rounds (backoff 1 s, 2 s, 4 s ...) for pairs
@@ -650,6 +657,7 @@ class LangSmithMonitor:
         poll_interval: float = 30.0,
         max_polls: int | None = None,
         lookback: str | timedelta = timedelta(minutes=10),
+        max_wait: str | timedelta = timedelta(hours=24),
         max_attempts: int = 3,
         retry_rounds: int = 3,
         retry_backoff: float = 1.0,
@@ -688,6 +696,7 @@ class LangSmithMonitor:
         self.request_timeout = request_timeout
         follow = flag("follow", follow)  # "no" is truthy: it would poll, and pay, forever
         lookback = parse_duration(lookback, name="lookback")
+        self.max_wait = parse_duration(max_wait, name="max_wait")
         self.follow = follow
         self.poll_interval = poll_interval
         self.max_polls = max_polls
@@ -717,6 +726,7 @@ class LangSmithMonitor:
         self._stop = threading.Event()
         self._wake: tuple[asyncio.AbstractEventLoop, asyncio.Event] | None = None
         self._unsent: dict[str, Reason] = {}
+        self._waiting_since: dict[str, float] = {}  # run id -> monotonic time first seen so
         self._last_poll: datetime | None = None
         self._roots: dict[str, Run | None] = {}
         self.summary = MonitorSummary(project=project_name, shard=self.shard)
@@ -907,6 +917,8 @@ class LangSmithMonitor:
         older = [run_id for run_id in self._unsent if run_id not in listed]
         if older:
             await self._revisit(older, checkpoint)
+        for run_id in [r for r in self._waiting_since if r not in self._unsent]:
+            del self._waiting_since[run_id]  # settled since: not waiting any more
 
     async def _revisit(self, run_ids: list[str], checkpoint: Checkpoint) -> None:
         """Read runs with unsent pairs again, by id, and settle what can be settled now."""
@@ -919,7 +931,7 @@ class LangSmithMonitor:
             if run_id in found:
                 continue
             if self._unsent.get(run_id, "waiting") == "waiting":
-                self._unsent[run_id] = "waiting"  # not visible in LangSmith yet
+                self._wait(run_id, None, checkpoint)  # not visible in LangSmith yet
                 continue
             # Read and judged before, gone now (retention, a deleted trace): nothing to send to.
             self.summary.runs_gone += 1
@@ -1017,10 +1029,39 @@ class LangSmithMonitor:
         except Exception as exc:
             self.summary.add_error(f"run {run_id}: {type(exc).__name__}: {exc}")
             unsent = "langsmith"
-        if unsent is None:
+        if unsent == "waiting":
+            self._wait(run_id, run.start_time, checkpoint)
+        elif unsent is None:
             self._unsent.pop(run_id, None)
+            self._waiting_since.pop(run_id, None)
         else:
             self._unsent[run_id] = unsent
+            self._waiting_since.pop(run_id, None)
+
+    def _wait(self, run_id: str, started: datetime | None, checkpoint: Checkpoint) -> None:
+        """Keep a run whose trace is incomplete for a later poll, for ``max_wait`` at most.
+
+        Its age is the larger of its own (from its start) and how long this monitor has seen
+        it waiting; older than ``max_wait``, its pairs are settled unsent.
+        """
+        now = time.monotonic()
+        seen = now - self._waiting_since.setdefault(run_id, now)
+        age = timedelta(seconds=seen)
+        if started is not None:
+            begun = started if started.tzinfo else started.replace(tzinfo=timezone.utc)
+            age = max(age, datetime.now(timezone.utc) - begun)
+        if age <= self.max_wait:
+            self._unsent[run_id] = "waiting"
+            return
+        self.summary.runs_incomplete += 1
+        self.summary.add_error(
+            f"run {run_id}: its trace stayed incomplete in LangSmith for more than "
+            f"{self.max_wait}; its pairs are dropped"
+        )
+        for metric in self.metrics:
+            checkpoint.settle(run_id, metric.metric_name, "incomplete")
+        self._unsent.pop(run_id, None)
+        self._waiting_since.pop(run_id, None)
 
     async def _run_pairs(self, run: Run, done: set[str], checkpoint: Checkpoint) -> Reason | None:
         """Why some pairs of ``run`` are still unsent (None when all are settled)."""

@@ -719,6 +719,21 @@ def test_a_run_never_complete_is_counted_unsent(
     assert summary.feedback_sent == 1
 
 
+def test_a_run_incomplete_for_longer_than_max_wait_is_given_up_and_counted(
+    app: RagApp, langsmith_stub: LangSmithStub, langsmith_client: langsmith.Client, tmp_path: Path
+) -> None:
+    """A trace that never completes (a stream never closed, a root lost to retention): before,
+    it was waited for on every poll and every run, without a bound."""
+    runs = trace_questions(langsmith_stub, app.chain, PROJECT, range(2))
+    langsmith_stub.hide_run(runs[0]["trace_id"], queries=100)
+    summary = make_monitor(app, langsmith_client, tmp_path, max_wait="0s").run()
+    assert (summary.runs_incomplete, summary.runs_unsent, summary.complete) == (1, 0, True)
+    assert any("stayed incomplete" in e for e in summary.errors)
+    assert summary.feedback_sent == 1
+    again = make_monitor(app, langsmith_client, tmp_path, max_wait="0s").run()
+    assert (again.runs_already_scored, again.runs_incomplete) == (2, 0)  # settled for good
+
+
 def fail_listing_after_page_one(monkeypatch: pytest.MonkeyPatch, *, times: int) -> None:
     """The first ``times`` listings fail (a 500, after the client's own retry) once their
     first page is in hand; reads by id are untouched."""
@@ -923,6 +938,7 @@ def test_a_request_slower_than_its_timeout_leaves_no_gap_and_no_duplicate(
         ("lookback", 600, TypeError, "`lookback` must be a duration such as '24h'"),
         ("lookback", timedelta(-1), ValueError, "`lookback` must look back"),
         ("lookback", "-5m", ValueError, "`lookback` must be a duration such as 30m"),
+        ("max_wait", "forever", ValueError, "`max_wait` must be a duration such as 30m"),
         ("since", 3600, TypeError, "`since` must be a duration such as '24h'"),
         ("since", timedelta(days=-1), ValueError, "`since` must look back"),
     ],
