@@ -992,12 +992,13 @@ class LangSmithMonitor:
         missing = sorted(
             {str(r.trace_id) for r in todo if r.trace_id and str(r.trace_id) not in self._roots}
         )
+        unread: set[str] = set()  # traces whose root could not be read: not "waiting"
         if missing:
             try:
                 roots = await self._runs.by_id(self._project, missing, "reading root runs")
             except Exception as exc:  # these runs wait for the next round or poll
                 summary.add_error(f"{type(exc).__name__}: {exc}")
-                roots = {}
+                roots, unread = {}, set(missing)
             for trace in missing:
                 root = roots.get(trace)
                 if root is not None and root.end_time is not None:
@@ -1007,6 +1008,9 @@ class LangSmithMonitor:
 
         async def one(run: Run) -> None:
             async with gate:
+                if str(run.trace_id) in unread:  # LangSmith failed, not the trace: no wait
+                    self._unsent[str(run.id)] = "langsmith"
+                    return
                 await self._run(run, set(outcomes.get(str(run.id), {})), checkpoint)
 
         return [asyncio.ensure_future(one(run)) for run in todo]

@@ -734,6 +734,34 @@ def test_a_run_incomplete_for_longer_than_max_wait_is_given_up_and_counted(
     assert (again.runs_already_scored, again.runs_incomplete) == (2, 0)  # settled for good
 
 
+def test_a_root_that_could_not_be_read_is_not_taken_for_an_incomplete_trace(
+    app: RagApp,
+    langsmith_stub: LangSmithStub,
+    langsmith_client: langsmith.Client,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A failed read of the roots is LangSmith failing, not a trace still running: it must
+    not count toward ``max_wait`` (the pairs would be dropped for a passing 500)."""
+    from langsmith.utils import LangSmithAPIError
+
+    runs = trace_questions(langsmith_stub, app.chain, PROJECT, range(2))
+    by_id = _RunReader.by_id
+
+    async def roots_fail(self: Any, project: Any, run_ids: list[str], what: str) -> Any:
+        if what == "reading root runs":
+            raise LangSmithAPIError("500 on the root read")
+        return await by_id(self, project, run_ids, what)
+
+    monkeypatch.setattr(_RunReader, "by_id", roots_fail)
+    first = make_monitor(app, langsmith_client, tmp_path, max_wait="0s", retry_rounds=0).run()
+    assert (first.runs_incomplete, first.runs_unsent, first.feedback_sent) == (0, 2, 0)
+    monkeypatch.setattr(_RunReader, "by_id", by_id)
+    again = make_monitor(app, langsmith_client, tmp_path, max_wait="0s").run()
+    assert again.complete
+    assert set(stored(langsmith_stub)) == {r["id"] for r in runs}
+
+
 def fail_listing_after_page_one(monkeypatch: pytest.MonkeyPatch, *, times: int) -> None:
     """The first ``times`` listings fail (a 500, after the client's own retry) once their
     first page is in hand; reads by id are untouched."""
