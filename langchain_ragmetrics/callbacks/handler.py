@@ -253,7 +253,12 @@ class RagMetricsCallbackHandler(BaseCallbackHandler):
         return self._closed
 
     def reset_stats(self) -> None:
-        """Zero the counters and log every failure kind once again."""
+        """Zero the counters and log every failure kind once again.
+
+        Call it with nothing in flight (after :meth:`flush`) for counts that add up: a
+        retrieval sampled before the reset and scored after it is counted as processed,
+        not as sampled, so the identities of :class:`HandlerStats` would not hold.
+        """
         self._counters.reset()
         self._background.reset_sink_stats()
         self._failures.reset()
