@@ -251,7 +251,13 @@ class VerdictCache:
         except (sqlite3.Error, CacheError) as exc:
             self._warn(exc)
             return None
-        return None if row is None else json.loads(row[0])
+        if row is None:
+            return None
+        try:
+            return json.loads(row[0])
+        except (TypeError, ValueError) as exc:  # a damaged entry is a miss: the judge is asked
+            self._warn(CacheError(f"entry {key[:12]} is damaged ({exc}); asking the judge"))
+            return None
 
     def put(self, key: str, value: Any) -> None:
         """Store a JSON-serialisable value under ``key`` (last writer wins)."""

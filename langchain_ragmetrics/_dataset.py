@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import csv
+import io
 import json
 import math
 import os
@@ -32,6 +33,7 @@ __all__ = [
     "MissingFieldError",
     "RowProblem",
     "RowRef",
+    "json_lines",
     "load_dataset",
     "read_dataset",
 ]
@@ -142,9 +144,19 @@ _Record = tuple[RowRef, Any, list[RowProblem]]
 """A raw record with its origin and any problems found while reading it."""
 
 
+def json_lines(text: str) -> list[str]:
+    """The lines of a JSONL text: split at newlines only.
+
+    ``str.splitlines`` also splits at U+2028, U+2029, U+0085 and a few control characters,
+    which JSON writers leave raw inside strings (``ensure_ascii=False``): a row holding one
+    would be cut in two.
+    """
+    return text.split("\n")
+
+
 def _jsonl_records(text: str, name: str) -> Iterator[_Record]:
     row = 0
-    for line_no, line in enumerate(text.splitlines(), start=1):
+    for line_no, line in enumerate(json_lines(text), start=1):
         if not line.strip():
             continue
         row += 1
@@ -181,9 +193,17 @@ def _json_records(text: str, name: str) -> Iterator[_Record]:
 
 
 def _csv_records(text: str, name: str) -> Iterator[_Record]:
-    reader = csv.DictReader(text.splitlines(keepends=True))
+    # The csv module splits rows itself (at \n, \r\n, \r): str.splitlines would also cut
+    # a row at an unquoted U+2028 or form feed, shifting its cells into a row of their own.
+    reader = csv.DictReader(io.StringIO(text, newline=""))
     if not reader.fieldnames:
         return
+    seen: set[str] = set()
+    for column in reader.fieldnames:
+        if column and column in seen:
+            msg = f"{name}: the column {column!r} appears twice in the header (line 1)"
+            raise DatasetError(msg)
+        seen.add(column)
     start = 2  # the header is line 1
     for row, raw in enumerate(reader, start=1):
         ref = RowRef(row, line=start)

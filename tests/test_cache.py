@@ -505,3 +505,18 @@ def test_a_cache_path_under_home_is_the_users_home(
     assert cache.path == tmp_path / "w.sqlite3"
     # A Batch API job's state: looked for in the wrong place, a re-run would upload again.
     assert BatchOptions(state_dir="~/batches").resolved_state_dir() == tmp_path / "batches"  # type: ignore[arg-type]
+
+
+def test_a_damaged_entry_is_a_miss_not_a_failure(tmp_path: Path) -> None:
+    """Before, ``get`` raised on an entry that is not JSON, and that job failed on every run
+    (the docstring promises a cache fault never fails a score)."""
+    cache = VerdictCache(tmp_path / "c.sqlite3")
+    cache.put("k", {"a": 1})
+    conn = sqlite3.connect(cache.path)
+    with conn:
+        conn.execute("UPDATE verdicts SET value = '{\"a\": ' WHERE key = 'k'")
+    conn.close()
+    with pytest.warns(RuntimeWarning, match="damaged"):
+        assert cache.get("k") is None
+    cache.put("k", {"a": 2})  # the judge's new answer replaces it
+    assert cache.get("k") == {"a": 2}

@@ -257,3 +257,27 @@ def test_unsupported_sources() -> None:
         load_dataset(42)  # type: ignore[arg-type]
     with pytest.raises(DatasetError, match="the dataset has no rows"):
         load_dataset([])
+
+
+def test_line_separators_inside_text_stay_in_their_row(tmp_path: Path) -> None:
+    """U+2028, U+2029 and U+0085 are left raw by JSON writers (``ensure_ascii=False``) and
+    unquoted in CSV cells: before, splitting lines cut a row in two there."""
+    text = "Who wrote\u2028it\u2029and\x85when?"
+    jsonl = tmp_path / "d.jsonl"
+    rows = [{"question": text, "contexts": ["c\u2028d"]}, {"question": "q2", "contexts": ["x"]}]
+    jsonl.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in rows), encoding="utf-8")
+    assert [s.question for s in load_dataset(jsonl)] == [text, "q2"]
+    csv_file = tmp_path / "d.csv"
+    csv_file.write_text(
+        f'question,contexts,reference\n{text},"[""Einstein.""]",Einstein\n', encoding="utf-8"
+    )
+    (sample,) = load_dataset(csv_file)
+    assert (sample.question, sample.contexts, sample.reference) == (text, ["Einstein."], "Einstein")
+
+
+def test_a_csv_column_named_twice_is_refused(tmp_path: Path) -> None:
+    """Before, the last of the two silently won."""
+    path = tmp_path / "dup.csv"
+    path.write_text('question,contexts,contexts\nq,"[""A""]","[""B""]"\n', encoding="utf-8")
+    with pytest.raises(DatasetError, match=r"dup\.csv: the column 'contexts' appears twice"):
+        load_dataset(path)

@@ -103,19 +103,30 @@ class Comparison(BaseModel):
     """Samples of the new run missing from the base one."""
     metrics: dict[str, MetricComparison]
     """Per metric column present in both runs."""
+    missing: list[str] = Field(default_factory=list)
+    """Metric columns of the base run that the new run does not have."""
     worst: list[RowChange]
     """Per metric, the rows that got worse most (largest drop first)."""
 
     def regressions(self, max_drop: float) -> list[str]:
         """One line per metric whose mean paired score fell by more than ``max_drop``.
 
+        A metric the new run lacks, or one no shared row has a score for in the new run
+        while the base scored some, counts as a regression too: nothing can be compared,
+        and a run that failed everywhere must not pass for one that held its scores.
+
         Raises:
             ValueError: ``max_drop`` is not a number from 0 to 1 (NaN would flag nothing).
         """
         max_drop = fraction("max_drop", max_drop)
-        out = []
+        out = [f"{name}: the new run does not have this metric" for name in self.missing]
         for name, m in self.metrics.items():
-            if not math.isnan(m.diff) and -m.diff > max_drop:
+            if m.pairs == 0 and not math.isnan(m.base_mean):
+                out.append(
+                    f"{name}: no row scored in the base run has a score in the new run "
+                    "(failed, skipped or not run there)"
+                )
+            elif not math.isnan(m.diff) and -m.diff > max_drop:
                 out.append(
                     f"{name}: dropped by {-m.diff:.4f} (95% CI of the change "
                     f"[{m.ci_low:+.4f}, {m.ci_high:+.4f}], {m.pairs} rows), more than {max_drop:g}"
@@ -226,6 +237,7 @@ def compare_results(
         only_base=sum(1 for sid in base_rows if sid not in new_rows),
         only_new=len(new_rows) - len(shared),
         metrics=metrics,
+        missing=[m for m in base.metrics if m not in new.metrics],
         worst=worst,
     )
 

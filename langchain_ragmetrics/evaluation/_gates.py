@@ -56,7 +56,8 @@ def gate_problems(
     * ``fail_under``: the MEAN of each named metric over its scored rows (failed and skipped
       rows left out) must be at least the threshold; a metric with no score at all fails.
     * ``max_failed_rate``: failed jobs / all jobs must not exceed it.
-    * Always: a run in which every job failed fails.
+    * Always: a run in which every job failed fails, and so does an interrupted run (its
+      means and rates cover only the jobs that ran).
 
     Raises:
         KeyError: ``fail_under`` names a metric the run does not have.
@@ -85,6 +86,9 @@ def gate_problems(
                 f"{failed} of {jobs} jobs failed ({failed / jobs:.1%}), more than the "
                 f"allowed {max_failed_rate:.1%}"
             )
+    if result.interrupted:
+        not_run = sum(s.not_run for s in aggregates.values())
+        problems.append(f"the run was interrupted: {not_run} of {jobs} jobs never ran")
     if jobs and failed == jobs:
         first = next(iter(result.failures()), None)
         cause = f"; first error: {first[2]}" if first is not None else ""

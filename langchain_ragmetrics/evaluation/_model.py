@@ -12,11 +12,12 @@ import json
 import math
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from langchain_ragmetrics._files import write_text_atomically
 from langchain_ragmetrics._schema import MetricResult, RagSample, Usage
 
 if TYPE_CHECKING:
@@ -323,14 +324,14 @@ class ResultData(BaseModel):
         """Write the flat records as CSV; lists and details are JSON in their cells."""
         records = self.to_records()
         columns = list(dict.fromkeys(key for record in records for key in record))
-        target = Path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with target.open("w", encoding="utf-8", newline="") as out:
+
+        def write(out: TextIO) -> None:
             writer = csv.DictWriter(out, fieldnames=columns)
             writer.writeheader()
             for record in records:
                 writer.writerow({k: self._csv_cell(v) for k, v in record.items()})
-        return target
+
+        return write_text_atomically(Path(path), write, newline="")
 
     @staticmethod
     def _csv_cell(value: Any) -> Any:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from typing_extensions import override
 
 from langchain_ragmetrics._errors import QualityGateError
+from langchain_ragmetrics._files import write_text_atomically
 from langchain_ragmetrics.evaluation._compare import Comparison, compare_results
 from langchain_ragmetrics.evaluation._gates import gate_problems
 from langchain_ragmetrics.evaluation._html import render_report
@@ -55,13 +56,14 @@ class EvaluationResult(ResultData):
         tells failed, skipped and not run apart). Missing parent directories are created.
         :meth:`load` reads the file back; the dataset loader reads it as a dataset.
         """
-        target = Path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with target.open("w", encoding="utf-8") as out:
+        records = self.jsonl_records()
+
+        def write(out: TextIO) -> None:
             out.write(header_line(self) + "\n")
-            for record in self.jsonl_records():
+            for record in records:
                 out.write(json_text(record) + "\n")
-        return target
+
+        return write_text_atomically(Path(path), write)
 
     def jsonl_records(self) -> list[dict[str, Any]]:
         """The sample lines :meth:`to_jsonl` writes, as dicts (one per row, in order)."""

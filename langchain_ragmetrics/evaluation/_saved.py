@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic_core import PydanticSerializationError
 
-from langchain_ragmetrics._dataset import RUN_HEADER_KEY
+from langchain_ragmetrics._dataset import RUN_HEADER_KEY, json_lines
 from langchain_ragmetrics._errors import ResultFileError
 from langchain_ragmetrics._schema import MetricResult, RagSample
 from langchain_ragmetrics._version import __version__
@@ -73,7 +73,8 @@ class _Header(BaseModel):
 
 
 def _short_hash(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+    # surrogatepass: a lone surrogate in a sample (a cut emoji) must not fail the run's end
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 def dataset_fingerprint(samples: Iterable[RagSample]) -> str:
@@ -84,7 +85,7 @@ def dataset_fingerprint(samples: Iterable[RagSample]) -> str:
             text = sample.model_dump_json()
         except PydanticSerializationError:  # metadata holding a live object: its type counts
             text = json.dumps(sample.model_dump(), default=_opaque, ensure_ascii=False)
-        digest.update(text.encode("utf-8"))
+        digest.update(text.encode("utf-8", "surrogatepass"))
         digest.update(b"\n")
     return digest.hexdigest()[:16]
 
@@ -197,7 +198,7 @@ def read_result(path: str | os.PathLike[str]) -> dict[str, Any]:
     header: _Header | None = None
     rows: list[EvaluationRow] = []
     metrics: list[str] | None = None
-    for line_no, line in enumerate(text.splitlines(), start=1):
+    for line_no, line in enumerate(json_lines(text), start=1):
         if not line.strip():
             continue
         where = f"{source}, line {line_no}"

@@ -130,3 +130,20 @@ def test_a_max_drop_that_is_not_a_fraction_is_refused(max_drop: object) -> None:
     """Before, ``regressions(nan)`` returned [] whatever had dropped."""
     with pytest.raises(ValueError, match="`max_drop` must be a number between 0 and 1"):
         NEW.compare(BASE).regressions(max_drop)  # type: ignore[arg-type]
+
+
+def test_a_new_run_that_scored_nothing_or_lacks_the_metric_is_a_regression() -> None:
+    """Before, both passed --max-drop: nothing paired meant nothing compared."""
+    ids = ["a", "b", "c"]
+    base = build_result(
+        {"context_recall": [0.9, 0.8, 0.7], "context_precision": [1.0] * 3}, ids=ids
+    )
+    all_failed = build_result(
+        {"context_recall": [FAILED] * 3, "context_precision": [1.0] * 3}, ids=ids
+    )
+    (line,) = all_failed.compare(base).regressions(0.5)
+    assert line.startswith("context_recall: no row scored in the base run has a score")
+    lacking = build_result({"context_precision": [1.0] * 3}, ids=ids)
+    comparison = lacking.compare(base)
+    assert comparison.missing == ["context_recall"]
+    assert comparison.regressions(0.5) == ["context_recall: the new run does not have this metric"]

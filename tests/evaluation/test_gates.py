@@ -80,3 +80,11 @@ def test_a_threshold_that_is_not_a_fraction_is_refused_by_name(threshold: object
         RESULT.check(fail_under={"context_recall": threshold})  # type: ignore[dict-item]
     with pytest.raises(ValueError, match="`max_failed_rate` must be a number between 0 and 1"):
         RESULT.check(max_failed_rate=threshold)  # type: ignore[arg-type]
+
+
+def test_an_interrupted_run_never_passes() -> None:
+    """Before, its rates counted jobs that never ran and its means covered only a few rows."""
+    result = build_result({"context_recall": [0.9, None, None, None]}, interrupted=True)
+    assert gate_problems(result, fail_under={"context_recall": 0.5}) == [
+        "the run was interrupted: 3 of 4 jobs never ran"
+    ]

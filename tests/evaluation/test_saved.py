@@ -144,3 +144,41 @@ def test_the_fingerprint_of_rows_holding_live_objects_is_stable_and_keeps_their_
     assert first == dataset_fingerprint(make(lambda: 1))  # same type, another object
     assert first != dataset_fingerprint(make(threading.Lock()))
     assert first != dataset_fingerprint(make("text"))
+
+
+def test_a_lone_surrogate_in_a_sample_keeps_the_run_and_its_files(tmp_path: Path) -> None:
+    """A cut emoji (``"\\ud83d"``) loads and scores; before, the run's fingerprint raised
+    after every job was scored (nothing returned), and writing the files raised too."""
+    sample = RagSample(
+        question="cut \ud83d emoji",
+        contexts=["a \ud83d", "b"],
+        context_ids=["1", "2"],
+        reference_context_ids=["1"],
+    )
+    result = evaluate([sample], [IDBasedContextRecall()], show_progress=False)
+    assert result["id_based_context_recall"] == [1.0]
+    back = EvaluationResult.load(result.to_jsonl(tmp_path / "r.jsonl"))
+    assert back.rows[0].sample.question == "cut \ud83d emoji"
+    assert sample_id(back.rows[0].sample) == sample_id(sample)
+    assert "cut \\ud83d emoji" in result.to_csv(tmp_path / "r.csv").read_text(encoding="utf-8")
+
+
+def test_a_write_that_fails_midway_leaves_the_previous_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before, ``to_jsonl`` truncated the target first: a crash mid-write lost the old run."""
+    one = RagSample(question="q", contexts=["c"], context_ids=["1"], reference_context_ids=["1"])
+    result = evaluate([one], [IDBasedContextRecall()], show_progress=False)
+    target = result.to_jsonl(tmp_path / "r.jsonl")
+    before = target.read_text(encoding="utf-8")
+
+    def broken(self: EvaluationResult) -> list[dict[str, object]]:
+        return [{"fine": 1}, {"bad": object()}]  # the second line cannot be written
+
+    monkeypatch.setattr(EvaluationResult, "jsonl_records", broken)
+    # json.dumps (no default=str) raises on the object
+    monkeypatch.setattr("langchain_ragmetrics.evaluation._result.json_text", json.dumps)
+    with pytest.raises(TypeError):
+        result.to_jsonl(target)
+    assert target.read_text(encoding="utf-8") == before
+    assert [p.name for p in tmp_path.iterdir()] == ["r.jsonl"]  # no temporary file left
