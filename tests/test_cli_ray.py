@@ -108,6 +108,30 @@ def test_ray_is_not_started_when_the_address_refuses(refusing: str) -> None:
     assert ray.calls == []
 
 
+@pytest.mark.parametrize("from_env", [False, True])
+def test_a_ray_client_address_is_refused_with_what_works(
+    from_env: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before, the help suggested ray://head:10001, which the [ray] extra cannot use (no Ray
+    Client) and which skipped the connection check; now it is refused, naming what works."""
+    ray = _Ray()
+    if from_env:
+        monkeypatch.setenv("RAY_ADDRESS", "ray://head:10001")
+    with pytest.raises(ValueError, match=r"ray://head:10001 is a Ray Client address.*head:6379"):
+        start_ray(ray, None if from_env else "ray://head:10001")
+    assert ray.calls == []
+
+
+def test_the_help_names_an_address_that_works(capsys: pytest.CaptureFixture[str]) -> None:
+    from langchain_ragmetrics._cli import main
+
+    assert main(["evaluate", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "e.g. head:6379, or auto (Ray Client ray:// addresses are not supported)" in text
+    assert "ray://head:10001" not in text
+    assert "--ray-send-api-key" in text
+
+
 def test_ray_connects_when_the_address_answers(listening: str) -> None:
     ray = _Ray()
     start_ray(ray, listening)

@@ -99,7 +99,15 @@ def register(commands: Any) -> None:
         "--ray-address",
         default=None,
         metavar="ADDR",
-        help="address of the Ray cluster to run on (implies --ray), e.g. ray://head:10001",
+        help="address of the Ray cluster to run on (implies --ray): its head's host:port, "
+        "e.g. head:6379, or auto (Ray Client ray:// addresses are not supported)",
+    )
+    evaluate.add_argument(
+        "--ray-send-api-key",
+        action="store_true",
+        help="with --ray, send this process's OPENAI_API_KEY to the actors in the Ray job's "
+        "runtime_env (readable by whoever can read the cluster's jobs); by default the actors "
+        "read their own OPENAI_API_KEY (a local Ray's actors have this process's)",
     )
     evaluate.add_argument(
         "--timeout", type=positive_float, default=None, help="seconds before a job is abandoned"
@@ -568,7 +576,7 @@ def _evaluate_on_ray(
     try:
         import ray
 
-        from langchain_ragmetrics.integrations.ray import evaluate_ray, result_from_rows
+        from langchain_ragmetrics.integrations.ray import result_from_rows
     except ImportError:
         error("--ray needs Ray Data: pip install 'langchain-ragmetrics[ray]'")
         return ExitCode.ERROR
@@ -585,25 +593,81 @@ def _evaluate_on_ray(
         )
         error(f"cannot start or reach {where}, nothing was scored: {type(exc).__name__}: {exc}")
         return ExitCode.PREFLIGHT_FAILED
+    outcome = _score_on_ray(ray, args, data, metrics, language=language, cache=cache)
+    if isinstance(outcome, int):
+        return outcome
+    scored, interrupted = outcome
+    names = [m.metric_name for m in metrics]
+    locations = {i + 1: data.describe(i) for i in range(len(data.samples))}
+    result = result_from_rows(
+        scored, names, source=data.source, interrupted=interrupted, locations=locations
+    )
+    return _report(result, args, thresholds)
+
+
+def _score_on_ray(
+    ray: Any,
+    args: argparse.Namespace,
+    data: LoadedDataset,
+    metrics: list[Any],
+    *,
+    language: str | None,
+    cache: VerdictCache | None,
+) -> tuple[list[dict[str, Any]], bool] | int:
+    """The result rows of ``--ray`` and whether Ctrl-C stopped it, or the exit code of a failure.
+
+    Rows are kept as they arrive, so Ctrl-C keeps what was scored (as a local run does); Ray
+    is shut down either way. An error Ray raises is named in one line, not a traceback.
+    """
+    import json
+    import os
+    import sys
+
+    from langchain_ragmetrics.evaluation import JudgeSetupError
+    from langchain_ragmetrics.integrations.ray import evaluate_ray
+
+    # Each row as the local run read it; metadata as JSON text, never an Arrow struct (a key
+    # holding a number in one row and text in another is fine). `row` is the row's place in
+    # `data`: it orders the results and gives back the row's file, row and line.
+    rows = [
+        {
+            **sample.model_dump(exclude_none=True, exclude={"metadata"}),
+            **({"metadata": json.dumps(sample.metadata, default=str)} if sample.metadata else {}),
+            "row": i + 1,
+        }
+        for i, sample in enumerate(data.samples)
+    ]
+    scored: list[dict[str, Any]] = []
     try:
-        rows = [
-            {**sample.model_dump(exclude_none=True), "row": i + 1}
-            for i, sample in enumerate(data.samples)
-        ]
-        scored = evaluate_ray(
+        dataset = evaluate_ray(
             ray.data.from_items(rows),
             metrics,
             model=args.model,
             base_url=args.base_url or os.environ.get("OPENAI_BASE_URL"),
-            api_key=os.environ.get("OPENAI_API_KEY"),
+            send_api_key=args.ray_send_api_key,
             language=language,
             num_actors=args.workers if isinstance(args.workers, int) else 2,
             max_concurrency=args.concurrency,
+            # small enough that results come back (and survive Ctrl-C) as the run goes, large
+            # enough that an actor's --concurrency slots stay busy
+            batch_size=4 * args.concurrency,
             timeout=args.timeout,
             # the Path, not its text: "./0" prints as "0", which evaluate_ray would refuse
             cache=None if cache is None else cache.path,
-        ).take_all()
+        )
+        for block in dataset.iter_batches(batch_size=None, batch_format="pyarrow"):
+            scored.extend(block.to_pylist())  # kept as they arrive: Ctrl-C keeps them
+            if not args.no_progress:
+                echo(f"Ray: {len(scored)} of {len(rows)} rows scored", sys.stderr)
+    except KeyboardInterrupt:
+        return scored, True
+    except JudgeSetupError as exc:
+        error(str(exc))
+        return ExitCode.NO_API_KEY
+    except Exception as exc:  # Ray wraps an actor's error in its own kinds: named, one line
+        lines = str(exc).strip().splitlines()
+        error(f"the Ray run failed: {type(exc).__name__}: {lines[0] if lines else ''}")
+        return ExitCode.ERROR
     finally:
         ray.shutdown()
-    result = result_from_rows(scored, [m.metric_name for m in metrics], source=data.source)
-    return _report(result, args, thresholds)
+    return scored, False

@@ -2,7 +2,9 @@
 
 ``ray.init(address="host:port")`` with nothing listening there retries for minutes on Ray's
 own schedule. The address is tried first with one TCP connection, so a wrong host or port is
-reported in seconds, by its address, before Ray is started.
+reported in seconds, by its address, before Ray is started. Ray Client addresses (``ray://``)
+are refused: Ray Client is not part of the ``[ray]`` extra (``ray[client]``); the head's
+``host:port`` (``ray start --head`` prints it) or ``auto`` on a cluster node is what works.
 """
 
 from __future__ import annotations
@@ -81,10 +83,19 @@ def start_ray(ray: Any, address: str | None) -> None:
     that address is tried first too.
 
     Raises:
+        ValueError: A Ray Client address (``ray://``); Ray was not started.
         ConnectionError: The cluster's address does not accept a connection (see
             :func:`reach`); Ray was not started.
         Exception: Whatever ``ray.init`` raises.
     """
+    given = address or os.environ.get("RAY_ADDRESS") or ""
+    if given.startswith("ray://"):
+        msg = (
+            f"{given} is a Ray Client address, which --ray does not support (Ray Client is "
+            "not part of the [ray] extra): give the head's host:port, e.g. head:6379 as "
+            "`ray start --head` prints it, or run on a cluster node with --ray-address auto"
+        )
+        raise ValueError(msg)
     if address:
         reach(address)
         ray.init(address=address, log_to_driver=False)

@@ -113,8 +113,28 @@ class JudgeRecipe(BaseModel):
         secrets = {name: value.get_secret_value() for name, value in self.secrets.items()}
         with warnings.catch_warnings():  # `load` is marked beta; the recipe is our own output
             warnings.simplefilter("ignore")
-            model: BaseChatModel = load(self.serialized, secrets_map=secrets, allowed_objects="all")
+            model: BaseChatModel = load(
+                self.serialized,
+                secrets_map=secrets,
+                secrets_from_env=True,  # a secret not in the recipe: this process's variable
+                allowed_objects="all",
+            )
         return model
+
+    def without_secrets(self) -> JudgeRecipe:
+        """This recipe with no key in it: the receiving process reads its own environment.
+
+        Used where the recipe goes somewhere a key should not (Ray's object store): the
+        package's judge then reads ``OPENAI_API_KEY``, a serialized one its secrets' variables.
+        """
+        return self.model_copy(update={"api_key": None, "secrets": {}})
+
+    def secret_names(self) -> dict[str, str]:
+        """The environment variables this recipe's keys stand for, with their values."""
+        if self.serialized is None:
+            key = None if self.api_key is None else self.api_key.get_secret_value()
+            return {} if key is None else {"OPENAI_API_KEY": key}
+        return {name: value.get_secret_value() for name, value in self.secrets.items()}
 
 
 def _judgeless(metric: BaseRagMetric) -> BaseRagMetric:
@@ -201,6 +221,32 @@ class ScoringRecipe:
         if self.rate_limit_per_minute is not None:
             share.rate_limit_per_minute = self.rate_limit_per_minute / parts
         return share
+
+    def without_secrets(self) -> ScoringRecipe:
+        """This recipe with its judges' keys left out (see :meth:`JudgeRecipe.without_secrets`)."""
+        share = object.__new__(ScoringRecipe)
+        share.__dict__.update(self.__dict__)
+        share.judge_recipes = [recipe.without_secrets() for recipe in self.judge_recipes]
+        return share
+
+    def secret_names(self) -> dict[str, str]:
+        """Every key the judges' recipes hold, by the environment variable it stands for.
+
+        Raises:
+            ValueError: Two judges hold different keys for the same variable (one process
+                environment cannot give each its own).
+        """
+        names: dict[str, str] = {}
+        for recipe in self.judge_recipes:
+            for name, value in recipe.secret_names().items():
+                if names.get(name, value) != value:
+                    msg = (
+                        f"two judges hold different keys for {name}, which the receiving "
+                        "process reads from one environment variable: give them the same key"
+                    )
+                    raise ValueError(msg)
+                names[name] = value
+        return names
 
     def build_metrics(self) -> list[BaseRagMetric]:
         """Live metrics: one judge per distinct recipe, shared by the metrics that use it."""

@@ -4,41 +4,51 @@
 fixed pool of Ray actors (``map_batches``): each actor builds one judge per distinct recipe
 and one scoring engine, once, from a picklable
 :class:`~langchain_ragmetrics.evaluation._recipe.ScoringRecipe` (model, endpoint, options:
-never a live client), then scores every batch it is given with ``max_concurrency`` jobs at
-work. A batch never raises: a row that cannot be read or a job that fails becomes a result
-row with its error, so every input row comes out exactly once.
+never a live client, and no key unless ``send_api_key=True``), then scores every batch it is
+given with ``max_concurrency`` jobs at work. A batch never raises (only an actor that could
+not build its judge does, a ``JudgeSetupError`` naming the cause): a row that cannot be read
+or a job that fails becomes a result row with its error, so every input row comes out once.
 
-The global rate limit is divided among the actors (each meters ``rate / num_actors`` judge
-requests, retries included): the pool has a fixed size, so the sum never exceeds the limit,
-and no request pays a round trip to a shared limiter actor (which would also be one more
-thing to fail). The cost: near the end of a run, an idle actor's share goes unused.
+Rows are read as :func:`~langchain_ragmetrics.evaluate` reads a CSV file or a DataFrame (one
+definition, ``_dataset._cells_to_record``): a list column may hold JSON text, blank cells are
+missing, ``metadata`` may be JSON text.
 
-If an actor dies, Ray Data restarts it and re-runs the batch it held (its actors have
-unlimited ``max_restarts`` / ``max_task_retries`` by default); a batch's rows are output only
-when the whole batch returns, so a retried batch is not counted twice in the results (the
-judge does see its requests again: Ray runs a lost task at least once).
+The global rate limit is one token bucket in a small limiter actor: every judge request
+reserves its turn there (one round trip, no polling), so the limit holds across the pool from
+the first request, also when an actor is restarted.
+
+If an actor dies, Ray restarts it and re-runs the batch it held; a batch's rows are output
+only when the whole batch returns, so a retried batch is not counted twice. A small ledger
+actor knows which batches and rows were at work when an actor died: a batch whose actor died
+is re-run one row at a time, and a row whose actor died ``max_retries`` times while it was
+scored alone comes back as a failed row, so a row that kills its process (a crash, out of
+memory) fails alone instead of being retried forever.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
+import os
+import threading
 import time
-from collections.abc import Sequence
+import warnings
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from langchain_ragmetrics._errors import DatasetError
+from langchain_core.rate_limiters import BaseRateLimiter
+
+from langchain_ragmetrics._errors import JudgeSetupError, RowRef
 from langchain_ragmetrics._options import number_above_zero, number_at_least_zero, whole_number
 from langchain_ragmetrics._schema import MetricResult, RagSample
 from langchain_ragmetrics.evaluation._recipe import JudgeRecipe, ScoringRecipe
 from langchain_ragmetrics.evaluation._result import EvaluationResult, EvaluationRow, column_names
 from langchain_ragmetrics.evaluation._run import prepare_metrics
-from langchain_ragmetrics.metrics import BaseRagMetric
+from langchain_ragmetrics.metrics import BaseRagMetric, JudgedMetric
 from langchain_ragmetrics.metrics._judge import DEFAULT_JUDGE_MODEL, DEFAULT_JUDGE_TIMEOUT
 
 if TYPE_CHECKING:
-    import os
-
     import pyarrow as pa
     import ray.data
 
@@ -47,7 +57,10 @@ __all__ = ["RECORD_COLUMN", "ROW_COLUMN", "evaluate_ray", "result_from_rows"]
 RECORD_COLUMN = "record"
 """Output column holding the line :meth:`EvaluationResult.to_jsonl` writes, as JSON text."""
 ROW_COLUMN = "row"
-"""Input column (optional) with the row's number, carried to the output's ``row``."""
+"""Input column (optional) with the row's number: named in errors, carried to the output's
+``row``, and the order :func:`result_from_rows` puts the rows in."""
+SOURCE = "ray dataset"
+"""How locations and errors name the input."""
 
 
 def _import_ray() -> Any:
@@ -62,6 +75,16 @@ def _import_ray() -> Any:
     return ray
 
 
+def _location(row: Mapping[str, Any]) -> str:
+    """Where a row came from: its ``row`` number, else its question (Ray has no row index)."""
+    number = row.get(ROW_COLUMN)
+    if number is not None:
+        return f"{SOURCE}, row {number}"
+    question = str(row.get("question") or row.get("user_input") or "")
+    short = question if len(question) <= 60 else question[:57] + "..."
+    return f"{SOURCE}, row with question {short!r}"
+
+
 def _failed_row(row: dict[str, Any], columns: Sequence[str], error: str) -> dict[str, Any]:
     """The output record of a row that could not be scored at all."""
     record = {key: value for key, value in row.items() if key != ROW_COLUMN}
@@ -74,31 +97,202 @@ def _failed_row(row: dict[str, Any], columns: Sequence[str], error: str) -> dict
     return record
 
 
-def _location(row: dict[str, Any]) -> str:
-    number = row.get(ROW_COLUMN)
-    return "ray dataset" if number is None else f"ray dataset, row {number}"
+def _read_row(row: dict[str, Any]) -> RagSample:
+    """A sample from a Ray row, cleaned as a CSV or DataFrame row is (one definition).
+
+    Raises:
+        ValueError: The row is invalid; the message names the row (:func:`_location`) and
+            each bad field.
+    """
+    from langchain_ragmetrics._dataset import _cells_to_record, _to_sample
+
+    ref = RowRef(1)  # the problems are named by _location below, not by this placeholder
+    cells = ((k, v) for k, v in row.items() if k != ROW_COLUMN)
+    record, problems = _cells_to_record(SOURCE, ref, cells)
+    sample = None
+    if not problems:
+        sample, problems = _to_sample(record, SOURCE, ref)
+    if sample is None:
+        where = _location(row)
+        details = "; ".join(
+            (f"field `{p.field}`: " if p.field else "") + p.message for p in problems
+        )
+        raise ValueError(f"{where}: {details}")
+    return sample
+
+
+class _Ledger:
+    """Ray actor: which batches and rows were at work when their actor died.
+
+    ``begin`` counts an attempt and returns how many earlier attempts never finished (their
+    actor died); ``finish`` forgets the key.
+    """
+
+    def __init__(self) -> None:
+        self.open: dict[str, int] = {}
+
+    def begin(self, key: str) -> int:
+        earlier = self.open.get(key, 0)
+        self.open[key] = earlier + 1
+        return earlier
+
+    def finish(self, key: str) -> None:
+        self.open.pop(key, None)
+
+
+class _SharedBucket:
+    """Ray actor: one token bucket for the whole pool; callers reserve their turn.
+
+    Holds one token, as the local engine's bucket does (``make_rate_limiter``), so the first
+    request goes at once and each next one ``60 / per_minute`` seconds after the one before.
+    """
+
+    def __init__(self, per_minute: float) -> None:
+        self.interval = 60.0 / per_minute
+        self.next_free = 0.0
+
+    def reserve(self) -> float:
+        """Seconds the caller waits before its request (its turn is taken now)."""
+        now = time.time()
+        turn = max(now, self.next_free)
+        self.next_free = turn + self.interval
+        return turn - now
+
+
+class _RemoteRateLimiter(BaseRateLimiter):
+    """A langchain-core rate limiter whose tokens come from the pool's :class:`_SharedBucket`.
+
+    ``acquire(blocking=False)`` reserves a turn once per thread (or asyncio task) and
+    answers True when it has come, so the engine's polling never asks the bucket twice for
+    one request.
+    """
+
+    def __init__(self, bucket: Any) -> None:
+        self.bucket = bucket
+        self._turns: dict[object, float] = {}
+        self._lock = threading.Lock()
+
+    def _ready(self, owner: object) -> bool:
+        import ray
+
+        with self._lock:
+            turn = self._turns.get(owner)
+        if turn is None:
+            turn = time.monotonic() + float(ray.get(self.bucket.reserve.remote()))
+            with self._lock:
+                self._turns[owner] = turn
+        if time.monotonic() < turn:
+            return False
+        with self._lock:
+            self._turns.pop(owner, None)
+        return True
+
+    def acquire(self, *, blocking: bool = True) -> bool:
+        """Whether this thread's turn has come (waits for it when ``blocking``)."""
+        owner = threading.get_ident()
+        while not self._ready(owner):
+            if not blocking:
+                return False
+            time.sleep(0.05)
+        return True
+
+    async def aacquire(self, *, blocking: bool = True) -> bool:
+        """Async twin of :meth:`acquire`, per asyncio task."""
+        import asyncio
+
+        owner = asyncio.current_task() or threading.get_ident()
+        while not await asyncio.to_thread(self._ready, owner):
+            if not blocking:
+                return False
+            await asyncio.sleep(0.05)
+        return True
 
 
 class _Scorer:
     """A Ray actor's callable: one judge set and one engine, built here, for every batch."""
 
-    def __init__(self, recipe: ScoringRecipe) -> None:
-        self.metrics = recipe.build_metrics()
-        self.engine = recipe.build_engine()
-        self.columns = column_names([m.metric_name for m in self.metrics])
+    def __init__(
+        self,
+        recipe: ScoringRecipe,
+        ledger: Any = None,
+        bucket: Any = None,
+        max_retries: int = 3,
+    ) -> None:
+        self.ledger = ledger
+        self.max_retries = max_retries
+        self.columns = column_names([m.metric_name for m in recipe.metrics])
+        self.setup_error: str | None = None
+        try:
+            self.metrics = recipe.build_metrics()
+            for metric in self.metrics:
+                if isinstance(metric, JudgedMetric):
+                    metric.judge  # noqa: B018 - the default judge is built now, not per job
+            self.engine = recipe.build_engine()
+        except Exception as exc:  # raised on the first batch, by name (see __call__)
+            self.setup_error = f"{type(exc).__name__}: {exc}"
+            return
+        if bucket is not None:
+            self.engine.gate.rate_limiter = _RemoteRateLimiter(bucket)
+
+    def _ledger(self, method: str, key: str) -> int:
+        if self.ledger is None:
+            return 0
+        import ray
+
+        return int(ray.get(getattr(self.ledger, method).remote(key)) or 0)
 
     def __call__(self, batch: pa.Table) -> dict[str, list[Any]]:
-        from langchain_ragmetrics._dataset import read_dataset
+        if self.setup_error is not None:
+            msg = (
+                f"a Ray actor could not build its judge or metrics: {self.setup_error}\n"
+                "(The actors read OPENAI_API_KEY from their own environment unless "
+                "evaluate_ray(send_api_key=True).)"
+            )
+            import ray.data
+
+            # Ray Data would raise a UserCodeException with ours as its cause; this actor only
+            # runs this callable, so its error is raised as itself (Ray's RayTaskError then
+            # is a JudgeSetupError in the caller too).
+            ray.data.DataContext.get_current().raise_original_map_exception = True
+            raise JudgeSetupError(msg)
+        rows = [{k: v for k, v in r.items() if v is not None} for r in batch.to_pylist()]
+        key = hashlib.sha256(
+            json.dumps(rows, sort_keys=True, default=str).encode("utf-8")
+        ).hexdigest()
+        died = self._ledger("begin", key)
+        if died == 0:
+            records = self._score(rows)
+        else:  # its actor died: one row at a time, so only a row that kills it fails
+            records = []
+            for index, row in enumerate(rows):
+                row_key = f"{key}/{index}"
+                deaths = self._ledger("begin", row_key)
+                if deaths >= self.max_retries:
+                    what = (
+                        f"each of the {deaths} times it scored this row"
+                        if deaths
+                        else "while it scored this row's batch"
+                    )
+                    error = (
+                        f"the Ray actor died {what} (a crash, out of memory or a lost node); "
+                        f"not retried again (max_retries={self.max_retries})"
+                    )
+                    records.append(_failed_row(row, self.columns, error))
+                else:
+                    records.extend(self._score([row]))
+                self._ledger("finish", row_key)
+        self._ledger("finish", key)
+        return _columns(records, self.columns)
+
+    def _score(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         from langchain_ragmetrics._engine import Job
 
-        rows = [{k: v for k, v in r.items() if v is not None} for r in batch.to_pylist()]
         records: list[dict[str, Any] | None] = [None] * len(rows)
         scored: list[tuple[int, RagSample]] = []
         for index, row in enumerate(rows):
-            fields = {k: v for k, v in row.items() if k != ROW_COLUMN}
             try:
-                scored.append((index, read_dataset([fields]).samples[0]))
-            except (DatasetError, ValueError) as exc:
+                scored.append((index, _read_row(row)))
+            except ValueError as exc:
                 records[index] = _failed_row(row, self.columns, f"invalid row: {exc}")
         jobs = [Job(sample, metric, (i, col)) for i, sample in scored for col, metric in
                 enumerate(self.metrics)]  # fmt: skip
@@ -129,17 +323,16 @@ class _Scorer:
         for i, record in zip(kept, evaluation.jsonl_records(), strict=True):
             record[ROW_COLUMN] = rows[i].get(ROW_COLUMN)
             records[i] = record
-        return _columns(records, self.columns)
+        return [r for r in records if r is not None]
 
 
-def _columns(records: Sequence[dict[str, Any] | None], metrics: Sequence[str]) -> dict[str, Any]:
+def _columns(records: Sequence[dict[str, Any]], metrics: Sequence[str]) -> dict[str, Any]:
     """The batch's output: the JSON record, the row number, and per metric score and status."""
     out: dict[str, list[Any]] = {RECORD_COLUMN: [], ROW_COLUMN: []}
     for name in metrics:
         out[name] = []
         out[f"{name}_status"] = []
     for record in records:
-        assert record is not None  # every row got a record above
         out[RECORD_COLUMN].append(json.dumps(record, ensure_ascii=False, default=str))
         out[ROW_COLUMN].append(record.get(ROW_COLUMN))
         for name in metrics:
@@ -150,6 +343,47 @@ def _columns(records: Sequence[dict[str, Any] | None], metrics: Sequence[str]) -
     return out
 
 
+def _check_judges(recipe: ScoringRecipe) -> None:
+    """Build the judges here, as ``evaluate()`` does, so a missing key is named up front.
+
+    Raises:
+        JudgeSetupError: A judge cannot be built from the recipe in this process.
+    """
+    try:
+        for metric in recipe.build_metrics():
+            if isinstance(metric, JudgedMetric):
+                metric.judge  # noqa: B018 - builds the default judge now
+    except Exception as exc:
+        msg = (
+            f"the judge cannot be built, nothing was sent to Ray: {type(exc).__name__}: {exc}\n"
+            "Pass api_key=... or set OPENAI_API_KEY (with send_api_key=True it is sent to "
+            "the actors)."
+        )
+        raise JudgeSetupError(msg) from exc
+
+
+def _check_pool_fits(ray: Any, *, num_actors: int, num_cpus: float) -> None:
+    """Warn when the pool leaves no CPU of the cluster as it is now to the tasks that read.
+
+    An actor that does not fit waits, and a lazily read dataset's read tasks (one CPU each)
+    wait for the actors: the run may never start. A cluster that scales up may still fit it,
+    hence a warning, not an error.
+    """
+    if not ray.is_initialized():
+        return
+    total = float(ray.cluster_resources().get("CPU", 0))
+    wanted = num_actors * num_cpus
+    if total and wanted > total - 1:
+        warnings.warn(
+            f"num_actors={num_actors} x num_cpus={num_cpus:g} reserve {wanted:g} of the "
+            f"cluster's {total:g} CPUs, leaving less than one to the tasks that read the "
+            "dataset: the run may wait for ever unless the cluster scales up; lower num_cpus "
+            "(default 0.25: an actor mostly waits on the judge) or num_actors",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+
+
 def evaluate_ray(
     ds: ray.data.Dataset,
     metrics: Sequence[BaseRagMetric | str],
@@ -157,6 +391,7 @@ def evaluate_ray(
     model: str = DEFAULT_JUDGE_MODEL,
     base_url: str | None = None,
     api_key: str | None = None,
+    send_api_key: bool = False,
     judge_timeout: float = DEFAULT_JUDGE_TIMEOUT,
     language: str | None = None,
     num_actors: int = 2,
@@ -165,29 +400,39 @@ def evaluate_ray(
     timeout: float | None = None,
     batch_size: int = 64,
     cache: str | os.PathLike[str] | None = None,
-    num_cpus: float = 1,
+    num_cpus: float = 0.25,
+    max_retries: int = 3,
 ) -> ray.data.Dataset:
     """Score a Ray dataset of samples; returns a (lazy) dataset with one result row per input row.
 
     Args:
         ds: Rows with the columns :func:`~langchain_ragmetrics.evaluate` reads (RAGAS names
-            accepted); an optional ``row`` column is carried to the output.
+            accepted; cells cleaned as a CSV file's are); an optional ``row`` column numbers
+            the rows (errors and locations name it; without it, a row is named by its question).
         metrics: Metric names (``"context_recall"``) or metric objects (a metric's own judge
             must be LangChain-serializable, e.g. ``ChatOpenAI``: it is rebuilt in each actor).
         model: Judge model for the LLM-judged metrics that have no judge.
         base_url: OpenAI-compatible endpoint of that judge (default ``$OPENAI_BASE_URL`` on
             the actors).
-        api_key: Its key (default ``$OPENAI_API_KEY`` on the actors).
+        api_key: Its key, sent to the actors only with ``send_api_key=True``.
+        send_api_key: Send the key (``api_key``, else this process's ``OPENAI_API_KEY``, and
+            the keys of metrics' own judges) to the actors as environment variables of the
+            job's Ray ``runtime_env``, where whoever can read the cluster's job metadata can read
+            it. Default: no key leaves this process; the actors read their own environment.
         judge_timeout: Seconds per judge HTTP request.
         language: Default language of rows that do not set one.
-        num_actors: Size of the actor pool (fixed: the rate limit is shared among them).
+        num_actors: Size of the actor pool (fixed).
         max_concurrency: Judge calls at work at once in each actor.
-        rate_limit_per_minute: Judge requests per minute for the whole pool, retries included.
+        rate_limit_per_minute: Judge requests per minute for the whole pool, retries included
+            (one shared bucket: it holds from the first request).
         timeout: Seconds before one job is abandoned (it becomes a failed result).
         batch_size: Rows per batch handed to an actor.
         cache: Path of a verdict cache file every actor can reach (same machine or a shared
             file system); None for none.
-        num_cpus: CPUs Ray reserves for each actor.
+        num_cpus: CPUs Ray reserves for each actor (little: an actor waits on the judge, and
+            the tasks that read the dataset need CPUs too).
+        max_retries: Times a row is scored again, alone, after its actor died while scoring
+            it; then it is a failed row (0: the rows of a batch whose actor died fail).
 
     Returns:
         A dataset with the columns ``record`` (the line ``EvaluationResult.to_jsonl`` writes
@@ -195,6 +440,13 @@ def evaluate_ray(
         ``row``, and per metric ``<metric>`` (the score, NaN when failed or skipped) and
         ``<metric>_status`` (scored, failed or skipped). :func:`result_from_rows` turns it into
         an :class:`~langchain_ragmetrics.EvaluationResult`.
+
+    Raises:
+        ValueError: An option is invalid (named), or ``api_key`` is given without
+            ``send_api_key=True``.
+        JudgeSetupError: With ``send_api_key=True``, a judge cannot be built here (no key).
+            Without it, the actors' own failure to build one is raised by name on the first
+            batch.
     """
     for name, value in (
         ("num_actors", num_actors),
@@ -202,6 +454,9 @@ def evaluate_ray(
         ("batch_size", batch_size),
     ):
         whole_number(name, value)
+    if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
+        msg = f"`max_retries` must be a whole number of at least 0, got {max_retries!r}"
+        raise ValueError(msg)
     for name, number in (
         ("judge_timeout", judge_timeout),
         ("timeout", timeout),
@@ -210,25 +465,44 @@ def evaluate_ray(
         if number is not None:
             number_above_zero(name, number)
     number_at_least_zero("num_cpus", num_cpus)
+    if api_key is not None and not send_api_key:
+        msg = (
+            "`api_key` is sent to the Ray actors only with send_api_key=True (it then travels "
+            "in the job's runtime_env); or leave it out and set OPENAI_API_KEY where the "
+            "actors run"
+        )
+        raise ValueError(msg)
     prepared = prepare_metrics(metrics, language=language, cache=cache)
-    judge = JudgeRecipe(model=model, base_url=base_url, api_key=api_key, timeout=judge_timeout)
-    recipe = ScoringRecipe(
-        prepared,
-        max_concurrency=max_concurrency,
-        timeout=timeout,
-        rate_limit_per_minute=None
-        if rate_limit_per_minute is None
-        else rate_limit_per_minute / num_actors,
-        default_judge=judge,
+    key = (api_key or os.environ.get("OPENAI_API_KEY")) if send_api_key else None
+    judge = JudgeRecipe(model=model, base_url=base_url, api_key=key, timeout=judge_timeout)
+    full = ScoringRecipe(
+        prepared, max_concurrency=max_concurrency, timeout=timeout, default_judge=judge
     )
+    if send_api_key:
+        _check_judges(full)
+    secrets = full.secret_names() if send_api_key else {}
+    recipe = full.without_secrets()
     ray = _import_ray()
+    _check_pool_fits(ray, num_actors=num_actors, num_cpus=num_cpus)
+    ledger = ray.remote(num_cpus=0)(_Ledger).remote()
+    bucket = None
+    if rate_limit_per_minute is not None:
+        bucket = ray.remote(num_cpus=0)(_SharedBucket).remote(rate_limit_per_minute)
     return ds.map_batches(
         _Scorer,
-        fn_constructor_kwargs={"recipe": recipe},
+        fn_constructor_kwargs={
+            "recipe": recipe,
+            "ledger": ledger,
+            "bucket": bucket,
+            "max_retries": max_retries,
+        },
         batch_size=batch_size,
         batch_format="pyarrow",
         compute=ray.data.ActorPoolStrategy(size=num_actors),
         num_cpus=num_cpus,
+        # Ray Data restarts a dead actor and re-runs its batch, without limit by default; the
+        # ledger bounds how often a row is tried (max_retries), so that never loops forever.
+        **({"runtime_env": {"env_vars": secrets}} if secrets else {}),
     )
 
 
@@ -244,12 +518,19 @@ def _sample_of(record: dict[str, Any]) -> RagSample:
 
 
 def result_from_rows(
-    rows: Sequence[dict[str, Any]], metrics: Sequence[str], *, source: str = "ray"
+    rows: Sequence[dict[str, Any]],
+    metrics: Sequence[str],
+    *,
+    source: str = "ray",
+    interrupted: bool = False,
+    locations: Mapping[int, str] | None = None,
 ) -> EvaluationResult:
     """An :class:`EvaluationResult` from the rows :func:`evaluate_ray` produced.
 
-    Rows are sorted by ``row`` when it is set; the result has the usual summary, gates and
-    exports.
+    Rows are sorted by ``row`` when it is set (Ray returns them in no set order); the result
+    has the usual summary, gates and exports. ``interrupted``: the rows are those scored
+    before the run was stopped. ``locations``: where each ``row`` number came from (a
+    file's row and line), in place of the location the actor wrote.
     """
     from langchain_ragmetrics.evaluation._saved import _result_from_json
 
@@ -259,7 +540,9 @@ def result_from_rows(
         record = json.loads(row[RECORD_COLUMN])
         results = record.pop("results")
         location = record.pop("location", None) or f"{source}, row {position + 1}"
-        record.pop(ROW_COLUMN, None)
+        number = record.pop(ROW_COLUMN, None)
+        if locations is not None and number in locations:
+            location = locations[number]
         out.append(
             EvaluationRow(
                 position=position,
@@ -268,4 +551,4 @@ def result_from_rows(
                 results={name: _result_from_json(results.get(name), name) for name in metrics},
             )
         )
-    return EvaluationResult(metrics=list(metrics), rows=out, source=source)
+    return EvaluationResult(metrics=list(metrics), rows=out, source=source, interrupted=interrupted)

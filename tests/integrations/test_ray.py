@@ -2,10 +2,16 @@
 
 Ray is an extra with its own virtualenv: without it these tests skip, unless
 ``RAGMETRICS_REQUIRE_EXTRAS=1`` (set by ``.ci/run``), where a missing Ray fails them.
+
+Linux Ray turns ``_node_ip_address="127.0.0.1"`` into the machine's own address (it takes
+loopback for a developer machine only where ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER`` is off,
+``ray._private.services.get_node_ip_address``); the variable is set to 0 before Ray is
+imported, so the local Ray, its workers and the CLI's Ray listen on 127.0.0.1 only.
 """
 
 from __future__ import annotations
 
+import csv
 import importlib
 import json
 import math
@@ -17,11 +23,14 @@ import socket
 import subprocess
 import sys
 import threading
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # read once, when Ray is imported
 
 from tests._support.lexical_judge import lexical_judge
 from tests._support.openai_server import JudgeRequest, JudgeServer, reply_error
@@ -32,7 +41,14 @@ if os.environ.get("RAGMETRICS_REQUIRE_EXTRAS") == "1":
 else:
     ray = pytest.importorskip("ray", reason="the [ray] extra is not installed")
 
-from langchain_ragmetrics.integrations.ray import evaluate_ray, result_from_rows
+from langchain_openai import ChatOpenAI
+
+from langchain_ragmetrics import evaluate
+from langchain_ragmetrics._errors import JudgeSetupError
+from langchain_ragmetrics.integrations.ray import _SharedBucket, evaluate_ray, result_from_rows
+from langchain_ragmetrics.metrics import ContextPrecision
+from langchain_ragmetrics.metrics._judge import make_judge
+from tests._support.ray_poison import POISON, CrashOnRow
 
 # The CLI from this interpreter and tree (the shared venv's console script may be stale).
 RAGMETRICS = [
@@ -44,17 +60,39 @@ RAGMETRICS = [
 ROWS = 1_000
 
 
+LOOPBACK = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+"""For a CLI run that starts its own Ray: keep it on loopback too."""
+
+
 @pytest.fixture(scope="module")
-def local_ray() -> Iterator[str]:
-    """A local Ray of 2 CPUs bound to 127.0.0.1, dashboard off; yields its GCS address."""
-    context = ray.init(
-        num_cpus=2,
-        include_dashboard=False,
-        log_to_driver=False,
-        _node_ip_address="127.0.0.1",
-    )
+def crash_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The file ``tests._support.ray_poison`` counts its crashes in (set before Ray starts)."""
+    path = tmp_path_factory.mktemp("ray") / "crashes.log"
+    os.environ["RAGMETRICS_TEST_CRASH_LOG"] = str(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def local_ray(crash_log: Path) -> Iterator[str]:
+    """A local Ray of 2 CPUs bound to 127.0.0.1, dashboard off; yields its GCS address.
+
+    Its workers start without OPENAI_* variables: a judge they build uses the base URL it
+    is given (the loopback judge, with a placeholder key), never OpenAI.
+    """
+    saved = {k: os.environ.pop(k) for k in ("OPENAI_API_KEY", "OPENAI_BASE_URL") if k in os.environ}
     try:
-        yield context.address_info["gcs_address"]
+        context = ray.init(
+            num_cpus=2,
+            include_dashboard=False,
+            log_to_driver=False,
+            _node_ip_address="127.0.0.1",
+        )
+    finally:
+        os.environ.update(saved)
+    try:
+        address = context.address_info["gcs_address"]
+        assert address.startswith("127.0.0.1:"), address  # not the machine's eth0 address
+        yield address
     finally:
         ray.shutdown()
 
@@ -95,7 +133,6 @@ def test_a_thousand_rows_each_come_out_once_failures_as_rows(
         ["context_recall"],
         model="judge-model",
         base_url=judge.base_url,
-        api_key="test",
         max_concurrency=16,
     ).take_all()
     assert sorted(r["row"] for r in out) == list(range(1, ROWS + 2))  # each row exactly once
@@ -168,7 +205,6 @@ def test_killed_actors_batches_are_retried_and_counted_once(
             ["context_recall"],
             model="judge-model",
             base_url=judge.base_url,
-            api_key="test",
             batch_size=50,
             max_concurrency=4,
         ).take_all()
@@ -217,6 +253,139 @@ def test_the_cli_runs_a_dataset_file_on_ray(
     header, *records = [json.loads(x) for x in out_file.read_text().splitlines()]
     assert [r["question"] for r in records] == [f"Who wrote paper {i}?" for i in range(30)]
     assert header["ragmetrics_run"]["interrupted"] is False
+
+
+def run_cli(
+    data: Path, judge: JudgeServer, *options: str, out: Path
+) -> subprocess.CompletedProcess[str]:
+    """``ragmetrics evaluate data --metrics context_recall --out out`` against the judge."""
+    return subprocess.run(
+        [*RAGMETRICS, "evaluate", str(data), "--metrics", "context_recall", "--no-progress",
+         "--out", str(out), *options],
+        env=clean_env(OPENAI_API_KEY="test", OPENAI_BASE_URL=judge.base_url, **LOOPBACK),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )  # fmt: skip
+
+
+def test_the_cli_on_ray_names_the_same_file_rows_as_a_local_run(
+    local_ray: str, judge: JudgeServer, tmp_path: Path
+) -> None:
+    """Before, --ray renumbered the rows after --sample and dropped file and line; now the
+    results name each row's file, row and line, as the local run does."""
+    judge.script = lexical_judge()
+    data = tmp_path / "data.jsonl"
+    lines = []
+    for i, r in enumerate(rows(10)):
+        r.pop("row")
+        if i == 7:
+            r.pop("reference")  # line 8 cannot be scored by context_recall
+        lines.append(json.dumps(r))
+    data.write_text("\n".join(lines), encoding="utf-8")
+    sample = ["--sample", "6", "--seed", "3"]
+    local = run_cli(data, judge, *sample, "--workers", "1", out=tmp_path / "local.jsonl")
+    on_ray = run_cli(data, judge, *sample, "--ray-address", local_ray, out=tmp_path / "ray.jsonl")
+    assert local.returncode == on_ray.returncode, on_ray.stderr
+
+    def seen(name: str) -> list[tuple[str, str, str]]:
+        records = [json.loads(x) for x in (tmp_path / name).read_text().splitlines()[1:]]
+        return [
+            (r["question"], r["location"], r["results"]["context_recall"]["status"])
+            for r in records
+        ]
+
+    assert seen("ray.jsonl") == seen("local.jsonl")
+    assert all(f"{data}, row " in location and "(line " in location for _, location, _ in
+               seen("ray.jsonl"))  # fmt: skip
+
+
+def test_the_cli_on_ray_takes_metadata_of_mixed_types(
+    local_ray: str, judge: JudgeServer, tmp_path: Path
+) -> None:
+    """Before, a metadata key holding a number in one row and text in another crashed
+    Arrow (a traceback, exit 1); the metadata now travels as JSON text."""
+    judge.script = lexical_judge()
+    data = tmp_path / "data.jsonl"
+    lines = []
+    for i, r in enumerate(rows(6)):
+        r.pop("row")
+        r["source_id"] = i if i % 2 else f"doc-{i}"
+        lines.append(json.dumps(r))
+    data.write_text("\n".join(lines), encoding="utf-8")
+    local = run_cli(data, judge, "--workers", "1", out=tmp_path / "local.jsonl")
+    on_ray = run_cli(data, judge, "--ray-address", local_ray, out=tmp_path / "ray.jsonl")
+    assert on_ray.returncode == local.returncode == 0, on_ray.stderr
+    assert "Traceback" not in on_ray.stderr
+    local_records = (tmp_path / "local.jsonl").read_text().splitlines()[1:]
+    ray_records = (tmp_path / "ray.jsonl").read_text().splitlines()[1:]
+    assert (
+        [json.loads(x)["source_id"] for x in ray_records]
+        == [json.loads(x)["source_id"] for x in local_records]
+        == ["doc-0", 1, "doc-2", 3, "doc-4", 5]
+    )
+
+
+def test_ctrl_c_on_ray_keeps_what_was_scored(
+    local_ray: str, judge: JudgeServer, tmp_path: Path
+) -> None:
+    """Before, Ctrl-C threw away every row already scored on Ray; now, as in a local run,
+    --out gets them, marked interrupted, and the exit code is 130.
+
+    The judge answers 16 requests and holds the rest: with 2 actors of 2 slots and batches
+    of 8 rows, at least one batch is complete; the CLI says when rows arrive."""
+    release = threading.Event()
+    lexical = lexical_judge()
+    answered = 0
+    lock = threading.Lock()
+
+    def script(req: JudgeRequest) -> Any:
+        nonlocal answered
+        with lock:
+            answered += 1
+            hold = answered > 16
+        if hold:
+            release.wait(120)
+        return lexical(req)
+
+    judge.script = script
+    data = tmp_path / "data.jsonl"
+    data.write_text(
+        "\n".join(json.dumps({k: v for k, v in r.items() if k != "row"}) for r in rows(40)),
+        encoding="utf-8",
+    )
+    out = tmp_path / "out.jsonl"
+    proc = subprocess.Popen(
+        [*RAGMETRICS, "evaluate", str(data), "--metrics", "context_recall", "--concurrency", "2",
+         "--workers", "2", "--no-preflight", "--ray-address", local_ray, "--out", str(out)],
+        env=clean_env(OPENAI_API_KEY="test", OPENAI_BASE_URL=judge.base_url, **LOOPBACK),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stderr is not None
+        seen = []
+        for line in proc.stderr:  # waits for the CLI's word that rows arrived
+            seen.append(line)
+            if "rows scored" in line:
+                break
+        else:
+            pytest.fail("no rows arrived: " + "".join(seen))
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=120)
+    finally:
+        release.set()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130
+    header, *records = [json.loads(x) for x in out.read_text().splitlines()]
+    assert header["ragmetrics_run"]["interrupted"] is True
+    assert 8 <= len(records) < 40
+    assert all(r["results"]["context_recall"]["status"] == "scored" for r in records)
+    assert all(r["location"].startswith(f"{data}, row ") for r in records)
 
 
 def evaluate_on_cluster(
@@ -283,6 +452,7 @@ def test_a_cluster_address_nothing_listens_on_ends_the_run_at_once(tmp_path: Pat
         ("timeout", math.nan, "`timeout` must be a number above 0, got nan"),
         ("rate_limit_per_minute", 0, "`rate_limit_per_minute` must be a number above 0"),
         ("num_cpus", -1, "`num_cpus` must be a number of at least 0, got -1"),
+        ("max_retries", -1, "`max_retries` must be a whole number of at least 0, got -1"),
     ],
 )
 def test_bad_options_are_refused_by_name(
@@ -305,23 +475,256 @@ class _Recorder:
         return self
 
 
-def test_the_rate_limit_is_shared_by_the_pool_and_no_live_client_crosses() -> None:
+def test_no_live_client_and_no_key_cross_by_default(local_ray: str) -> None:
+    """Before, the driver's key was pickled into every actor's recipe (Ray's object store);
+    now the recipe holds none unless the caller opts in, and the actors read their own
+    OPENAI_API_KEY."""
+    secret = "sk-test-not-for-the-object-store"
+    own_judge = ChatOpenAI(model="own-judge", base_url="http://127.0.0.1:9/v1", api_key=secret)
     recorder = _Recorder()
     evaluate_ray(
         recorder,  # type: ignore[arg-type]
-        ["context_recall", "context_precision"],
+        ["context_recall", ContextPrecision(llm=own_judge)],
         model="judge-model",
         base_url="http://127.0.0.1:9/v1",
-        api_key="test",
         num_actors=4,
         max_concurrency=8,
-        rate_limit_per_minute=600,
     )
     (call,) = recorder.calls
     recipe = call["fn_constructor_kwargs"]["recipe"]
-    assert recipe.rate_limit_per_minute == 150  # 4 actors x 150 = the pool's 600 a minute
     assert recipe.max_concurrency == 8  # per actor
     assert (call["compute"].min_size, call["compute"].max_size) == (4, 4)  # a fixed pool
     assert all(getattr(m, "llm", None) is None for m in recipe.metrics)  # a recipe, not a client
-    assert [r.model for r in recipe.judge_recipes] == ["judge-model"]
-    pickle.loads(pickle.dumps(recipe))  # what Ray ships to each actor
+    assert recipe.judge_recipes[0].model == "judge-model"
+    shipped = pickle.dumps(call["fn_constructor_kwargs"])  # what Ray ships to each actor
+    assert secret.encode() not in shipped
+    assert "runtime_env" not in call
+    assert secret not in repr(recipe.judge_recipes)
+    pickle.loads(shipped)
+    with pytest.raises(ValueError, match="`api_key` is sent to the Ray actors only with"):
+        evaluate_ray(recorder, ["context_recall"], api_key=secret)  # type: ignore[arg-type]
+
+
+def test_the_key_is_sent_only_when_asked(local_ray: str) -> None:
+    recorder = _Recorder()
+    evaluate_ray(
+        recorder,  # type: ignore[arg-type]
+        ["context_recall"],
+        base_url="http://127.0.0.1:9/v1",
+        api_key="sk-opted-in",
+        send_api_key=True,
+    )
+    (call,) = recorder.calls
+    assert b"sk-opted-in" not in pickle.dumps(call["fn_constructor_kwargs"])
+    assert call["runtime_env"] == {"env_vars": {"OPENAI_API_KEY": "sk-opted-in"}}
+    other = ChatOpenAI(model="own-judge", base_url="http://127.0.0.1:9/v1", api_key="sk-other")
+    with pytest.raises(ValueError, match="two judges hold different keys for OPENAI_API_KEY"):
+        evaluate_ray(
+            recorder,  # type: ignore[arg-type]
+            ["context_recall", ContextPrecision(llm=other)],
+            base_url="http://127.0.0.1:9/v1",
+            api_key="sk-opted-in",
+            send_api_key=True,
+        )
+
+
+def test_a_missing_key_is_named_up_front(local_ray: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before, evaluate_ray returned a lazy dataset whatever the judge; with the key to come
+    from here, a missing one is now a JudgeSetupError before anything runs, as in evaluate()."""
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(JudgeSetupError, match="OPENAI_API_KEY is not set"):
+        evaluate_ray(ray.data.from_items(rows(2)), ["context_recall"], send_api_key=True)
+
+
+def test_an_actor_without_a_key_names_the_cause(local_ray: str) -> None:
+    """Before, an actor that could not build its judge died in its constructor and the run
+    ended in an ActorDiedError with the cause buried in Ray's logs; now the first batch
+    raises a JudgeSetupError naming it. (The local Ray's workers have no OPENAI_* variables,
+    and no base URL is given here.)"""
+    with pytest.raises(Exception, match="could not build its judge") as caught:
+        evaluate_ray(ray.data.from_items(rows(2)), ["context_recall"], num_actors=1).take_all()
+    assert "OPENAI_API_KEY is not set" in str(caught.value)
+    assert isinstance(caught.value, JudgeSetupError)
+
+
+def test_a_row_that_kills_its_actor_fails_alone(local_ray: str, crash_log: Path) -> None:
+    """Before, a row that crashed its process every time was retried forever (Ray's
+    unlimited restarts) and the run never ended; now the crashed batch is re-run one row at
+    a time and only that row comes back failed, after max_retries (3) deaths alone."""
+    crash_log.write_text("", encoding="utf-8")
+    data = [
+        {"row": i + 1, "question": POISON if i == 3 else f"q{i}", "contexts": ["c"],
+         "reference_contexts": ["c"]}
+        for i in range(6)
+    ]  # fmt: skip
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        box["rows"] = evaluate_ray(
+            ray.data.from_items(data), [CrashOnRow()], batch_size=2
+        ).take_all()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(100)  # a bound for the old, endless loop (pytest-timeout is 120 s)
+    assert not thread.is_alive(), "the poison row was retried forever"
+    out = sorted(box["rows"], key=lambda r: r["row"])
+    assert [r["row"] for r in out] == [1, 2, 3, 4, 5, 6]
+    statuses = {r["row"]: r["non_llm_context_recall_status"] for r in out}
+    assert statuses == {1: "scored", 2: "scored", 3: "scored", 4: "failed", 5: "scored",
+                        6: "scored"}  # fmt: skip
+    error = json.loads(out[3]["record"])["results"]["non_llm_context_recall"]["error"]
+    assert "the Ray actor died each of the 3 times it scored this row" in error
+    # the batch once, then the row alone max_retries (3) times: then it is reported
+    assert crash_log.read_text(encoding="utf-8").split() == ["crash"] * 4
+
+
+def test_a_lazily_read_dataset_runs_with_the_default_actors(
+    local_ray: str, judge: JudgeServer, tmp_path: Path
+) -> None:
+    """Before, 2 actors of 1 CPU took both CPUs of the cluster and the read task of
+    read_json never ran; the actors now reserve little CPU (they wait on the judge)."""
+    judge.script = lexical_judge()
+    path = tmp_path / "data.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows(8)), encoding="utf-8")
+    assert ray.cluster_resources().get("CPU") == 2
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        box["rows"] = evaluate_ray(
+            ray.data.read_json(str(path)), ["context_recall"], base_url=judge.base_url
+        ).take_all()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(100)  # a bound for the old hang (pytest-timeout is 120 s)
+    assert not thread.is_alive(), "the read task never got a CPU"
+    assert sorted(r["row"] for r in box["rows"]) == list(range(1, 9))
+
+
+def test_a_pool_that_leaves_no_cpu_to_the_reads_is_named(local_ray: str) -> None:
+    """Before, 4 actors of 1 CPU on a 2-CPU Ray waited for ever without a word."""
+    with pytest.warns(RuntimeWarning, match=r"num_actors=4 x num_cpus=1 reserve 4 of the "
+                      r"cluster's 2 CPUs"):  # fmt: skip
+        evaluate_ray(_Recorder(), ["context_recall"], num_actors=4, num_cpus=1)  # type: ignore[arg-type]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        evaluate_ray(_Recorder(), ["context_recall"], num_actors=4)  # type: ignore[arg-type]
+
+
+def test_a_csv_read_by_ray_scores_as_evaluate_reads_the_file(
+    local_ray: str, judge: JudgeServer, tmp_path: Path
+) -> None:
+    """Before, read_csv rows skipped the cell clean-up of evaluate(path): a JSON list cell
+    was one context, a blank cell was a value. Now both read the file alike."""
+    judge.script = lexical_judge()
+    path = tmp_path / "data.csv"
+    with path.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=["question", "contexts", "reference"])
+        writer.writeheader()
+        for r in rows(4):
+            writer.writerow({"question": r["question"], "contexts": json.dumps(r["contexts"][::-1]),
+                             "reference": r["reference"]})  # fmt: skip
+        writer.writerow({"question": "blank reference", "contexts": '["x"]', "reference": ""})
+    names = ["context_recall", "context_precision"]
+    local = evaluate(
+        path, names, llm=make_judge("judge-model", base_url=judge.base_url), show_progress=False
+    )
+    out = evaluate_ray(
+        ray.data.read_csv(str(path)),
+        names,
+        model="judge-model",
+        base_url=judge.base_url,
+        num_cpus=0.25,  # as the default now is: the CSV read needs a CPU (see the test above)
+    ).take_all()
+    by_question = {json.loads(r["record"])["question"]: r for r in out}
+    assert len(out) == len(local.rows) == 5
+    for record in local.jsonl_records():
+        ray_row = by_question[record["question"]]
+        for name in names:
+            expected = record["results"][name]
+            assert ray_row[f"{name}_status"] == expected["status"], (record["question"], name)
+            if expected["score"] is None:
+                assert math.isnan(ray_row[name])
+            else:
+                assert ray_row[name] == expected["score"], (record["question"], name)
+    assert json.loads(by_question["Who wrote paper 0?"]["record"])["contexts"] == [
+        "Paris is the capital of France.",
+        "Einstein wrote paper 0.",
+    ]
+    blank = json.loads(by_question["blank reference"]["record"])
+    assert blank["reference"] is None  # a blank cell is missing, as in evaluate(path)
+    assert "needs `reference`" in blank["results"]["context_recall"]["error"]
+
+
+def test_bad_rows_are_named_by_their_row_column_or_question(
+    local_ray: str, judge: JudgeServer
+) -> None:
+    """Before, every bad row was "row 1 (index 0)" (its place in a one-row list); now the
+    error names the input's `row`, or without one the row's question."""
+    judge.script = lexical_judge()
+    data = rows(6)
+    data[3]["language"] = "zz"
+    data[5]["contexts"] = [None, "x"]
+    out = evaluate_ray(
+        ray.data.from_items(data), ["context_recall"], base_url=judge.base_url, batch_size=3
+    ).take_all()
+    errors = {
+        r["row"]: json.loads(r["record"])["results"]["context_recall"]["error"]
+        for r in out
+        if r["context_recall_status"] == "failed"
+    }
+    assert set(errors) == {4, 6}
+    assert errors[4].startswith("invalid row: ray dataset, row 4: field `language`")
+    assert errors[6].startswith("invalid row: ray dataset, row 6: field `contexts`: `contexts[0]`")
+    for item in data:
+        item.pop("row")
+    out = evaluate_ray(
+        ray.data.from_items(data), ["context_recall"], base_url=judge.base_url, batch_size=3
+    ).take_all()
+    failed = [json.loads(r["record"]) for r in out if r["context_recall_status"] == "failed"]
+    assert sorted(r["location"] for r in failed) == [
+        "ray dataset, row with question 'Who wrote paper 3?'",
+        "ray dataset, row with question 'Who wrote paper 5?'",
+    ]
+    assert all("row 1 (index 0)" not in r["results"]["context_recall"]["error"] for r in failed)
+
+
+def test_the_rate_limit_holds_for_the_pool_from_the_first_request(
+    local_ray: str, judge: JudgeServer
+) -> None:
+    """Before, each actor metered rate / num_actors with a bucket that started full: with 3
+    actors ready, each sent its first request at once. Now one bucket serves the pool: in the
+    first half interval after the first request (5 s at 6 a minute) only that one arrives.
+
+    Ray Data waits for all 3 actors before it hands out the 3 one-row batches, so each actor
+    has a row to send at the start."""
+    judge.script = lexical_judge()
+    judge.reset()
+    context = ray.data.DataContext.get_current()
+    saved = context.wait_for_min_actors_s
+    context.wait_for_min_actors_s = 100
+    try:
+        evaluate_ray(
+            ray.data.from_items(rows(3), override_num_blocks=3),
+            ["context_recall"],
+            base_url=judge.base_url,
+            num_actors=3,
+            num_cpus=0.1,
+            batch_size=1,
+            rate_limit_per_minute=6,
+        ).take_all()
+    finally:
+        context.wait_for_min_actors_s = saved
+    arrivals = sorted(req.received_at for req in judge.requests)
+    assert len(arrivals) == 3
+    assert sum(1 for t in arrivals if t - arrivals[0] < 5.0) == 1
+
+
+def test_the_shared_bucket_gives_one_turn_per_interval() -> None:
+    bucket = _SharedBucket(per_minute=60)
+    waits = [bucket.reserve() for _ in range(3)]
+    assert waits[0] == 0
+    assert 0.9 < waits[1] <= 1.0
+    assert 1.9 < waits[2] <= 2.0
