@@ -38,6 +38,9 @@ def parse_thresholds(text: str) -> dict[str, float]:
         if not 0.0 <= number <= 1.0:
             msg = f"threshold of {name} must be between 0 and 1, got {number:g}"
             raise ValueError(msg)
+        if name in out and out[name] != number:  # which one was meant cannot be guessed
+            msg = f"{name} is given two thresholds, {out[name]:g} and {number:g}"
+            raise ValueError(msg)
         out[name] = number
     if not out:
         msg = "no threshold given (expected e.g. context_recall=0.7)"

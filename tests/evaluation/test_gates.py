@@ -88,3 +88,10 @@ def test_an_interrupted_run_never_passes() -> None:
     assert gate_problems(result, fail_under={"context_recall": 0.5}) == [
         "the run was interrupted: 3 of 4 jobs never ran"
     ]
+
+
+def test_a_metric_given_two_thresholds_is_refused() -> None:
+    """Before, the last one silently won (a typo in CI could lower the bar)."""
+    with pytest.raises(ValueError, match=r"context_recall is given two thresholds, 0\.9 and 0\.1"):
+        parse_thresholds("context_recall=0.9,context_recall=0.1")
+    assert parse_thresholds("context_recall=0.9,context_recall=0.9") == {"context_recall": 0.9}
