@@ -188,8 +188,8 @@ def test_the_breaker_pauses_then_resumes(
         assert sink.breaker.is_open
         with pytest.raises(SinkUnavailableError, match="circuit open"):
             sink.emit(item(uuid.uuid4()))
-        sink.breaker.cooldown = 0  # the cool-down is over: one send is tried, and works
-        sink.breaker.failure()  # (re-arm the open state with the shorter cool-down)
+        # the cool-down is over (the breaker's clock moved past it): one send is tried, works
+        sink.breaker._clock = lambda: time.monotonic() + sink.breaker.cooldown + 1
         sink.emit(item(uuid.uuid4()))
     assert not sink.breaker.is_open
     messages = [r.getMessage() for r in caplog.records]
