@@ -18,7 +18,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from langchain_ragmetrics._files import write_text_atomically
-from langchain_ragmetrics._schema import MetricResult, RagSample, Usage
+from langchain_ragmetrics._schema import _ALIASES, MetricResult, RagSample, Usage
 
 if TYPE_CHECKING:
     import os
@@ -260,13 +260,18 @@ class ResultData(BaseModel):
         data = row.sample.model_dump()
         out: dict[str, Any] = {"row": row.position + 1}
         out.update({name: data[name] for name in SAMPLE_FIELDS})
+        # A metadata key that a reader would take for something else goes under
+        # "metadata.": a field, a RAGAS name of a field (loaded as a dataset, "response"
+        # would become the answer), a metric column, or a key already so prefixed.
         taken = (
             set(out)
+            | set(_ALIASES)
             | {"location", "results"}
             | {f"{m}{suffix}" for m in self.metrics for suffix in ("", "_reason", "_error")}
         )
         for key, value in row.sample.metadata.items():
-            out[key if key not in taken else f"metadata.{key}"] = value
+            clash = key in taken or key.startswith("metadata.")
+            out[f"metadata.{key}" if clash else key] = value
         return out
 
     def to_records(self) -> list[dict[str, Any]]:

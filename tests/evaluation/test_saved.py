@@ -182,3 +182,22 @@ def test_a_write_that_fails_midway_leaves_the_previous_file(
         result.to_jsonl(target)
     assert target.read_text(encoding="utf-8") == before
     assert [p.name for p in tmp_path.iterdir()] == ["r.jsonl"]  # no temporary file left
+
+
+def test_metadata_named_like_a_field_or_prefixed_round_trips(tmp_path: Path) -> None:
+    """Before, ``{"metadata.team": "x", "team": "y"}`` came back as ``{"team": "y"}``, and a
+    key named like a RAGAS column (``response``) became the answer when the results file
+    was loaded as a dataset."""
+    metadata = {"metadata.team": "x", "team": "y", "response": "not the answer"}
+    one = RagSample(
+        question="q",
+        contexts=["c"],
+        context_ids=["1"],
+        reference_context_ids=["1"],
+        metadata=metadata,
+    )
+    result = evaluate([one], [IDBasedContextRecall()], show_progress=False)
+    path = result.to_jsonl(tmp_path / "r.jsonl")
+    assert EvaluationResult.load(path).rows[0].sample.metadata == metadata
+    (again,) = load_dataset(path)
+    assert again.answer is None
