@@ -216,6 +216,14 @@ def _add_batch_options(parser: argparse.ArgumentParser) -> None:
         help=f"seconds between two status checks (default: {fields['poll_interval'].default:g})",
     )
     batch.add_argument(
+        "--max-poll-failures",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="failed status checks in a row that end the wait (the batches keep running; "
+        f"the same command resumes) (default: {fields['max_poll_failures'].default})",
+    )
+    batch.add_argument(
         "--max-attempts",
         type=positive_int,
         default=None,
@@ -271,6 +279,7 @@ def _add_batch_options(parser: argparse.ArgumentParser) -> None:
 _BATCH_ONLY = {  # option -> BatchOptions field
     "--batch-dir": "state_dir",
     "--poll-interval": "poll_interval",
+    "--max-poll-failures": "max_poll_failures",
     "--max-attempts": "max_attempts",
     "--retry-direct": "retry_direct",
     "--cancel": "cancel",

@@ -243,3 +243,26 @@ def test_an_error_after_a_batch_was_created_says_how_to_resume_or_cancel(
     assert main([*argv, "--cancel"]) == ExitCode.OK
     assert server.cancels == 1
     assert server.created == 1
+
+
+def test_max_poll_failures_ends_the_wait_from_the_command_line(
+    server: BatchServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The option had no flag: a long outage could only be waited out from Python."""
+    server.faults = {"retrieve": [503] * 3}
+    jobs = tmp_path / "jobs"
+    argv = batch_command(
+        tmp_path / "out.jsonl",
+        "--metrics",
+        "context_recall",
+        "--batch-dir",
+        str(jobs),
+        "--max-poll-failures",
+        "1",
+    )
+    assert main(argv) == ExitCode.ERROR
+    err = capsys.readouterr().err
+    assert "1 status checks in a row failed: max_poll_failures" in err
+    assert "the batches keep running at the service" in err
+    assert main(argv) == ExitCode.OK  # the same command picks the batch up
+    assert (server.uploads, server.created) == (1, 1)
