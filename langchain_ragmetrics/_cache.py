@@ -72,8 +72,44 @@ def _plain(value: Any) -> bool:
     if isinstance(value, (list, tuple)):
         return all(_plain(v) for v in value)
     if isinstance(value, dict):
-        return all(isinstance(k, str) and _plain(v) for k, v in value.items())
+        return all(isinstance(k, (str, int)) and _plain(v) for k, v in value.items())
     return False
+
+
+def _as_json(value: Any) -> Any:
+    """A plain value with every dict key as text (``logit_bias`` keys are ints).
+
+    Keys then sort, and the identity reads the same whatever type the client gave them.
+    """
+    if isinstance(value, dict):
+        return {str(k): _as_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_as_json(v) for v in value]
+    return value
+
+
+_SECRET_HEADERS = frozenset(
+    {"authorization", "api-key", "x-api-key", "cookie", "proxy-authorization"}
+)
+_REQUEST_ATTRS = ("default_headers", "default_query", "use_responses_api")
+"""Client settings that change what the judge answers (a proxy's route header, an API
+version in the query, the Responses API) but are not in ``_identifying_params``."""
+
+
+def _request_settings(llm: Any) -> dict[str, Any]:
+    """The set ones of :data:`_REQUEST_ATTRS`; secret headers count by name, not value."""
+    found: dict[str, Any] = {}
+    for name in _REQUEST_ATTRS:
+        value = getattr(llm, name, None)
+        if not value or not _plain(value):
+            continue
+        if name == "default_headers" and isinstance(value, dict):
+            value = {
+                k: ("<secret>" if str(k).lower() in _SECRET_HEADERS else v)
+                for k, v in value.items()
+            }
+        found[name] = _as_json(value)
+    return found
 
 
 def _client_url(llm: Any) -> str | None:
@@ -106,7 +142,8 @@ def judge_identity(llm: Any) -> dict[str, Any]:
     """What makes two judges give the same verdict: class, model, endpoint, sampling settings.
 
     Taken from the model's ``_identifying_params`` (model name, temperature, top_p, seed,
-    max tokens, reasoning settings ...) plus the endpoint its client really calls; values
+    max tokens, reasoning settings ...), the client's default headers and query and the
+    Responses API switch when set, plus the endpoint its client really calls; values
     that are not plain data (clients, callables) are left out so the identity is stable from
     one process to the next. The API key is a secret, not an identity: it is never read.
     """
@@ -116,8 +153,11 @@ def judge_identity(llm: Any) -> dict[str, Any]:
         params = {}
     identity: dict[str, Any] = {
         "class": f"{type(llm).__module__}.{type(llm).__qualname__}",
-        "params": {k: v for k, v in sorted(params.items()) if _plain(v)},
+        "params": {k: _as_json(v) for k, v in sorted(params.items()) if _plain(v)},
     }
+    settings = _request_settings(llm)
+    if settings:  # only when set: the identity of an ordinary judge stays what it was
+        identity["client"] = settings
     endpoint = judge_endpoint(llm)
     if endpoint is not None:
         identity["base_url"] = endpoint

@@ -97,6 +97,10 @@ def test_every_setting_that_changes_the_answer_changes_the_key(tmp_path: Path) -
         {"max_tokens": 64},
         {"reasoning_effort": "high"},
         {"reasoning": {"effort": "low"}},
+        {"logit_bias": {"1": 100}},  # its keys became ints: it was left out
+        {"default_headers": {"x-route": "judge-b"}},  # a proxy's route
+        {"default_query": {"api-version": "2"}},
+        {"use_responses_api": True},
     ]
     keys = {cache.key(ChatOpenAI(**{**common, **change}), messages(), Answer) for change in changes}
     assert len(keys) == len(changes)
@@ -520,3 +524,16 @@ def test_a_damaged_entry_is_a_miss_not_a_failure(tmp_path: Path) -> None:
         assert cache.get("k") is None
     cache.put("k", {"a": 2})  # the judge's new answer replaces it
     assert cache.get("k") == {"a": 2}
+
+
+def test_a_secret_header_counts_by_name_and_an_ordinary_judge_keeps_its_key(
+    tmp_path: Path,
+) -> None:
+    """A rotated token in a header must not empty the cache; a judge without the newer
+    settings keeps the key it had (its stored verdicts stay usable)."""
+    cache = VerdictCache(tmp_path / "c.sqlite3")
+    common: dict[str, Any] = {"model": "m", "base_url": "http://127.0.0.1:1/v1", "api_key": "k"}
+    one = ChatOpenAI(**common, default_headers={"Authorization": "Bearer a"})
+    two = ChatOpenAI(**common, default_headers={"Authorization": "Bearer b"})
+    assert cache.key(one, messages(), Answer) == cache.key(two, messages(), Answer)
+    assert "client" not in judge_identity(ChatOpenAI(**common))
