@@ -1,15 +1,54 @@
-"""Writing a user's output file whole or not at all."""
+"""Files we own: a user's output written whole or not at all, and one-run-at-a-time locks."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TextIO
 
-__all__ = ["write_text_atomically"]
+__all__ = ["exclusive_lock", "write_text_atomically"]
+
+
+@contextlib.contextmanager
+def exclusive_lock(path: Path) -> Iterator[None]:
+    """Hold ``path`` as a lock for the block: a second holder fails at once, never waits.
+
+    ``fcntl.flock`` on the file, released (and the file removed) when the block ends; a
+    crash releases it too (the kernel drops the lock), and the next holder takes the stale
+    file over. Where there is no ``fcntl`` (Windows) nothing is locked.
+
+    Raises:
+        BlockingIOError: The lock is held (by another process, or another holder here).
+        OSError: The lock file cannot be created or locked.
+    """
+    try:
+        import fcntl
+    except ImportError:  # no fcntl (Windows): no lock, as documented by the callers
+        yield
+        return
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # BlockingIOError: held
+            os.close(fd)
+            raise
+        try:  # the holder before us may have removed the file: lock the one in place
+            same = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            path.unlink()  # while still held: a run waiting on this inode tries again
+        os.close(fd)
 
 
 def write_text_atomically(

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from langchain_ragmetrics._errors import BatchError
+from langchain_ragmetrics._files import exclusive_lock
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
@@ -190,44 +191,23 @@ class JobState(BaseModel):
         Raises:
             BatchError: Another run holds the job (the message names its state file).
         """
-        try:
-            import fcntl
-        except ImportError:  # no fcntl (Windows): no lock, as documented
-            yield
-            return
         make_private_dir(directory)
         path = directory / f"{key}.lock"
-        while True:
-            try:
-                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-            except OSError as exc:
-                msg = f"cannot create the batch job lock {path}: {exc}"
-                raise BatchError(msg) from exc
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError as exc:
-                os.close(fd)
-                state = JobState.path(directory, key)
-                msg = (
-                    f"another run of this evaluation holds its batch job {state} (lock {path}): "
-                    "wait for it to end, or stop it, before running it again"
-                    if isinstance(exc, BlockingIOError)
-                    else f"cannot lock the batch job lock {path}: {exc}"
-                )
-                raise BatchError(msg) from exc
-            try:  # the holder before us may have removed the file: lock the one in place
-                same = os.stat(path).st_ino == os.fstat(fd).st_ino
-            except FileNotFoundError:
-                same = False
-            if same:
-                break
-            os.close(fd)
+        held = contextlib.ExitStack()
         try:
+            held.enter_context(exclusive_lock(path))
+        except BlockingIOError as exc:
+            state = JobState.path(directory, key)
+            msg = (
+                f"another run of this evaluation holds its batch job {state} (lock {path}): "
+                "wait for it to end, or stop it, before running it again"
+            )
+            raise BatchError(msg) from exc
+        except OSError as exc:
+            msg = f"cannot lock the batch job lock {path}: {exc}"
+            raise BatchError(msg) from exc
+        with held:
             yield
-        finally:
-            with contextlib.suppress(OSError):
-                path.unlink()  # while still held: a run waiting on this inode tries again
-            os.close(fd)
 
     def remove(self, directory: Path) -> None:
         """Forget the job (every request has its final outcome)."""

@@ -10,10 +10,15 @@ A result the judge produced but LangSmith did not accept (a failed send, a worke
 mid-send) is *kept* with its intent, as JSON, until its pair is settled: the next attempt,
 in this run or a later one, sends it again instead of paying the judge twice. The file then
 holds that result's sample (question, contexts, answer) until it is sent.
+
+One run at a time: a lock file beside it (``<checkpoint>.lock``) is held while it is open, so
+an overlapping run (a cron job started before the last one ended) fails at once instead of
+judging the same runs again.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import threading
@@ -22,6 +27,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from langchain_ragmetrics._errors import CheckpointError
+from langchain_ragmetrics._files import exclusive_lock
 
 __all__ = ["Checkpoint", "CheckpointError"]
 
@@ -65,12 +71,36 @@ class Checkpoint:
 
     def __init__(self, path: str | os.PathLike[str], *, project: str) -> None:
         self.path = str(path)
+        self._held = contextlib.ExitStack()
         if self.path != ":memory:":
             parent = Path(self.path).parent
             if not parent.is_dir():
                 msg = f"checkpoint directory {parent} does not exist"
                 raise CheckpointError(msg)
+            self._hold(Path(f"{self.path}.lock"))
         self._lock = threading.Lock()
+        try:
+            self._open(project)
+        except BaseException:
+            self._held.close()
+            raise
+
+    def _hold(self, lock: Path) -> None:
+        """One run per checkpoint: a second would judge (and pay for) the same runs again."""
+        try:
+            self._held.enter_context(exclusive_lock(lock))
+        except BlockingIOError as exc:
+            msg = (
+                f"checkpoint {self.path} is in use by another monitor run (lock {lock}); "
+                "two runs on one checkpoint would judge the same runs twice: wait for it "
+                "to end, or split the work with --shard I/N, one checkpoint per shard"
+            )
+            raise CheckpointError(msg) from exc
+        except OSError as exc:
+            msg = f"checkpoint {self.path} cannot be locked ({lock}): {exc}"
+            raise CheckpointError(msg) from exc
+
+    def _open(self, project: str) -> None:
         try:
             self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
             self._db.execute("PRAGMA journal_mode=WAL")
@@ -197,6 +227,7 @@ class Checkpoint:
             return int(self._db.execute("SELECT COUNT(*) FROM settled").fetchone()[0])
 
     def close(self) -> None:
-        """Close the file (idempotent)."""
+        """Close the file and let the next run have it (idempotent)."""
         with self._lock:
             self._db.close()
+            self._held.close()

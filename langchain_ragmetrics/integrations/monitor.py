@@ -775,7 +775,12 @@ class LangSmithMonitor:
         self._feedback.requests.closing.clear()  # the previous run's end stopped its retries
         checkpoint = Checkpoint(self.checkpoint_path, project=self.project_name)
         # What an earlier run left unsent is read again by id, whatever this run's window.
-        for run_id, why in checkpoint.unsettled().items():
+        try:
+            unsettled = checkpoint.unsettled()
+        except BaseException:
+            checkpoint.close()  # and its lock: the next run may have it
+            raise
+        for run_id, why in unsettled.items():
             self._unsent.setdefault(run_id, "judge" if why == "judge" else "langsmith")
         # Blocking LangSmith calls and the metrics' sync ``invoke`` run on daemon threads:
         # each run() has its own event loop, while async model clients are shared per

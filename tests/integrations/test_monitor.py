@@ -6,6 +6,8 @@ import asyncio
 import gc
 import inspect
 import re
+import subprocess
+import sys
 import threading
 import time
 import warnings
@@ -529,6 +531,49 @@ def test_checkpoint_of_another_project_is_refused(
         make_monitor(app, langsmith_client, tmp_path).run()
     with pytest.raises(CheckpointError, match="does not exist"):
         Checkpoint(tmp_path / "missing" / "x.sqlite", project=PROJECT)
+
+
+_HOLD_CHECKPOINT = """
+import sys
+from langchain_ragmetrics.integrations._monitor_checkpoint import Checkpoint
+checkpoint = Checkpoint(sys.argv[1], project=sys.argv[2])
+print("held", flush=True)
+sys.stdin.read()  # until the test kills this process
+"""
+
+
+def test_a_checkpoint_in_use_by_another_run_is_refused_until_that_run_is_gone(
+    app: RagApp, langsmith_client: langsmith.Client, langsmith_stub: LangSmithStub, tmp_path: Path
+) -> None:
+    # An overlapping run (a cron job started before the last one ended) would judge the
+    # same runs again: it fails at once, before listing anything. A holder killed with
+    # SIGKILL leaves its lock file behind; the kernel released the lock, so the next run
+    # takes the file over.
+    runs = trace_questions(langsmith_stub, app.chain, PROJECT, range(2))
+    path = tmp_path / "monitor.sqlite"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLD_CHECKPOINT, str(path), PROJECT],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "held"
+        monitor = make_monitor(app, langsmith_client, tmp_path)
+        with pytest.raises(CheckpointError, match="in use by another monitor run") as caught:
+            monitor.run()
+        assert f"{path}.lock" in str(caught.value)
+        assert monitor.summary.runs_listed == 0
+        assert stored(langsmith_stub) == {}
+    finally:
+        holder.kill()
+        holder.wait(timeout=30)
+    assert Path(f"{path}.lock").exists()  # left behind by the killed holder
+    summary = make_monitor(app, langsmith_client, tmp_path).run()
+    assert summary.feedback_sent == 2
+    assert set(stored(langsmith_stub)) == {r["id"] for r in runs}
+    assert not Path(f"{path}.lock").exists()  # released with the checkpoint
 
 
 @pytest.mark.parametrize("text", ["3/3", "1", "a/b", "-1/2", "0/0"])

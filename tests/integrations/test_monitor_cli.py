@@ -155,6 +155,29 @@ def test_a_misspelled_project_exits_13(
     assert langsmith_stub.requests_to("POST", "/runs/query") == []  # nothing listed
 
 
+def test_an_overlapping_run_on_one_checkpoint_exits_2_naming_the_lock(
+    judge_server: JudgeServer,
+    langsmith_stub: LangSmithStub,
+    tmp_path: Path,
+    cli_env: None,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from langchain_ragmetrics.integrations._monitor_checkpoint import Checkpoint
+
+    langsmith_stub.create_project(PROJECT)
+    checkpoint = tmp_path / "cp.sqlite"
+    held = Checkpoint(checkpoint, project=PROJECT)  # the run still going
+    try:
+        assert main(monitor_args(checkpoint)) == ExitCode.USAGE
+    finally:
+        held.close()
+    err = capsys.readouterr().err
+    lock = f"{checkpoint}.lock"
+    assert f"checkpoint {checkpoint} is in use by another monitor run (lock {lock})" in err
+    assert langsmith_stub.requests_to("POST", "/runs/query") == []  # nothing listed
+    assert main(monitor_args(checkpoint)) == ExitCode.OK  # once that run has ended
+
+
 @pytest.mark.parametrize("version", [None, V2_VERSION], ids=["list_runs", "runs.query"])
 def test_exit_summary_and_code(
     version: str | None,
