@@ -25,6 +25,7 @@ from uuid import UUID
 __all__ = [
     "MLFLOW",
     "OPENINFERENCE",
+    "TRACER_MODULES",
     "Reading",
     "Readings",
     "TraceLink",
@@ -47,6 +48,12 @@ Reading = tuple[str, "str | None", "str | None"]
 Readings = Mapping[str, Reading]
 """Readings by tracer key (what :func:`trace_links` returns, :func:`merge_links` takes)."""
 
+_MLFLOW_MODULE = "mlflow.langchain.langchain_tracer"
+_OPENINFERENCE_MODULE = "openinference.instrumentation.langchain"
+TRACER_MODULES = frozenset((_MLFLOW_MODULE, _OPENINFERENCE_MODULE))
+"""The tracers' modules: when none is imported there is nothing to read (callers check
+this inline, to spare a call on the caller's thread)."""
+
 _EMPTY: Readings = {}
 _NO_LINKS: TraceLinks = {}
 
@@ -54,11 +61,11 @@ _NO_LINKS: TraceLinks = {}
 def trace_links(run_id: UUID) -> Readings:
     """The readings for the retriever run ``run_id``, starting or ending now (empty: none)."""
     links: dict[str, Reading] = {}
-    if "mlflow.langchain.langchain_tracer" in sys.modules:
+    if _MLFLOW_MODULE in sys.modules:
         reading = _mlflow_link()
         if reading is not None:
             links[MLFLOW] = reading
-    if "openinference.instrumentation.langchain" in sys.modules:
+    if _OPENINFERENCE_MODULE in sys.modules:
         reading = _openinference_link(run_id)
         if reading is not None:
             links[OPENINFERENCE] = reading

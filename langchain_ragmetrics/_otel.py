@@ -10,12 +10,20 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-__all__ = ["current_span_context", "plain_span_context", "span_context_from_plain"]
+__all__ = [
+    "OTEL_TRACE_MODULE",
+    "current_span_context",
+    "plain_span_context",
+    "span_context_from_plain",
+]
+
+OTEL_TRACE_MODULE = "opentelemetry.trace"
+"""Without this module imported there is no current span (callers may check it inline)."""
 
 
 def current_span_context() -> Any:
     """The valid ``SpanContext`` of the current span, or None (no OpenTelemetry, no span)."""
-    trace = sys.modules.get("opentelemetry.trace")
+    trace = sys.modules.get(OTEL_TRACE_MODULE)
     if trace is None:
         return None
     try:

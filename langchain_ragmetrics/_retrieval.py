@@ -105,12 +105,14 @@ _PLAIN_DEPTH = 4
 # --------------------------------------------------------------------------- what a trace gave
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Capture:
     """One finished retrieval of a finished live trace, as recorded on the caller's thread.
 
     Only references are kept here (no copies, no conversion): :meth:`Retrieval.from_trace`
-    turns it into a plain value, off the caller's thread in the thread runtime.
+    turns it into a plain value, off the caller's thread in both runtimes. Slotted and not
+    frozen: one is built per retrieval on the caller's thread, and a frozen dataclass sets
+    each of its fields the slow way. Nothing changes it once built.
     """
 
     root_run_id: UUID
@@ -187,7 +189,7 @@ class Retrieval(NamedTuple):
 
     Immutable and made of plain data (strings, ids, numbers, JSON-like metadata), so it can
     be pickled to the isolated mode's child process and compared in tests. A named tuple:
-    cheap to build on the caller's thread (isolated mode builds it there).
+    cheap to build (one per retrieval scored online).
 
     Attributes:
         query: The query the retriever received.
@@ -261,8 +263,8 @@ class Retrieval(NamedTuple):
             question, answer, error = capture.query, None, str(exc)
         found = _from_metadata(metadata)
         get = found.get
-        # Positional, in field order (``_make``): isolated mode builds this on the caller's
-        # thread, and keyword construction of a 17-field named tuple costs twice as much.
+        # Positional, in field order (``_make``): one is built per retrieval, and keyword
+        # construction of a 17-field named tuple costs twice as much.
         return cls._make(
             (
                 capture.query,
@@ -719,7 +721,7 @@ def _documents(value: Any) -> tuple[RetrievedDocument, ...]:
     return tuple(
         [
             _new_tuple(RetrievedDocument, (item.page_content, _document_id(item)))
-            if type(item) is Document  # the live case, on the caller's thread: kept short
+            if type(item) is Document  # the live case, once per document: kept short
             else RetrievedDocument.of(item)
             for item in value
         ]

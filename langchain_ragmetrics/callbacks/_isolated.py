@@ -1,9 +1,9 @@
 """Isolated online scoring: judges, segmentation and sinks run in a child process.
 
-With ``isolation="process"`` the handler's runtime is a :class:`ProcessRuntime`. On the
-caller's thread a finished retrieval becomes a plain
-:class:`~langchain_ragmetrics._retrieval.Retrieval` and is put in the package's
-:class:`~langchain_ragmetrics._queue.BoundedQueue`; a feeder thread pickles batches down a
+With ``isolation="process"`` the handler's runtime is a :class:`ProcessRuntime`. The
+caller's thread puts a finished retrieval, as recorded, in the package's
+:class:`~langchain_ragmetrics._queue.BoundedQueue`; a feeder thread turns each into a plain
+:class:`~langchain_ragmetrics._retrieval.Retrieval` and pickles batches down a
 pipe (typed messages, see ``_messages``) to a child process started with the ``spawn``
 method, which builds its metrics and sinks from :attr:`ProcessIsolation.setup` and scores
 with the same :class:`~langchain_ragmetrics.callbacks._background.ThreadRuntime` as the
@@ -133,16 +133,19 @@ class _Child:
     """The first message to send (a script child's :class:`ChildStart`), sent by the feeder."""
 
 
-_Entry = Retrieval | FlushRequest | CloseRequest
-"""What waits to be sent: retrievals (sent in runs as one :class:`ScoreItems`) and controls."""
+_Entry = Capture | FlushRequest | CloseRequest
+"""What waits for the feeder: finished retrievals as recorded, and controls."""
+
+_Outgoing = Retrieval | FlushRequest | CloseRequest
+"""What the feeder sends: retrievals (in runs, as one :class:`ScoreItems`) and controls."""
 
 
 class ProcessRuntime:
     """The runtime of ``isolation="process"``: scoring in a child process.
 
     Args:
-        settings: The handler's options (``question_from`` / ``answer_from`` run on the
-            caller's thread here; the queue, concurrency and sink bounds go to the child).
+        settings: The handler's options (``question_from`` / ``answer_from`` run here, on
+            the feeder thread; the queue, concurrency and sink bounds go to the child).
         isolation: The child's setup and supervision options.
         counters: Shared counters (the child's are added in as they arrive).
         failures: Shared log-once reporter.
@@ -257,15 +260,13 @@ class ProcessRuntime:
         return self._queue.size + in_child
 
     def submit(self, capture: Capture) -> bool:
-        """Turn a retrieval into plain data and enqueue it (False when dropped).
+        """Enqueue a finished retrieval as recorded (False when dropped).
 
-        The user's ``question_from`` / ``answer_from`` run here, on the caller's thread: the
-        root run's input and output stay in this process.
+        This runs on the caller's thread, so it only checks the bound and enqueues: the
+        feeder turns the retrieval into plain data (the user's ``question_from`` /
+        ``answer_from`` run there, in this process: the root run's input and output never
+        leave it).
         """
-        settings = self.settings
-        item = Retrieval.from_trace(
-            capture, question_from=settings.question_from, answer_from=settings.answer_from
-        )
         with self._cond:
             accepted = (
                 self._accepting
@@ -274,7 +275,7 @@ class ProcessRuntime:
                 and (self._feeder is not None or self._start_feeder())
             )
             if accepted:
-                self._queue.put(item)
+                self._queue.put(capture)
         if not accepted:
             self._counters.add(dropped=1)
         return accepted
@@ -493,7 +494,7 @@ class ProcessRuntime:
         """Send queued entries to the child, starting (or restarting) it when needed."""
         while (first := self._queue.take()) is not None:
             batch = [first, *self._queue.take_ready(self.max_queue_size + 2)]
-            entries = [entry.item for entry in batch]
+            entries = self._plain([entry.item for entry in batch])
             with self._cond:
                 try:
                     child = self._child
@@ -521,12 +522,41 @@ class ProcessRuntime:
                 self._hurry.wait(_FEED_PAUSE_SECONDS)
             self._hurry.clear()
 
+    def _plain(self, taken: list[_Entry]) -> list[_Outgoing]:
+        """The batch with each retrieval as plain data; one that cannot be is counted, dropped.
+
+        Off the caller's thread on purpose: the conversion reads every document and the
+        metadata, and runs the user's hooks (what they raise is the result's ``error``).
+        """
+        settings = self.settings
+        plain: list[_Outgoing] = []
+        for entry in taken:
+            if not isinstance(entry, Capture):
+                plain.append(entry)
+                continue
+            try:
+                plain.append(
+                    Retrieval.from_trace(
+                        entry,
+                        question_from=settings.question_from,
+                        answer_from=settings.answer_from,
+                    )
+                )
+            except Exception as exc:  # e.g. a document type we cannot read
+                self._counters.add(handler_errors=1)
+                self._failures.report(
+                    f"isolated:convert:{type(exc).__name__}",
+                    f"a retrieval could not be turned into plain data: {exc!r}",
+                    exc,
+                )
+        return plain
+
     def _answer(self, token: int, *, ok: bool) -> None:
         """Answer the ``flush()`` waiting on ``token`` (lock held); dropped once it gave up."""
         if token in self._waiting:
             self._flushed[token] = ok
 
-    def _replace_child(self, taken: list[_Entry]) -> _Child | None:
+    def _replace_child(self, taken: list[_Outgoing]) -> _Child | None:
         """A new child, or None (queued work abandoned) when disabled or idle and stopping.
 
         Called with the lock held.
@@ -538,11 +568,11 @@ class ProcessRuntime:
             child = self._spawn()
             if child is not None:
                 return child
-        dropped = taken + [entry.item for entry in self._queue.abandon(close=False)]
+        dropped = [*taken, *(entry.item for entry in self._queue.abandon(close=False))]
         for entry in dropped:
             if isinstance(entry, FlushRequest):
                 self._answer(entry.token, ok=False)
-        lost = sum(isinstance(entry, Retrieval) for entry in dropped)
+        lost = sum(isinstance(entry, Retrieval | Capture) for entry in dropped)
         if lost:
             self._counters.add(abandoned=lost)
         return None
@@ -580,7 +610,7 @@ class ProcessRuntime:
         self._child = child
         return child
 
-    def _send(self, child: _Child, batch: list[_Entry]) -> None:
+    def _send(self, child: _Child, batch: list[_Outgoing]) -> None:
         """Pickle and send a batch: runs of retrievals go as one message, controls alone."""
         messages: list[ParentMessage | ChildStart] = []
         for is_item, run in itertools.groupby(batch, key=lambda e: isinstance(e, Retrieval)):

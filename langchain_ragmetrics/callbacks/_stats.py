@@ -110,6 +110,17 @@ class Counters:
             for name, value in increments.items():
                 self._totals[name] += value
 
+    def add_trace(self, *, seen: int, sampled: int) -> None:
+        """Count one finished trace, as ``add(traces=1, seen=..., sampled=...)`` would.
+
+        Without the keyword loop: it runs on the caller's thread once per request.
+        """
+        with self._lock:
+            totals = self._totals
+            totals["traces"] += 1
+            totals["seen"] += seen
+            totals["sampled"] += sampled
+
     def set(self, name: str, value: int) -> None:
         """Set one counter (used for the ``pending_at_deadline`` gauge)."""
         with self._lock:

@@ -16,15 +16,22 @@ per-trace records are slotted dataclasses (``bench/handler_dispatch.py`` measure
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
-from langchain_ragmetrics._links import Readings, TraceLinks, merge_links, trace_links
+from langchain_ragmetrics._links import (
+    TRACER_MODULES,
+    Readings,
+    TraceLinks,
+    merge_links,
+    trace_links,
+)
 from langchain_ragmetrics._options import whole_number
-from langchain_ragmetrics._otel import current_span_context
+from langchain_ragmetrics._otel import OTEL_TRACE_MODULE, current_span_context
 from langchain_ragmetrics._retrieval import Capture
 
 __all__ = ["FinishedTrace", "TraceTracker"]
@@ -34,48 +41,86 @@ _NO_READINGS: Readings = {}
 _NO_LINKS: TraceLinks = {}
 
 
-@dataclass(slots=True, kw_only=True)
 class _Retrieval:
-    """A retriever run of an open trace: what its start said, and its documents once ended."""
+    """A retriever run of an open trace: what its start said, and its documents once ended.
 
-    run_id: UUID
-    parent_run_id: UUID | None
-    query: str
-    name: str | None
-    tags: Sequence[str]
-    metadata: Mapping[str, Any]
-    otel_context: Any
-    readings: Readings
-    """Other tracers' spans as read when the run started (merged with the end's)."""
-    links: TraceLinks = field(init=False)
-    """The spans the retriever run is linked to, set when it ends."""
-    documents: Sequence[Any] | None = None
-    run_key: int = field(init=False)
-    """``run_id.int``, computed once: the tracker's dictionary key for the run."""
+    A plain slotted class with a positional ``__init__``: one is built on the caller's
+    thread per retrieval, and a dataclass's keyword-only ``__init__`` and ``__post_init__``
+    are two more calls there.
+    """
 
-    def __post_init__(self) -> None:
-        self.run_key = self.run_id.int
-        self.links = _NO_LINKS
+    __slots__ = (
+        "documents",
+        "links",
+        "metadata",
+        "name",
+        "otel_context",
+        "parent_run_id",
+        "query",
+        "readings",
+        "run_id",
+        "run_key",
+        "tags",
+    )
+
+    def __init__(  # noqa: PLR0917 - positional on purpose: see the class docstring
+        self,
+        run_id: UUID,
+        parent_run_id: UUID | None,
+        query: str,
+        name: str | None,
+        tags: Sequence[str],
+        metadata: Mapping[str, Any],
+        otel_context: Any,
+        readings: Readings,
+    ) -> None:
+        self.run_id = run_id
+        self.run_key = run_id.int
+        """``run_id.int``, computed once: the tracker's dictionary key for the run."""
+        self.parent_run_id = parent_run_id
+        self.query = query
+        self.name = name
+        self.tags = tags
+        self.metadata = metadata
+        self.otel_context = otel_context
+        self.readings = readings
+        """Other tracers' spans as read when the run started (merged with the end's)."""
+        self.links: TraceLinks = _NO_LINKS
+        """The spans the retriever run is linked to, set when it ends."""
+        self.documents: Sequence[Any] | None = None
 
 
-@dataclass(slots=True)
 class _Trace:
-    """An open trace: its root's input and metadata, its runs, retrievals and streamed tokens."""
+    """An open trace: its root's input and metadata, its runs, retrievals and streamed tokens.
 
-    root_id: UUID
-    trace_id: UUID | None
-    inputs: Any
-    metadata: Mapping[str, Any]
-    root_key: int = field(init=False)
-    runs: list[int] = field(init=False)
-    """Keys of every run ever started in the trace (ended ones too), released together."""
-    retrievals: list[_Retrieval] = field(default_factory=list)
-    stream_run: UUID | None = None
-    tokens: list[str] = field(default_factory=list)
+    Slotted, with a positional ``__init__``, like :class:`_Retrieval` (one per request).
+    """
 
-    def __post_init__(self) -> None:
-        self.root_key = self.root_id.int
-        self.runs = [self.root_key]
+    __slots__ = (
+        "inputs",
+        "metadata",
+        "retrievals",
+        "root_id",
+        "root_key",
+        "runs",
+        "stream_run",
+        "tokens",
+        "trace_id",
+    )
+
+    def __init__(
+        self, root_id: UUID, trace_id: UUID | None, inputs: Any, metadata: Mapping[str, Any]
+    ) -> None:
+        self.root_id = root_id
+        self.trace_id = trace_id
+        self.inputs = inputs
+        self.metadata = metadata
+        self.root_key = root_id.int
+        self.runs: list[int] = [self.root_key]
+        """Keys of every run ever started in the trace (ended ones too), released together."""
+        self.retrievals: list[_Retrieval] = []
+        self.stream_run: UUID | None = None
+        self.tokens: list[str] = []
 
     def streamed(self) -> str | None:
         return "".join(self.tokens) if self.stream_run is not None else None
@@ -173,7 +218,12 @@ class TraceTracker:
             inputs: The final input when the start event deferred it (streaming).
             documents: The documents, for a retriever run.
         """
-        links = trace_links(run_id) if documents is not None else _NO_READINGS
+        # The tracers' modules are looked up here, not in a call: this runs for every run.
+        links = (
+            trace_links(run_id)
+            if documents is not None and not sys.modules.keys().isdisjoint(TRACER_MODULES)
+            else _NO_READINGS
+        )
         key = run_id.int
         with self._lock:
             trace = self._runs.pop(key, None)
@@ -237,15 +287,16 @@ class TraceTracker:
         retrieval: tuple[str, str | None, Sequence[str]],
     ) -> int:
         query, name, tags = retrieval
+        modules = sys.modules
         record = _Retrieval(
-            run_id=run_id,
-            parent_run_id=parent_run_id,
-            query=query,
-            name=name,
-            tags=tags,
-            metadata=metadata or _EMPTY,
-            otel_context=current_span_context(),
-            readings=trace_links(run_id),
+            run_id,
+            parent_run_id,
+            query,
+            name,
+            tags,
+            metadata or _EMPTY,
+            current_span_context() if OTEL_TRACE_MODULE in modules else None,
+            _NO_READINGS if modules.keys().isdisjoint(TRACER_MODULES) else trace_links(run_id),
         )
         evicted = 0
         key = run_id.int

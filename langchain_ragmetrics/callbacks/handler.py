@@ -426,11 +426,18 @@ class RagMetricsCallbackHandler(BaseCallbackHandler):
         metadata: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
+        # A hot path too (once per retrieval): the tracker directly, no helper.
         name = kwargs.get("name") or (serialized or {}).get("name")
         retrieval = (query, name if isinstance(name, str) else None, tags or ())
-        self._start(
-            "on_retriever_start", run_id, parent_run_id, query, metadata, retrieval=retrieval
-        )
+        try:
+            evicted = self._tracker.start(
+                run_id, parent_run_id, inputs=query, metadata=metadata, retrieval=retrieval
+            )
+        except Exception as exc:
+            self._internal_error("on_retriever_start", exc)
+            return
+        if evicted:
+            self._counters.add(evicted=evicted)
 
     @override
     def on_chain_end(
@@ -469,7 +476,12 @@ class RagMetricsCallbackHandler(BaseCallbackHandler):
         parent_run_id: UUID | None = None,
         **kwargs: Any,
     ) -> None:
-        self._end("on_retriever_end", run_id, None, None, documents)
+        try:  # the tracker directly, as in on_chain_end
+            finished = self._tracker.end(run_id, documents=documents)
+            if finished is not None:
+                self._dispatch(finished)
+        except Exception as exc:
+            self._internal_error("on_retriever_end", exc)
 
     @override
     def on_chain_error(
@@ -520,13 +532,9 @@ class RagMetricsCallbackHandler(BaseCallbackHandler):
         parent_run_id: UUID | None,
         inputs: Any,
         metadata: Mapping[str, Any] | None,
-        *,
-        retrieval: tuple[str, str | None, Sequence[str]] | None = None,
     ) -> None:
         try:
-            evicted = self._tracker.start(
-                run_id, parent_run_id, inputs=inputs, metadata=metadata, retrieval=retrieval
-            )
+            evicted = self._tracker.start(run_id, parent_run_id, inputs=inputs, metadata=metadata)
             if evicted:
                 self._counters.add(evicted=evicted)
         except Exception as exc:
@@ -538,12 +546,9 @@ class RagMetricsCallbackHandler(BaseCallbackHandler):
         run_id: UUID,
         outputs: Any,
         inputs: Any,
-        documents: Sequence[Document] | None = None,
     ) -> None:
         try:
-            finished = self._tracker.end(
-                run_id, outputs=outputs, inputs=inputs, documents=documents
-            )
+            finished = self._tracker.end(run_id, outputs=outputs, inputs=inputs)
             if finished is not None:
                 self._dispatch(finished)
         except Exception as exc:
@@ -566,7 +571,7 @@ class RagMetricsCallbackHandler(BaseCallbackHandler):
         trace_id = (captures[0].trace_id or finished.root_run_id) if captures else None
         sampled = trace_id is not None and is_sampled(trace_id, self.settings.sample_rate)
         count = len(captures)
-        self._counters.add(traces=1, seen=count, sampled=count if sampled else 0)
+        self._counters.add_trace(seen=count, sampled=count if sampled else 0)
         if sampled:
             for capture in captures:
                 self._background.submit(capture)

@@ -467,6 +467,28 @@ def test_handler_dispatch_times_every_config_and_splits_the_added_median() -> No
     assert float(split[3]) == pytest.approx(float(split[1]) + float(split[2]), abs=0.002)
 
 
+def test_caller_thread_replays_into_both_checkouts_and_counts_their_work() -> None:
+    """``caller_thread.py``, this checkout against itself: every side timed, every replayed
+    request scored by both handlers (the sides did the same work)."""
+    lines = script_lines(
+        "caller_thread.py", "--before", str(REPO), "--requests", "20", "--pause", "0.005"
+    )
+    assert (
+        lines[0]
+        == f"command: python bench/caller_thread.py --before {REPO} --requests 20 --pause 0.005"
+    )
+    rows = {
+        row[1].strip(): row for row in (line.split("|") for line in lines if line.startswith("| "))
+    }
+    assert set(rows) == {"side", "null", "before", "after"}
+    assert all(float(rows[side][2]) > 0 for side in ("null", "before", "after"))
+    for side in ("before", "after"):  # 50 warm-up requests and 20 timed, one retrieval each
+        summary = next(line for line in lines if line.startswith(f"{side}: "))
+        assert "ProcessRuntime, closed in time True, sampled 70, scored 140 results" in summary
+        assert "dropped 0, handler errors 0" in summary
+    assert "17 events per request, 20 requests per side" in lines[-6]
+
+
 def test_handler_dispatch_reads_the_region_of_a_callgrind_dump(tmp_path: Path) -> None:
     import handler_dispatch
 

@@ -138,15 +138,17 @@ def test_results_are_scored_in_the_child_and_reach_its_sink(
     assert background(handler).child_pid is None  # closed: the child exited
 
 
-def test_hooks_run_on_the_callers_thread_and_their_errors_reach_the_result(
+def test_hooks_run_in_this_process_off_the_callers_thread_and_their_errors_reach_the_result(
     judge_server: JudgeServer, make_judge: JudgeFactory, jsonl: Path
 ) -> None:
+    # The hooks read the live root input and output, so they run in this process; on the
+    # feeder thread, so that the conversion to plain data costs the caller nothing.
     app = rag_app(judge_server, make_judge)
     setup = partial(isolated_setups.jsonl_setup, judge_server.base_url, str(jsonl))
-    callers: list[str] = []
+    callers: list[tuple[int, str]] = []
 
     def question_from(inputs: Any) -> str:
-        callers.append(threading.current_thread().name)
+        callers.append((os.getpid(), threading.current_thread().name))
         if "item001" in inputs:
             msg = "no question in this input"
             raise ValueError(msg)
@@ -157,12 +159,49 @@ def test_hooks_run_on_the_callers_thread_and_their_errors_reach_the_result(
         assert handler.flush(START)
         stats = handler.stats
     by_query = {r["error"] is None: r for r in lines(jsonl)}
-    assert callers == [threading.current_thread().name] * 2
+    assert [pid for pid, _ in callers] == [os.getpid()] * 2
+    assert all(name.endswith("-feeder") for _, name in callers), callers
     assert by_query[True]["question"] == f"Asked: {question(0)}"
     assert by_query[False]["error"] == (
         "HookError: question_from raised ValueError: no question in this input"
     )
     assert (stats.scored, stats.failed) == (1, 1)
+
+
+class _Unreadable:
+    """A retrieved item that cannot be turned into text (its ``__str__`` raises)."""
+
+    def __str__(self) -> str:
+        msg = "unreadable document"
+        raise RuntimeError(msg)
+
+
+def test_a_retrieval_that_cannot_be_made_plain_is_counted_and_the_others_are_scored(
+    judge_server: JudgeServer, make_judge: JudgeFactory, jsonl: Path
+) -> None:
+    # The conversion runs on the feeder thread: a retrieval it cannot convert is a handler
+    # error there, the caller's call returns normally and the next retrieval is scored.
+    from langchain_core.callbacks import CallbackManagerForRetrieverRun
+    from langchain_core.documents import Document
+    from langchain_core.retrievers import BaseRetriever
+
+    class Mixed(BaseRetriever):
+        def _get_relevant_documents(
+            self, query: str, *, run_manager: CallbackManagerForRetrieverRun
+        ) -> list[Document]:
+            if query == "bad":
+                return [_Unreadable()]  # type: ignore[list-item]
+            return [Document(page_content=f"Facts about {query}.")]
+
+    rag_app(judge_server, make_judge)  # scripts the judge
+    setup = partial(isolated_setups.jsonl_setup, judge_server.base_url, str(jsonl))
+    with isolated_handler(setup) as handler:
+        for query in ("bad", "good"):
+            Mixed().invoke(query, config={"callbacks": [handler]})
+        assert handler.flush(START)
+        stats = handler.stats
+    assert [r["question"] for r in lines(jsonl)] == ["good"]
+    assert (stats.handler_errors, stats.scored, stats.dropped) == (1, 1, 0)
 
 
 def test_a_killed_child_is_counted_and_replaced(
