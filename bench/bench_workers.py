@@ -20,8 +20,10 @@ alternate within each repeat so a busy machine slows them alike; load averages a
 * **check**: the issue's check: 200 distinct generated samples x the 4 LLM-judged metrics
   (about 1,000 judge requests), 16 at a time, 100 ms judge: ``workers=1`` and the default
   (``workers="auto"``). Ideal = requests x latency / 16. Target: the default >= 90 % of ideal.
-* ``--ray-python``: also ``evaluate_ray`` on a local Ray with 2 actors on the scale data
-  (ContextRecall and ContextPrecision).
+* ``--ray-python``: also ``evaluate_ray`` on a local Ray (``num_cpus=2``) with 2 actors of
+  32 concurrent jobs each on the scale data, with the same 4 metrics and judge clients as
+  the ``evaluate()`` runs (so the same request bodies: the judge's memo hits alike).
+  ``ray.init`` is outside the timing; the actors' CPU is not counted ("n/a").
 
 Usage: ``python bench/bench_workers.py [--tiny] [--repeats N] [--only scale|check]
 [--ray-python /work/venv-ray/bin/python]``
@@ -46,7 +48,6 @@ BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 sys.path[:0] = [str(BENCH), str(REPO)]
 
-SCALE_METRICS = ["context_recall", "context_precision"]  # evaluate_ray's
 SCALE_SEED = 18  # the scale data differs from the check's (make_dataset's own seed)
 SCALE_CONCURRENCY = 64
 SCALE_LATENCY = 0.05
@@ -132,19 +133,19 @@ def drive_ray(base_url: str, dataset: Path) -> dict[str, Any]:
     """One timed ``evaluate_ray`` on a local Ray (``ray.init`` untimed)."""
     import ray
 
+    from langchain_ragmetrics.evaluation import metric_names
     from langchain_ragmetrics.integrations.ray import evaluate_ray
 
     rows = json.loads(dataset.read_text(encoding="utf-8"))["rows"]
+    names = metric_names(judged=True)
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         judge = _judge_stats(base_url)
         start = time.perf_counter()
         out = evaluate_ray(
             ray.data.from_items(rows),
-            SCALE_METRICS,
-            model="judge-model",
-            base_url=base_url,
-            api_key="test",
+            _metrics(base_url),  # the evaluate() runs' judges, rebuilt in each actor
+            send_api_key=True,  # the loopback judge's dummy key
             num_actors=2,
             max_concurrency=SCALE_CONCURRENCY // 2,
         ).take_all()
@@ -152,11 +153,11 @@ def drive_ray(base_url: str, dataset: Path) -> dict[str, Any]:
         after = _judge_stats(base_url)
     finally:
         ray.shutdown()
-    failed = sum(r[f"{m}_status"] == "failed" for r in out for m in SCALE_METRICS)
+    failed = sum(r[f"{m}_status"] == "failed" for r in out for m in names)
     return {
         "wall_s": wall,
         "cpu_s": None,
-        "jobs": len(out) * len(SCALE_METRICS),
+        "jobs": len(out) * len(names),
         "failed": failed,
         "requests": after["requests"] - judge["requests"],
         "judge_misses": after["misses"] - judge["misses"],

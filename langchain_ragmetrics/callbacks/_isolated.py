@@ -534,6 +534,11 @@ class ProcessRuntime:
             if not isinstance(entry, Capture):
                 plain.append(entry)
                 continue
+            if plain:
+                # Between two retrievals, hand the GIL to an application thread waiting for
+                # it: it waits one conversion at most, not a whole batch's (or the 5 ms
+                # switch interval).
+                time.sleep(0)
             try:
                 plain.append(
                     Retrieval.from_trace(
