@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from langchain_ragmetrics._engine import Job, ScoringEngine
 from langchain_ragmetrics._errors import HookError
 from langchain_ragmetrics._extract import ANSWER_KEYS, QUESTION_KEYS, answer_in, question_in
-from langchain_ragmetrics._otel import plain_span_context, span_context_from_plain
+from langchain_ragmetrics._otel import span_context_from_plain, span_context_in
 from langchain_ragmetrics._schema import MetricResult, RagSample, _document_id
 
 if TYPE_CHECKING:
@@ -142,7 +142,8 @@ class Capture:
     """The root run's output (None when the retriever is the root or the stream was closed
     before the root run could end)."""
     otel_context: Any = None
-    """The OpenTelemetry ``SpanContext`` active when the retriever started (None without one)."""
+    """OpenTelemetry's ``Context`` when the retriever started (None without OpenTelemetry):
+    the span active then is read from it off the caller's thread."""
     streamed_answer: str | None = None
     """Text the trace's last model run streamed (tokens), kept for streams closed early."""
     links: Mapping[str, tuple[str, str | None]] = field(default_factory=dict)
@@ -282,7 +283,7 @@ class Retrieval(NamedTuple):
                 capture.trace_id,
                 capture.parent_run_id,
                 capture.retriever,
-                plain_span_context(capture.otel_context),
+                span_context_in(capture.otel_context),
                 error,
                 capture.links or _NO_METADATA,
             )

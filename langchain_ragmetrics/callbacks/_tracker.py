@@ -31,7 +31,7 @@ from langchain_ragmetrics._links import (
     trace_links,
 )
 from langchain_ragmetrics._options import whole_number
-from langchain_ragmetrics._otel import OTEL_TRACE_MODULE, current_span_context
+from langchain_ragmetrics._otel import OTEL_TRACE_MODULE, current_otel_context
 from langchain_ragmetrics._retrieval import Capture
 
 __all__ = ["FinishedTrace", "TraceTracker"]
@@ -83,6 +83,8 @@ class _Retrieval:
         self.tags = tags
         self.metadata = metadata
         self.otel_context = otel_context
+        """OpenTelemetry's context at the start: its span is read later, off the caller's
+        thread (``_otel.span_context_in``)."""
         self.readings = readings
         """Other tracers' spans as read when the run started (merged with the end's)."""
         self.links: TraceLinks = _NO_LINKS
@@ -295,7 +297,7 @@ class TraceTracker:
             name,
             tags,
             metadata or _EMPTY,
-            current_span_context() if OTEL_TRACE_MODULE in modules else None,
+            current_otel_context() if OTEL_TRACE_MODULE in modules else None,
             _NO_READINGS if modules.keys().isdisjoint(TRACER_MODULES) else trace_links(run_id),
         )
         evicted = 0

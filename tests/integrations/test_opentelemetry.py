@@ -359,6 +359,52 @@ def test_span_context_capture_reads_the_current_span(otel: Otel) -> None:
         assert current_span_context() == span.get_span_context()
 
 
+def test_the_context_taken_at_the_start_gives_its_span_later_on_another_thread(
+    otel: Otel,
+) -> None:
+    # The caller's thread only takes OpenTelemetry's context; the feeder reads the span
+    # from it after the span ended, on a thread where no span is current.
+    import threading
+
+    from langchain_ragmetrics._otel import current_otel_context, span_context_in
+
+    with otel.tracer_provider.get_tracer("t").start_as_current_span("s") as span:
+        taken = current_otel_context()
+    without = current_otel_context()
+    read: list[object] = []
+    thread = threading.Thread(target=lambda: read.extend(map(span_context_in, [taken, without])))
+    thread.start()
+    thread.join()
+    original = span.get_span_context()
+    assert read == [(original.trace_id, original.span_id, original.trace_flags), None]
+    assert span_context_in(None) is None
+
+
+def test_the_context_taken_holds_nothing_of_the_app(otel: Otel) -> None:
+    # Only OpenTelemetry's own values: an app's context variable (LangChain's config, with
+    # the handler in it) is not kept alive by a queued retrieval.
+    import contextvars
+    import gc
+    import weakref
+
+    from langchain_ragmetrics._otel import current_otel_context
+
+    class Big:
+        pass
+
+    var: contextvars.ContextVar[Big] = contextvars.ContextVar("app_var")
+    value = Big()
+    ref = weakref.ref(value)
+    token = var.set(value)
+    with otel.tracer_provider.get_tracer("t").start_as_current_span("s"):
+        taken = current_otel_context()
+    var.reset(token)
+    del value
+    gc.collect()
+    assert ref() is None
+    assert taken is not None
+
+
 def test_the_package_imports_opentelemetry_only_when_the_sink_is_used() -> None:
     import subprocess
 
