@@ -255,6 +255,8 @@ class ProcessRuntime:
         return self._children
 
     def _outstanding(self) -> int:
+        if self._gave_up:  # everything left was counted as abandoned
+            return 0
         child = self._child
         in_child = 0 if child is None or child.dead else child.sent - child.done
         return self._queue.size + in_child
@@ -359,6 +361,7 @@ class ProcessRuntime:
             left = self._outstanding()
             if not settled:  # the feeder must not start a child after this close gave up
                 self._gave_up = True
+                self._abandon_queued()
         if child is not None and not child.dead:
             self._kill(child, "did not finish closing in time")
             self._on_death(child, None)  # account now, not when the listener wakes
@@ -369,6 +372,20 @@ class ProcessRuntime:
         self._counters.set("pending_at_deadline", left)
         clean = child is None or child.closed is not False
         return settled and clean and left == 0 and sinks_closed and not feeder.is_alive()
+
+    def _abandon_queued(self) -> None:
+        """Count what never reached the child as abandoned, once (lock held; close gave up).
+
+        That is what waits in the queue and what the feeder holds (a user's hook that never
+        returns keeps it there): the feeder drops its batch uncounted when it comes back.
+        """
+        lost = self._queue.size
+        for entry in self._queue.abandon():
+            if isinstance(entry.item, FlushRequest):
+                self._answer(entry.item.token, ok=False)
+        if lost:
+            self._counters.add(abandoned=lost)
+        self._cond.notify_all()
 
     def _close_sinks(self, timeout: float | None) -> bool:
         """Deliver what this process's sinks hold and close them, within ``timeout``."""
@@ -497,6 +514,8 @@ class ProcessRuntime:
             entries = self._plain([entry.item for entry in batch])
             with self._cond:
                 try:
+                    if self._gave_up:  # a close gave up on this batch and counted it
+                        return
                     child = self._child
                     if child is None or child.dead:
                         child = self._replace_child(entries)

@@ -76,6 +76,9 @@ class BackgroundWorker(Generic[T]):
             max_size=max_queue_size, count_active=True, on_wake=self._wake_loop
         )
         self._stop: _StopMode | None = None
+        self._gave_up = False
+        """A stop that timed out counted everything unfinished as abandoned: from then on
+        the thread's own accounting is dropped (it would count those items twice)."""
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
@@ -85,8 +88,8 @@ class BackgroundWorker(Generic[T]):
 
     @property
     def queued(self) -> int:
-        """Items waiting or in progress."""
-        return self._queue.size
+        """Items waiting or in progress (none once a stop gave up: they were abandoned)."""
+        return 0 if self._gave_up else self._queue.size
 
     @property
     def thread(self) -> threading.Thread | None:
@@ -148,10 +151,41 @@ class BackgroundWorker(Generic[T]):
         if thread is None or thread is threading.current_thread() or mode == "when_idle":
             return thread is None
         thread.join(timeout)
-        return not thread.is_alive()
+        if not thread.is_alive():
+            return True
+        self._give_up()
+        return False
+
+    def _give_up(self) -> None:
+        """A stop timed out (a user's hook blocks the loop): count what is left, once, now.
+
+        Waiting and in-progress items are counted as abandoned when the stop returns, not
+        whenever the loop comes back; the thread's own accounting is dropped from here on.
+        """
+        with self._lock:
+            if self._gave_up:
+                return
+            self._gave_up = True
+            lost = self._queue.size
+            self._queue.abandon()
+        if lost:
+            self._counters.add(abandoned=lost)
+
+    def _settle(self, entry: Entry[T] | None, outcome: str, count: int = 1) -> None:
+        """Mark ``entry`` done and count ``count`` items with ``outcome`` (unless given up)."""
+        with self._lock:
+            counted = not self._gave_up
+            if entry is not None:
+                self._queue.done(entry)
+        if counted and count:
+            self._counters.add(**{outcome: count})
 
     def _wake_loop(self) -> None:
-        """Wake the worker's loop (a put found it idle, or the queue closed)."""
+        """Wake the worker's loop (a put found it idle, or the queue closed).
+
+        Without the lock (the queue calls it, also from :meth:`_give_up` under the lock):
+        a stale read only wakes a loop that is already closing, which is ignored.
+        """
         loop, wake = self._loop, self._wake
         if loop is None or wake is None:
             return
@@ -195,9 +229,8 @@ class BackgroundWorker(Generic[T]):
                     self._loop = None
                     self._wake = None
                     mode = self._stop
-                abandoned = len(self._queue.abandon())
-                if abandoned:
-                    self._counters.add(abandoned=abandoned)
+                    abandoned = len(self._queue.abandon())
+                self._settle(None, "abandoned", abandoned)
                 asyncio.set_event_loop(None)
                 loop.close()
         if mode == "when_idle" and self._on_idle_exit is not None:
@@ -228,8 +261,7 @@ class BackgroundWorker(Generic[T]):
             await asyncio.gather(*tasks, return_exceptions=True)
         # A task cancelled before its first step never ran its own accounting.
         for entry in unstarted.values():
-            self._counters.add(abandoned=1)
-            self._queue.done(entry)
+            self._settle(entry, "abandoned")
 
     async def _one(self, entry: Entry[T], wake: asyncio.Event, unstarted: dict[int, Any]) -> None:
         del unstarted[id(entry)]  # from here on, the finally below accounts for it
@@ -245,6 +277,5 @@ class BackgroundWorker(Generic[T]):
                 f"worker:{type(exc).__name__}", f"online scoring raised {exc!r}", exc
             )
         finally:
-            self._counters.add(**{outcome: 1})
-            self._queue.done(entry)
+            self._settle(entry, outcome)
             wake.set()

@@ -191,6 +191,38 @@ def test_close_reports_and_abandons_work_left_at_the_deadline(
     assert handler.close(0) is False  # again: the first close's outcome, not a bare True
 
 
+def test_a_hook_that_never_returns_holds_scoring_but_not_the_caller_flush_or_close(
+    judge_server: JudgeServer, make_judge: JudgeFactory, release: threading.Event
+) -> None:
+    # On isolation="thread" the user's hooks run on the scoring thread: one that blocks
+    # holds scoring, never the app's calls, and flush and close return by their deadlines.
+    app = rag_app(judge_server, make_judge)
+    entered = threading.Event()
+
+    def answer_from(outputs: Any) -> str:
+        entered.set()
+        release.wait()
+        return str(outputs)
+
+    handler = online_handler(app.llm, answer_from=answer_from)
+    try:
+        for i in range(3):
+            assert app.chain.invoke(question(i), config={"callbacks": [handler]})
+        assert entered.wait(10), "the hook never ran"
+        assert handler.flush(0.2) is False
+        assert handler.close(0.2) is False
+        stats = handler.stats
+        assert (stats.sampled, stats.processed, stats.dropped) == (3, 0, 0)
+        assert (stats.abandoned, stats.pending_at_deadline, stats.queued) == (3, 3, 0), stats
+    finally:
+        release.set()
+    for thread in threads_of(handler):  # the blocked one exits once the hook returns
+        thread.join(10)
+        assert not thread.is_alive(), f"{thread.name} did not exit"
+    assert results(handler) == []
+    assert handler.stats.abandoned == 3
+
+
 def test_a_second_close_waits_for_the_first_and_returns_its_outcome(
     judge_server: JudgeServer, make_judge: JudgeFactory, release: threading.Event
 ) -> None:

@@ -168,6 +168,45 @@ def test_hooks_run_in_this_process_off_the_callers_thread_and_their_errors_reach
     assert (stats.scored, stats.failed) == (1, 1)
 
 
+def test_a_hook_that_never_returns_holds_the_feeder_but_not_the_caller_flush_or_close(
+    judge_server: JudgeServer, make_judge: JudgeFactory, jsonl: Path, release: threading.Event
+) -> None:
+    # A user's hook runs on the feeder thread: one that blocks (a lock, a network call with
+    # no timeout) stops the conversions, not the app's calls, and flush and close still
+    # return by their deadlines, saying what was left.
+    app = rag_app(judge_server, make_judge)
+    setup = partial(isolated_setups.jsonl_setup, judge_server.base_url, str(jsonl))
+    entered = threading.Event()
+
+    def question_from(inputs: Any) -> str:
+        entered.set()
+        release.wait()
+        return str(inputs)
+
+    handler = isolated_handler(setup, question_from=question_from)
+    try:
+        answers = ask(app, handler, range(3))  # returns: the hook runs on the feeder
+        assert len(answers) == 3
+        assert entered.wait(START), "the feeder never ran the hook"
+        started = time.monotonic()
+        assert handler.flush(0.2) is False
+        assert handler.close(0.2) is False
+        assert time.monotonic() - started < CEILING
+        stats = handler.stats
+        assert (stats.sampled, stats.scored, stats.dropped) == (3, 0, 0)
+        assert (stats.abandoned, stats.pending_at_deadline, stats.queued) == (3, 3, 0), stats
+    finally:
+        release.set()
+    # Once the hook returns, the feeder drops the batch close already counted, and exits.
+    feeder = background(handler)._feeder
+    assert feeder is not None
+    feeder.join(CEILING)
+    assert not feeder.is_alive()
+    assert (handler.stats.abandoned, handler.stats.scored) == (3, 0)
+    assert background(handler).children_started == 0
+    assert lines(jsonl) == []
+
+
 class _Unreadable:
     """A retrieved item that cannot be turned into text (its ``__str__`` raises)."""
 
