@@ -175,7 +175,10 @@ class MonitorError(RagMetricsError, RuntimeError):
 
 
 class CheckpointError(RagMetricsError, ValueError):
-    """The monitor's checkpoint file cannot be used (unreadable, or for another project)."""
+    """The monitor's checkpoint file cannot be used (unreadable, another project's, in use).
+
+    Or an earlier run pruned pairs of runs this run's ``since`` would list again.
+    """
 
 
 def suggest(name: str, known: Iterable[str], *, limit: int = 2) -> list[str]:

@@ -45,6 +45,11 @@ def _shard(text: str) -> tuple[int, int]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _retention(text: str) -> str | None:
+    """``--retention``: a duration (checked by the monitor, as ``--since``), or ``none``."""
+    return None if text.strip().lower() == "none" else text
+
+
 def register(commands: Any) -> None:
     """Add the ``monitor`` sub-command to ``commands`` (an argparse sub-parsers action)."""
     from langchain_ragmetrics.evaluation import metric_classes
@@ -111,6 +116,14 @@ def register(commands: Any) -> None:
         "runs LangSmith ingests late, e.g. 30s, 10m, 1h (default: 10m)",
     )
     monitor.add_argument(
+        "--retention",
+        type=_retention,
+        default="30d",
+        help="how long settled (run, metric) pairs stay in the checkpoint, e.g. 7d, 30d, or "
+        "none to keep them for ever; older ones are pruned. --since may not reach back "
+        "further (default: 30d)",
+    )
+    monitor.add_argument(
         "--max-wait",
         default="24h",
         help="how long a run whose trace is not complete in LangSmith is waited for before "
@@ -158,6 +171,7 @@ def _monitor_command(args: argparse.Namespace) -> int:
             poll_interval=args.poll_interval,
             max_polls=args.max_polls,
             lookback=args.lookback,
+            retention=args.retention,
             max_wait=args.max_wait,
         )
     except ValueError as exc:

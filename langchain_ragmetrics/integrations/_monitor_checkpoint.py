@@ -11,6 +11,13 @@ mid-send) is *kept* with its intent, as JSON, until its pair is settled: the nex
 in this run or a later one, sends it again instead of paying the judge twice. The file then
 holds that result's sample (question, contexts, answer) until it is sent.
 
+Settled pairs are pruned by age (``prune``, the monitor's ``retention``): a pair is only
+looked up for a run the monitor lists, so one settled before the monitor's listing window
+is dead weight. A run with unsettled work (an intent, a kept result, a counted failure) keeps
+all its pairs: it is read again by id, whatever its age. The latest cutoff that deleted
+anything is recorded (``pruned_before``), so a later run whose window reaches back past it is
+refused instead of judging those runs again. Freed pages are reused: the file stops growing.
+
 One run at a time: a lock file beside it (``<checkpoint>.lock``) is held while it is open, so
 an overlapping run (a cron job started before the last one ended) fails at once instead of
 judging the same runs again.
@@ -40,6 +47,7 @@ CREATE TABLE IF NOT EXISTS settled (
     settled_at REAL NOT NULL,
     PRIMARY KEY (run_id, metric)
 );
+CREATE INDEX IF NOT EXISTS settled_by_age ON settled (settled_at);
 CREATE TABLE IF NOT EXISTS intents (
     run_id TEXT NOT NULL,
     metric TEXT NOT NULL,
@@ -220,6 +228,65 @@ class Checkpoint:
                 "SELECT failures FROM attempts WHERE run_id = ? AND metric = ?", (run_id, metric)
             ).fetchone()
         return int(row[0])
+
+    def prune(self, before: float, *, spare: Iterable[str] = ()) -> int:
+        """Delete the pairs settled before ``before`` (epoch seconds) and their attempts.
+
+        Only settled pairs go: intents, kept results and the failure counts of unsettled
+        pairs are work owed to LangSmith. A run with any of those, or in ``spare`` (runs the
+        caller still has unsent), keeps every pair, since it is read again by id whatever its
+        age. One transaction; the cutoff is recorded when something was deleted.
+
+        Returns:
+            The settled pairs deleted.
+        """
+        with self._lock:
+            self._db.execute("BEGIN")
+            try:
+                deleted = self._prune(before, set(spare))
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+        return deleted
+
+    def _prune(self, before: float, spare: set[str]) -> int:
+        """:meth:`prune` inside its transaction (the lock held)."""
+        db = self._db
+        db.execute("CREATE TEMP TABLE IF NOT EXISTS spared (run_id TEXT PRIMARY KEY)")
+        db.execute("DELETE FROM spared")
+        db.executemany("INSERT OR IGNORE INTO spared VALUES (?)", ((r,) for r in spare))
+        db.execute(
+            "INSERT OR IGNORE INTO spared SELECT run_id FROM intents UNION SELECT run_id "
+            "FROM kept UNION SELECT run_id FROM attempts AS a WHERE NOT EXISTS (SELECT 1 "
+            "FROM settled AS s WHERE s.run_id = a.run_id AND s.metric = a.metric)"
+        )
+        db.execute(
+            "DELETE FROM attempts WHERE run_id NOT IN (SELECT run_id FROM spared) AND EXISTS "
+            "(SELECT 1 FROM settled AS s WHERE s.run_id = attempts.run_id "
+            "AND s.metric = attempts.metric AND s.settled_at < ?)",
+            (before,),
+        )
+        deleted = db.execute(
+            "DELETE FROM settled WHERE settled_at < ? "
+            "AND run_id NOT IN (SELECT run_id FROM spared)",
+            (before,),
+        ).rowcount
+        db.execute("DELETE FROM spared")
+        if deleted:
+            row = db.execute("SELECT value FROM meta WHERE key = 'pruned_before'").fetchone()
+            latest = before if row is None else max(before, float(row[0]))
+            db.execute("INSERT OR REPLACE INTO meta VALUES ('pruned_before', ?)", (repr(latest),))
+        return int(deleted)
+
+    def pruned_before(self) -> float | None:
+        """The latest cutoff (epoch seconds) that deleted settled pairs, None if none did.
+
+        Runs that started before it may have pairs the file no longer holds.
+        """
+        with self._lock:
+            row = self._db.execute("SELECT value FROM meta WHERE key = 'pruned_before'").fetchone()
+        return None if row is None else float(row[0])
 
     def count(self) -> int:
         """Settled pairs in the file."""

@@ -22,7 +22,8 @@ Runs are read through ``client.runs.query`` (LangSmith's v2 run query) when the 
 langsmith has it and the server is 0.16 or later, through the deprecated ``Client.list_runs``
 otherwise (an older langsmith or self-hosted server); both give the same runs.
 
-It is restartable (a SQLite checkpoint of settled (run, metric) pairs) and scales out:
+It is restartable (a SQLite checkpoint of settled (run, metric) pairs, those settled more
+than ``retention`` ago pruned so that the file stays bounded) and scales out:
 ``shard=(i, n)`` keeps the runs whose trace id hashes to ``i``, so ``n`` workers share a
 project with every run scored exactly once; sampling uses the online handler's trace-id
 hash, so both pick the same traces at the same rate.
@@ -59,7 +60,7 @@ from uuid import UUID
 from pydantic import BaseModel, ConfigDict, Field
 
 from langchain_ragmetrics._engine import ScoringEngine
-from langchain_ragmetrics._errors import MonitorError
+from langchain_ragmetrics._errors import CheckpointError, MonitorError
 from langchain_ragmetrics._langsmith_feedback import (
     FeedbackClient,
     FeedbackItem,
@@ -119,6 +120,11 @@ _V2_SELECTS: list[RunSelectField] = [
 _BY_ID_SINCE = datetime(2000, 1, 1, tzinfo=timezone.utc)
 """Where a v2 read by id starts looking: v2 queries default to the last day, while a run read
 again (a trace's root, a run whose pairs stayed unsent) may be older (list_runs has no bound)."""
+_PRUNE_EVERY = 3600.0
+"""Seconds between two prunes of the checkpoint in a long (``follow``) run."""
+_CLOCK_MARGIN = timedelta(hours=1)
+"""A prune spares the pairs settled within this of the listing window's start: a run's start
+comes from the application's clock, its ``settled_at`` from the monitor's."""
 _SHARD_PERSON = b"ragmetrics-shard"  # a different hash than sampling: shards stay uniform
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
@@ -182,6 +188,34 @@ def parse_since(value: str | timedelta | datetime) -> datetime:
     return datetime.now(timezone.utc) - parse_duration(value, name="since")
 
 
+def _retention(
+    retention: str | timedelta | None, since: str | timedelta | datetime, start: datetime
+) -> timedelta | None:
+    """``retention`` parsed, once sure that ``since`` (``start`` parsed) reaches no further.
+
+    Raises:
+        ValueError: An unreadable ``retention``, or a ``since`` reaching further back (naming
+            both options, their values and the ways out).
+    """
+    if retention is None:
+        return None
+    kept = parse_duration(retention, name="retention")
+    reach = (
+        datetime.now(timezone.utc) - start
+        if isinstance(since, datetime)
+        else parse_duration(since, name="since")
+    )
+    if reach <= kept:
+        return kept
+    msg = (
+        f"`since` ({since!r}) reaches further back than `retention` ({retention!r}): the "
+        "checkpoint forgets the pairs settled more than `retention` ago, so runs older than "
+        "that would be listed, judged and paid for again; use a shorter `since`, a longer "
+        "`retention`, or `retention=None` to keep every settled pair (`--retention none`)"
+    )
+    raise ValueError(msg)
+
+
 MAX_ERRORS_KEPT = 1000
 """Errors a :class:`MonitorSummary` keeps the text of (the count goes on)."""
 
@@ -214,6 +248,9 @@ class MonitorSummary(BaseModel):
     """Runs settled earlier whose feedback is a failure (``error=True``), not a score."""
     retry_rounds: int = 0
     """Extra rounds a one-shot run made for unsent pairs before it ended."""
+    pairs_pruned: int = 0
+    """Settled pairs deleted from the checkpoint as older than ``retention`` (at its opening,
+    then at most once an hour)."""
     runs_scored: int = 0
     """Runs scored in this run."""
     runs_incomplete: int = 0
@@ -259,7 +296,7 @@ class MonitorSummary(BaseModel):
             f"{self.runs_sampled_out}, skipped {self.runs_skipped}, waiting {self.runs_waiting}",
             f"  unsent {self.runs_unsent} after {self.retry_rounds} retry round"
             f"{'s' if self.retry_rounds != 1 else ''}, settled earlier as failed "
-            f"{self.runs_already_failed}",
+            f"{self.runs_already_failed}, settled pairs pruned {self.pairs_pruned}",
             f"  results scored {self.results_scored}, failed {self.results_failed}, "
             f"skipped {self.results_skipped}",
             f"  feedback sent {self.feedback_sent}, failed {self.feedback_failed}, resent "
@@ -626,6 +663,14 @@ class LangSmithMonitor:
         max_polls: Stop after this many polls (None: no bound).
         lookback: Later polls re-list this far before the previous poll, for late arrivals
             (``"10m"`` or a timedelta).
+        retention: How long settled pairs stay in the checkpoint (``"30d"``, a timedelta, or
+            None: for ever); older ones are deleted when it is opened, then at most once an
+            hour. Unsettled work (intents, kept results, failure counts) is never deleted.
+            ``since`` may not reach back further: a pair is settled after its run started, so
+            a pruned pair's run started before any window this monitor lists. Later polls start
+            at ``max(since, previous poll - lookback)``, never earlier, and a prune spares the
+            pairs settled after the current window's start (less an hour for clock skew), so
+            ``lookback`` needs no check of its own.
         max_wait: How long a run whose trace is not complete in LangSmith (or not visible
             yet) is waited for, from its start (or from when this monitor first saw it
             waiting); then its pairs are settled unsent (``runs_incomplete``).
@@ -657,6 +702,7 @@ class LangSmithMonitor:
         poll_interval: float = 30.0,
         max_polls: int | None = None,
         lookback: str | timedelta = timedelta(minutes=10),
+        retention: str | timedelta | None = "30d",
         max_wait: str | timedelta = timedelta(hours=24),
         max_attempts: int = 3,
         retry_rounds: int = 3,
@@ -688,6 +734,7 @@ class LangSmithMonitor:
         self.project_name = project_name
         self.shard = parse_shard(shard if isinstance(shard, str) else f"{shard[0]}/{shard[1]}")
         self.since = parse_since(since)
+        self.retention = _retention(retention, since, self.since)
         self.sample_rate = shared.sample_rate
         self.metrics = shared.metrics
         self.sinks = shared.sinks
@@ -728,6 +775,7 @@ class LangSmithMonitor:
         self._unsent: dict[str, Reason] = {}
         self._waiting_since: dict[str, float] = {}  # run id -> monotonic time first seen so
         self._last_poll: datetime | None = None
+        self._next_prune: float | None = None  # monotonic time of the next prune (None: now)
         self._roots: dict[str, Run | None] = {}
         self.summary = MonitorSummary(project=project_name, shard=self.shard)
 
@@ -760,7 +808,8 @@ class LangSmithMonitor:
 
         Raises:
             MonitorError: LangSmith has no project named ``project_name``.
-            CheckpointError: The checkpoint file cannot be used.
+            CheckpointError: The checkpoint file cannot be used, or an earlier run pruned
+                pairs of runs this run's ``since`` would list again.
         """
         return asyncio.run(self._arun_own_loop())
 
@@ -776,6 +825,9 @@ class LangSmithMonitor:
         checkpoint = Checkpoint(self.checkpoint_path, project=self.project_name)
         # What an earlier run left unsent is read again by id, whatever this run's window.
         try:
+            self._within_pruned(checkpoint)
+            self._next_prune = None  # pruned at each opening
+            self._prune(checkpoint)
             unsettled = checkpoint.unsettled()
         except BaseException:
             checkpoint.close()  # and its lock: the next run may have it
@@ -794,6 +846,7 @@ class LangSmithMonitor:
         try:
             with untraced():
                 while not self._stop.is_set():
+                    self._prune(checkpoint)
                     await self._poll(checkpoint)
                     if not self.follow or (
                         self.max_polls is not None and self.summary.polls >= self.max_polls
@@ -816,6 +869,44 @@ class LangSmithMonitor:
             self._pool.stop(0)
             self._judge_pool.stop(0)
         return self.summary
+
+    def _within_pruned(self, checkpoint: Checkpoint) -> None:
+        """Refuse a window reaching back past what an earlier run pruned from the checkpoint.
+
+        Raises:
+            CheckpointError: The runs between would be judged (and paid for) again.
+        """
+        pruned = checkpoint.pruned_before()
+        if pruned is None:
+            return
+        forgotten = datetime.fromtimestamp(pruned, timezone.utc)
+        start = self._window_start()
+        if start >= forgotten:
+            return
+        msg = (
+            f"checkpoint {checkpoint.path} no longer holds the pairs settled before "
+            f"{forgotten.isoformat(timespec='seconds')} (pruned by `retention`), but `since` "
+            f"reaches back to {start.isoformat(timespec='seconds')}: runs started between "
+            "would be judged and paid for again; use a shorter `since`, or another checkpoint"
+        )
+        raise CheckpointError(msg)
+
+    def _prune(self, checkpoint: Checkpoint) -> None:
+        """Delete the settled pairs older than ``retention``: at most once an hour.
+
+        The cutoff never passes the listing window's start (less :data:`_CLOCK_MARGIN`),
+        which only moves forward: no run this monitor lists again lost its pairs.
+        """
+        if self.retention is None:
+            return
+        now = time.monotonic()
+        if self._next_prune is not None and now < self._next_prune:
+            return
+        self._next_prune = now + _PRUNE_EVERY
+        cutoff = min(
+            datetime.now(timezone.utc) - self.retention, self._window_start() - _CLOCK_MARGIN
+        )
+        self.summary.pairs_pruned += checkpoint.prune(cutoff.timestamp(), spare=self._unsent)
 
     async def _sleep(self, seconds: float) -> None:
         """Wait ``seconds``, or less when :meth:`stop` is called."""

@@ -1377,3 +1377,273 @@ def test_the_summary_keeps_the_last_errors_and_counts_them_all() -> None:
     rendered = summary.render().splitlines()
     assert f"  {MAX_ERRORS_KEPT + 250} errors, the last 5:" in rendered
     assert rendered[-1] == f"  error: error {MAX_ERRORS_KEPT + 249}"
+
+
+# ---------------------------------------------------------------- retention of the checkpoint
+
+DAY_S = 86_400.0
+CR, CP = "context_relevance", "context_precision"
+
+
+def fake_run(name: str) -> str:
+    """The id of a run LangSmith does not hold (one no window lists any more)."""
+    return str(uuid5(NAMESPACE_URL, f"ragmetrics-test/{name}"))
+
+
+def settle_aged(path: Path, ages: dict[tuple[str, str], float]) -> None:
+    """Settle ``(run id, metric)`` pairs in the checkpoint at ``path``, each ``age`` s ago."""
+    import sqlite3
+
+    from langchain_ragmetrics.integrations._monitor_checkpoint import Checkpoint
+
+    Checkpoint(path, project=PROJECT).close()  # the file, its schema and its project
+    db = sqlite3.connect(path)
+    with db:
+        for (run_id, metric), age in ages.items():
+            db.execute(
+                "INSERT OR REPLACE INTO settled VALUES (?, ?, 'scored', ?)",
+                (run_id, metric, time.time() - age),
+            )
+    db.close()
+
+
+def checkpoint_sql(path: Path, *statements: tuple[Any, ...]) -> None:
+    """Run ``(sql, *values)`` statements on the checkpoint at ``path``, in one transaction."""
+    import sqlite3
+
+    db = sqlite3.connect(path)
+    with db:
+        for sql, *values in statements:
+            db.execute(sql, values)
+    db.close()
+
+
+def checkpoint_rows(path: Path, table: str) -> set[tuple[str, str]]:
+    """The ``(run id, metric)`` rows of a checkpoint table."""
+    import sqlite3
+
+    db = sqlite3.connect(path)
+    try:
+        return {(r, m) for r, m in db.execute(f"SELECT run_id, metric FROM {table}")}
+    finally:
+        db.close()
+
+
+def test_retention_prunes_old_settled_pairs_at_open_and_keeps_owed_work(
+    app: RagApp, langsmith_stub: LangSmithStub, langsmith_client: langsmith.Client, tmp_path: Path
+) -> None:
+    """Before, every pair ever settled stayed in the file. Only settled pairs older than the
+    retention go (with a failure count left beside one); a run with work still owed to
+    LangSmith (an intent and its kept result, a judge failure waiting) keeps all its pairs,
+    however old: it is read again by id."""
+    runs = trace_questions(langsmith_stub, app.chain, PROJECT, range(2))
+    owed, retrying = runs[0]["id"], runs[1]["id"]
+    old, recent = fake_run("old"), fake_run("recent")
+    path = tmp_path / "monitor.sqlite"
+    month = 30 * DAY_S
+    ages = {(old, CR): month + 60, (recent, CR): month - 60}
+    settle_aged(path, {**ages, (owed, CR): 2 * month, (retrying, CR): 2 * month})
+    checkpoint_sql(
+        path,
+        ("INSERT INTO attempts VALUES (?, ?, 1)", old, CR),  # stale, beside a settled pair
+        ("INSERT INTO intents VALUES (?, ?)", owed, CP),
+        ("INSERT INTO kept VALUES (?, ?, '{}')", owed, CP),
+        ("INSERT INTO attempts VALUES (?, ?, 1)", retrying, CP),  # unsettled: owed
+    )
+    summary = make_monitor(app, langsmith_client, tmp_path, retention="30d").run()
+    assert summary.pairs_pruned == 1
+    assert "settled pairs pruned 1" in summary.render()
+    assert checkpoint_rows(path, "settled") == {(recent, CR), (owed, CR), (retrying, CR)}
+    assert checkpoint_rows(path, "attempts") == {(retrying, CP)}
+    assert checkpoint_rows(path, "intents") == checkpoint_rows(path, "kept") == {(owed, CP)}
+    assert summary.runs_already_scored == 2  # nothing judged again
+    assert summary.usage.judge_calls == judge_calls(app) == 0
+
+
+@pytest.mark.parametrize("retention", ["7d", timedelta(days=7)], ids=["text", "timedelta"])
+def test_a_pair_settled_just_inside_the_retention_is_kept(
+    retention: str | timedelta,
+    app: RagApp,
+    langsmith_stub: LangSmithStub,
+    langsmith_client: langsmith.Client,
+    tmp_path: Path,
+) -> None:
+    langsmith_stub.create_project(PROJECT)
+    inside, outside = fake_run("inside"), fake_run("outside")
+    path = tmp_path / "monitor.sqlite"
+    settle_aged(path, {(inside, CR): 7 * DAY_S - 60, (outside, CR): 7 * DAY_S + 60})
+    summary = make_monitor(app, langsmith_client, tmp_path, retention=retention).run()
+    assert summary.pairs_pruned == 1
+    assert checkpoint_rows(path, "settled") == {(inside, CR)}
+
+
+def test_pairs_settled_near_the_listing_windows_start_are_spared(
+    app: RagApp, langsmith_stub: LangSmithStub, langsmith_client: langsmith.Client, tmp_path: Path
+) -> None:
+    """With ``since`` as long as the retention, a pair settled within an hour before the
+    window's start is kept: its run's start (the application's clock) may be inside it."""
+    langsmith_stub.create_project(PROJECT)
+    near, far = fake_run("near"), fake_run("far")
+    path = tmp_path / "monitor.sqlite"
+    settle_aged(path, {(near, CR): 30 * DAY_S + 1800, (far, CR): 30 * DAY_S + 7200})
+    worker = make_monitor(app, langsmith_client, tmp_path, since="30d", retention="30d")
+    assert worker.run().pairs_pruned == 1
+    assert checkpoint_rows(path, "settled") == {(near, CR)}
+
+
+def test_a_polling_run_prunes_at_most_once_an_hour(
+    app: RagApp,
+    langsmith_stub: LangSmithStub,
+    langsmith_client: langsmith.Client,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A pair that grows old during a ``follow`` run goes at the first poll an hour after the
+    last prune (the one at the opening), not at every poll."""
+    from langchain_ragmetrics.integrations import monitor as monitor_module
+
+    clock = HandClock()
+    monkeypatch.setattr(monitor_module, "time", clock)
+    runs = trace_questions(langsmith_stub, app.chain, PROJECT, range(1))
+    path = tmp_path / "monitor.sqlite"
+    stale = [fake_run(f"stale-{i}") for i in range(3)]
+    moves = [1800.0, 1799.0, 1.0]  # the prune at the opening, then 3600 s later
+    present: list[set[str]] = []
+    poll = LangSmithMonitor._poll
+
+    async def poll_then_age(self: LangSmithMonitor, checkpoint: Any) -> None:
+        await poll(self, checkpoint)
+        present.append({run_id for run_id, _ in checkpoint_rows(path, "settled")} & set(stale))
+        if self.summary.polls <= len(stale):  # a pair of a run no window lists, 40 days old
+            insert = "INSERT INTO settled VALUES (?, ?, 'scored', ?)"
+            aged = (insert, stale[self.summary.polls - 1], CR, time.time() - 40 * DAY_S)
+            checkpoint_sql(path, aged)
+            clock.now += moves[self.summary.polls - 1]
+
+    monkeypatch.setattr(LangSmithMonitor, "_poll", poll_then_age)
+    worker = make_monitor(
+        app, langsmith_client, tmp_path, follow=True, max_polls=4, poll_interval=0.01
+    )
+    summary = worker.run()
+    assert present == [set(), {stale[0]}, {stale[0], stale[1]}, set()]
+    assert summary.pairs_pruned == 3
+    assert checkpoint_rows(path, "settled") == {(runs[0]["id"], CR)}
+    assert summary.usage.judge_calls == judge_calls(app) == 1
+
+
+def test_retention_none_never_prunes(
+    app: RagApp,
+    langsmith_stub: LangSmithStub,
+    langsmith_client: langsmith.Client,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from langchain_ragmetrics.integrations import monitor as monitor_module
+
+    clock = HandClock()
+    monkeypatch.setattr(monitor_module, "time", clock)
+    langsmith_stub.create_project(PROJECT)
+    ancient = fake_run("ancient")
+    path = tmp_path / "monitor.sqlite"
+    settle_aged(path, {(ancient, CR): 400 * DAY_S})
+    poll = LangSmithMonitor._poll
+
+    async def poll_then_wait_hours(self: LangSmithMonitor, checkpoint: Any) -> None:
+        await poll(self, checkpoint)
+        clock.now += 7200.0
+
+    monkeypatch.setattr(LangSmithMonitor, "_poll", poll_then_wait_hours)
+    worker = make_monitor(
+        app,
+        langsmith_client,
+        tmp_path,
+        retention=None,
+        since="400d",
+        follow=True,
+        max_polls=3,
+        poll_interval=0.01,
+    )
+    summary = worker.run()
+    assert (summary.polls, summary.pairs_pruned) == (3, 0)
+    assert checkpoint_rows(path, "settled") == {(ancient, CR)}
+
+
+@pytest.mark.parametrize(
+    ("options", "shown"),
+    [
+        (
+            {"since": "60d", "retention": "30d"},
+            "`since` ('60d') reaches further back than `retention` ('30d')",
+        ),
+        ({"since": "31d"}, "`since` ('31d') reaches further back than `retention` ('30d')"),
+        (
+            {"since": timedelta(days=8), "retention": timedelta(days=7)},
+            "`since` (datetime.timedelta(days=8)) reaches further back than `retention` "
+            "(datetime.timedelta(days=7))",
+        ),
+        (
+            {"since": datetime(2020, 1, 1, tzinfo=timezone.utc), "retention": "90d"},
+            "reaches further back than `retention` ('90d')",
+        ),
+    ],
+)
+def test_a_since_longer_than_the_retention_is_refused_naming_both(
+    langsmith_client: langsmith.Client, options: dict[str, Any], shown: str
+) -> None:
+    """Before, no retention: nothing to refuse. A pruned pair's run would be listed, judged
+    and paid for again if ``since`` reached back past the retention."""
+    with pytest.raises(ValueError, match=re.escape(shown)) as caught:
+        LangSmithMonitor(PROJECT, client=langsmith_client, **options)
+    assert "use a shorter `since`, a longer `retention`, or `retention=None`" in str(caught.value)
+
+
+def test_retention_defaults_to_30_days_and_bounds_since(langsmith_client: langsmith.Client) -> None:
+    assert LangSmithMonitor(PROJECT, client=langsmith_client).retention == timedelta(days=30)
+    for options in (
+        {"since": "30d"},
+        {"since": "7d", "retention": "1w"},
+        {"since": "400d", "retention": None},
+        {"since": datetime.now(timezone.utc) + timedelta(hours=1), "retention": "0s"},
+    ):
+        LangSmithMonitor(PROJECT, client=langsmith_client, **options)
+    with pytest.raises(ValueError, match="`retention` must be a duration such as 30m"):
+        LangSmithMonitor(PROJECT, client=langsmith_client, retention="forever")
+
+
+def test_a_since_past_what_an_earlier_run_pruned_is_refused(
+    app: RagApp, langsmith_stub: LangSmithStub, langsmith_client: langsmith.Client, tmp_path: Path
+) -> None:
+    """A later run with a longer ``since`` (and a longer or no retention) would list the
+    runs whose pairs an earlier run pruned: it fails before listing anything."""
+    langsmith_stub.create_project(PROJECT)
+    path = tmp_path / "monitor.sqlite"
+    settle_aged(path, {(fake_run("old"), CR): 40 * DAY_S})
+    assert make_monitor(app, langsmith_client, tmp_path).run().pairs_pruned == 1
+    listings = len(run_queries(langsmith_stub))
+    for retention in (None, "60d"):
+        worker = make_monitor(app, langsmith_client, tmp_path, since="35d", retention=retention)
+        with pytest.raises(CheckpointError, match="no longer holds the pairs settled before"):
+            worker.run()
+    assert len(run_queries(langsmith_stub)) == listings  # nothing listed
+    assert make_monitor(app, langsmith_client, tmp_path, since="29d").run().complete
+
+
+def test_checkpoint_prune_spares_the_runs_it_is_told(tmp_path: Path) -> None:
+    from langchain_ragmetrics.integrations._monitor_checkpoint import Checkpoint
+
+    path = tmp_path / "monitor.sqlite"
+    unsent, done = fake_run("unsent"), fake_run("done")
+    settle_aged(path, {(unsent, CR): 40 * DAY_S, (done, CR): 40 * DAY_S})
+    checkpoint = Checkpoint(path, project=PROJECT)
+    try:
+        assert checkpoint.pruned_before() is None
+        cutoff = time.time() - 30 * DAY_S
+        assert checkpoint.prune(cutoff, spare=[unsent]) == 1
+        assert checkpoint.pruned_before() == cutoff
+        assert checkpoint.settled([unsent, done]) == {unsent: {CR}}
+        assert checkpoint.prune(cutoff - DAY_S) == 1  # no longer spared
+        assert checkpoint.pruned_before() == cutoff  # the latest cutoff that deleted
+        assert checkpoint.prune(cutoff + DAY_S) == 0
+        assert checkpoint.pruned_before() == cutoff  # nothing deleted: nothing forgotten
+    finally:
+        checkpoint.close()

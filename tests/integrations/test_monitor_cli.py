@@ -21,7 +21,14 @@ from tests._support.langsmith_stub import V2_VERSION, LangSmithStub
 from tests._support.openai_server import JudgeServer
 from tests._support.rag import rag_app
 from tests._support.traces import trace_questions
-from tests.integrations.test_monitor import fail_listing_after_page_one
+from tests.integrations.test_monitor import (
+    CR,
+    DAY_S,
+    checkpoint_rows,
+    fail_listing_after_page_one,
+    fake_run,
+    settle_aged,
+)
 
 JudgeFactory = Callable[..., ChatOpenAI]
 PROJECT = "rag-prod"
@@ -289,3 +296,57 @@ def test_a_listing_that_failed_partway_exits_12(
     assert "listing the project's runs failed partway" in captured.err
     assert "run the monitor again" in captured.err
     assert "the listing of runs failed partway" in captured.out
+
+
+@pytest.mark.parametrize(
+    ("argv", "pruned"),
+    [
+        (["--retention", "7d"], 1),
+        (["--retention", "none", "--since", "40d"], 0),
+        (["--retention", "None"], 0),
+    ],
+    ids=["7d", "none", "None"],
+)
+def test_retention_option_prunes_or_keeps_for_ever(
+    argv: list[str],
+    pruned: int,
+    judge_server: JudgeServer,
+    langsmith_stub: LangSmithStub,
+    tmp_path: Path,
+    cli_env: None,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    langsmith_stub.create_project(PROJECT)
+    checkpoint = tmp_path / "cp.sqlite"
+    old = fake_run("old")
+    settle_aged(checkpoint, {(old, CR): 10 * DAY_S})
+    assert main(monitor_args(checkpoint, *argv)) == ExitCode.OK
+    assert f"settled pairs pruned {pruned}" in capsys.readouterr().out
+    assert checkpoint_rows(checkpoint, "settled") == (set() if pruned else {(old, CR)})
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--retention", "forever"], "`retention` must be a duration such as 30m, 24h or 7d"),
+        (["--retention=-1d"], "`retention` must be a duration such as 30m"),
+        (["--since", "40d"], "`since` ('40d') reaches further back than `retention` ('30d')"),
+        (
+            ["--since", "8d", "--retention", "7d"],
+            "or `retention=None` to keep every settled pair (`--retention none`)",
+        ),
+    ],
+)
+def test_bad_retention_options_exit_2(
+    argv: list[str],
+    message: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """As a bad ``--since``: refused before anything is read, exit 2, the rule named."""
+    monkeypatch.setenv("OPENAI_API_KEY", "test")
+    args = ["monitor", "--project", PROJECT, "--checkpoint", str(tmp_path / "c.db"), *argv]
+    assert main(args) == ExitCode.USAGE
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "c.db").exists()
