@@ -333,8 +333,10 @@ def test_ctrl_c_on_ray_keeps_what_was_scored(
     """Before, Ctrl-C threw away every row already scored on Ray; now, as in a local run,
     --out gets them, marked interrupted, and the exit code is 130.
 
-    The judge answers 16 requests and holds the rest: with 2 actors of 2 slots and batches
-    of 8 rows, at least one batch is complete; the CLI says when rows arrive."""
+    The judge answers 36 requests (one per row) and holds the rest. The 40 rows are 5 batches
+    of 8, and Ray may have all 5 in flight at once (each actor takes several batches ahead),
+    so only more than 5 x 7 answers make one batch complete whatever the scheduling (with 16,
+    a CI run once spread them so that none was); the CLI says when rows arrive."""
     release = threading.Event()
     lexical = lexical_judge()
     answered = 0
@@ -344,7 +346,7 @@ def test_ctrl_c_on_ray_keeps_what_was_scored(
         nonlocal answered
         with lock:
             answered += 1
-            hold = answered > 16
+            hold = answered > 36
         if hold:
             release.wait(120)
         return lexical(req)
