@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import re
 import socket
+import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from langchain_ragmetrics._cli._ray import _host_port, reach, start_ray
+from langchain_ragmetrics._cli._ray import FETCH_THREAD, _host_port, reach, start_ray, stop_ray
 
 
 @pytest.fixture
@@ -67,6 +68,39 @@ class _Ray:
 
     def init(self, **kwargs: Any) -> None:
         self.calls.append(kwargs)
+
+    def shutdown(self) -> None:
+        self.calls.append({"shutdown": [t.is_alive() for t in _fetchers()]})
+
+
+def _fetchers() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == FETCH_THREAD]
+
+
+class _Batches:
+    """A batch iterator whose fetch thread, told to stop, takes a while to finish its last
+    fetch (0.5 s here): long enough that a shutdown not waiting for it finds it alive."""
+
+    def __init__(self, *, last_fetch: float = 0.5) -> None:
+        self.stopped = threading.Event()
+        self.never = threading.Event()
+        self.thread = threading.Thread(
+            target=self._fetch, args=(last_fetch,), name=FETCH_THREAD, daemon=True
+        )
+        self.thread.start()
+
+    def _fetch(self, last_fetch: float) -> None:
+        self.stopped.wait()
+        self.never.wait(last_fetch)
+
+    def __iter__(self) -> _Batches:
+        return self
+
+    def __next__(self) -> Any:
+        raise StopIteration
+
+    def close(self) -> None:
+        self.stopped.set()
 
 
 def test_a_refused_address_is_named_at_once(refusing: str) -> None:
@@ -187,3 +221,50 @@ def test_a_name_that_does_not_resolve_is_named(monkeypatch: pytest.MonkeyPatch) 
         ConnectionError, match=r"nothing answers at nowhere.example:6379 \(gaierror"
     ):
         reach("nowhere.example:6379")
+
+
+def test_ray_shuts_down_after_the_fetch_threads_finish() -> None:
+    """Before, Ctrl-C on --ray shut Ray down while Ray Data's fetch thread was still at work,
+    and Ray's core ended the CLI with status 1 before the rows scored were written (one CI
+    run in a dozen); now the iterator is closed and its fetch threads finish first."""
+    before = set(threading.enumerate())
+    batches = _Batches()
+    ray = _Ray()
+    stop_ray(ray, batches, before)
+    assert batches.stopped.is_set()
+    assert ray.calls == [{"shutdown": []}]  # no fetch thread left alive
+
+
+def test_a_fetch_thread_that_never_finishes_does_not_hold_the_shutdown() -> None:
+    before = set(threading.enumerate())
+    batches = _Batches(last_fetch=60)
+    ray = _Ray()
+    try:
+        stop_ray(ray, batches, before, timeout=0.2)
+        assert ray.calls == [{"shutdown": [True]}]  # given up on, Ray is shut down anyway
+    finally:
+        batches.never.set()
+        batches.thread.join()
+
+
+def test_threads_of_earlier_runs_are_not_waited_for() -> None:
+    """Only the fetch threads the run started: one from before (still alive, say, in another
+    dataset's iteration) would cost the whole timeout."""
+    joined: list[threading.Thread] = []
+
+    class Recorded(threading.Thread):
+        def join(self, timeout: float | None = None) -> None:
+            joined.append(self)
+            super().join(timeout)
+
+    release = threading.Event()
+    earlier = Recorded(target=release.wait, name=FETCH_THREAD, daemon=True)
+    earlier.start()
+    try:
+        ray = _Ray()
+        stop_ray(ray, None, set(threading.enumerate()))
+        assert joined == []
+        assert ray.calls == [{"shutdown": [True]}]
+    finally:
+        release.set()
+        earlier.join()

@@ -631,7 +631,9 @@ def _score_on_ray(
     import json
     import os
     import sys
+    import threading
 
+    from langchain_ragmetrics._cli._ray import stop_ray
     from langchain_ragmetrics.evaluation import JudgeSetupError
     from langchain_ragmetrics.integrations.ray import evaluate_ray
 
@@ -647,6 +649,8 @@ def _score_on_ray(
         for i, sample in enumerate(data.samples)
     ]
     scored: list[dict[str, Any]] = []
+    threads_before = set(threading.enumerate())
+    batches = None
     try:
         dataset = evaluate_ray(
             ray.data.from_items(rows),
@@ -664,7 +668,8 @@ def _score_on_ray(
             # the Path, not its text: "./0" prints as "0", which evaluate_ray would refuse
             cache=None if cache is None else cache.path,
         )
-        for block in dataset.iter_batches(batch_size=None, batch_format="pyarrow"):
+        batches = iter(dataset.iter_batches(batch_size=None, batch_format="pyarrow"))
+        for block in batches:
             scored.extend(block.to_pylist())  # kept as they arrive: Ctrl-C keeps them
             if not args.no_progress:
                 echo(f"Ray: {len(scored)} of {len(rows)} rows scored", sys.stderr)
@@ -678,5 +683,5 @@ def _score_on_ray(
         error(f"the Ray run failed: {type(exc).__name__}: {lines[0] if lines else ''}")
         return ExitCode.ERROR
     finally:
-        ray.shutdown()
+        stop_ray(ray, batches, threads_before)
     return scored, False

@@ -11,13 +11,21 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["CONNECT_TIMEOUT", "reach", "start_ray"]
+__all__ = ["CONNECT_TIMEOUT", "FETCH_THREAD", "SETTLE_TIMEOUT", "reach", "start_ray", "stop_ray"]
 
 CONNECT_TIMEOUT = 10.0
 """Seconds one TCP connection to the cluster's address may take before it counts as down."""
+
+FETCH_THREAD = "iter_threaded"
+"""The name Ray Data gives the threads that fetch a dataset's batches for its consumer."""
+
+SETTLE_TIMEOUT = 10.0
+"""Seconds a stopped run's iteration threads get to finish before Ray is shut down anyway."""
 
 
 def _host_port(address: str) -> tuple[str, int] | None:
@@ -102,3 +110,31 @@ def start_ray(ray: Any, address: str | None) -> None:
     else:
         reach(os.environ.get("RAY_ADDRESS") or "auto")
         ray.init(include_dashboard=False, log_to_driver=False)
+
+
+def stop_ray(
+    ray: Any,
+    batches: Iterator[Any] | None,
+    threads_before: set[threading.Thread],
+    *,
+    timeout: float = SETTLE_TIMEOUT,
+) -> None:
+    """Close a run's batch iterator, let Ray Data's fetch threads finish, then shut Ray down.
+
+    Ray Data fetches batches on threads of its own (named ``iter_threaded``). Stopped mid-run
+    (Ctrl-C), one may still be fetching a block when ``ray.shutdown()`` runs, and Ray's core
+    then ends the whole process with status 1 ("the core worker has already been shutdown")
+    before the rows already scored are written. Closing the iterator tells those threads to
+    stop (they look every 0.1 s); the ones started since ``threads_before`` are waited for,
+    ``timeout`` seconds in all, before Ray goes. Its other threads (the prefetcher, parked
+    until the iterator is collected) never call into Ray's core once stopped and are not
+    waited for.
+    """
+    close = getattr(batches, "close", None)
+    if close is not None:
+        close()
+    deadline = time.monotonic() + timeout
+    for thread in threading.enumerate():
+        if thread.name == FETCH_THREAD and thread not in threads_before:
+            thread.join(max(0.0, deadline - time.monotonic()))
+    ray.shutdown()

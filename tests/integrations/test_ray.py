@@ -376,18 +376,30 @@ def test_ctrl_c_on_ray_keeps_what_was_scored(
         else:
             pytest.fail("no rows arrived: " + "".join(seen))
         proc.send_signal(signal.SIGINT)
-        proc.communicate(timeout=120)
+        _, rest = proc.communicate(timeout=120)
+        seen.append(rest)
     finally:
         release.set()
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert proc.returncode == 130
+    assert proc.returncode == 130, "".join(seen)
     header, *records = [json.loads(x) for x in out.read_text().splitlines()]
     assert header["ragmetrics_run"]["interrupted"] is True
     assert 8 <= len(records) < 40
     assert all(r["results"]["context_recall"]["status"] == "scored" for r in records)
     assert all(r["location"].startswith(f"{data}, row ") for r in records)
+
+
+def test_ray_data_fetches_on_the_threads_the_cli_waits_for(local_ray: str) -> None:
+    """The CLI's stop waits for Ray Data's fetch threads by their name (``stop_ray``): a Ray
+    that renamed them would bring back status 1 on Ctrl-C, and fails here instead."""
+    from langchain_ragmetrics._cli._ray import FETCH_THREAD
+
+    names: set[str] = set()
+    for _ in ray.data.range(8, override_num_blocks=4).iter_batches(batch_size=2):
+        names.update(t.name for t in threading.enumerate())
+    assert FETCH_THREAD in names
 
 
 def evaluate_on_cluster(
