@@ -183,8 +183,12 @@ def _monitor_command(args: argparse.Namespace) -> int:
     try:
         summary = worker.run()
     except CheckpointError as exc:
+        if not worker.summary.polls:  # refused when opened: fix the option
+            error(str(exc))
+            return ExitCode.USAGE
+        echo(worker.summary.render())  # it stopped mid-run: what it did until then
         error(str(exc))
-        return ExitCode.USAGE
+        return ExitCode.ERROR
     except MonitorError as exc:  # no such project
         error(str(exc))
         return ExitCode.UNKNOWN_PROJECT

@@ -18,6 +18,10 @@ all its pairs: it is read again by id, whatever its age. The latest cutoff that 
 anything is recorded (``pruned_before``), so a later run whose window reaches back past it is
 refused instead of judging those runs again. Freed pages are reused: the file stops growing.
 
+A file that stops working mid-run (a full disk, an I/O error, a file replaced under the
+run) raises :class:`CheckpointError` naming it, from every method: the monitor stops rather
+than judge (and pay for) runs whose outcome it cannot record.
+
 One run at a time: a lock file beside it (``<checkpoint>.lock``) is held while it is open, so
 an overlapping run (a cron job started before the last one ended) fails at once instead of
 judging the same runs again.
@@ -30,7 +34,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from langchain_ragmetrics._errors import CheckpointError
@@ -129,6 +133,20 @@ class Checkpoint:
             )
             raise CheckpointError(msg)
 
+    @contextlib.contextmanager
+    def _using(self) -> Iterator[None]:
+        """Hold the file's lock; a SQLite failure becomes a :class:`CheckpointError`."""
+        with self._lock:
+            try:
+                yield
+            except sqlite3.Error as exc:
+                msg = (
+                    f"checkpoint {self.path} cannot be read or written "
+                    f"({type(exc).__name__}: {exc}); the monitor stops rather than judge runs "
+                    "it cannot record: free space or mend the file, then run again"
+                )
+                raise CheckpointError(msg) from exc
+
     def settled(self, run_ids: Iterable[str]) -> dict[str, set[str]]:
         """The settled metrics of each of ``run_ids`` (runs with none are absent)."""
         return {run_id: set(found) for run_id, found in self.outcomes(run_ids).items()}
@@ -141,7 +159,7 @@ class Checkpoint:
         """
         ids = list(dict.fromkeys(run_ids))
         found: dict[str, dict[str, str]] = {}
-        with self._lock:
+        with self._using():
             for start in range(0, len(ids), 500):
                 chunk = ids[start : start + 500]
                 marks = ",".join("?" * len(chunk))
@@ -155,7 +173,7 @@ class Checkpoint:
 
     def settle(self, run_id: str, metric: str, outcome: str) -> None:
         """Record a pair as settled (committed before returning)."""
-        with self._lock:
+        with self._using():
             self._db.execute(
                 "INSERT OR REPLACE INTO settled VALUES (?, ?, ?, ?)",
                 (run_id, metric, outcome, time.time()),
@@ -171,7 +189,7 @@ class Checkpoint:
 
         ``result``: the judged result as JSON, kept until the pair is settled.
         """
-        with self._lock:
+        with self._using():
             self._db.execute("BEGIN")
             try:
                 self._db.execute("INSERT OR IGNORE INTO intents VALUES (?, ?)", (run_id, metric))
@@ -180,19 +198,20 @@ class Checkpoint:
                         "INSERT OR REPLACE INTO kept VALUES (?, ?, ?)", (run_id, metric, result)
                     )
             except BaseException:
-                self._db.execute("ROLLBACK")
+                if self._db.in_transaction:  # SQLite rolls some failures back itself
+                    self._db.execute("ROLLBACK")
                 raise
             self._db.execute("COMMIT")
 
     def kept(self, run_id: str) -> dict[str, str]:
         """``{metric: result JSON}`` of a run's results judged but not settled yet."""
-        with self._lock:
+        with self._using():
             rows = self._db.execute("SELECT metric, result FROM kept WHERE run_id = ?", (run_id,))
             return dict(rows.fetchall())
 
     def drop_kept(self, run_id: str, metric: str) -> None:
         """Forget a kept result (one that can no longer be read): the pair is judged again."""
-        with self._lock:
+        with self._using():
             self._db.execute("DELETE FROM kept WHERE run_id = ? AND metric = ?", (run_id, metric))
 
     def unsettled(self) -> dict[str, str]:
@@ -201,7 +220,7 @@ class Checkpoint:
         ``"langsmith"``: a feedback was being sent (a kept result, or an intent to confirm);
         ``"judge"``: a judge failure waits for its next attempt.
         """
-        with self._lock:
+        with self._using():
             judge = self._db.execute("SELECT DISTINCT run_id FROM attempts").fetchall()
             sent = self._db.execute(
                 "SELECT run_id FROM intents UNION SELECT run_id FROM kept"
@@ -212,13 +231,13 @@ class Checkpoint:
 
     def intended(self, run_id: str) -> set[str]:
         """Metrics of a run whose feedback was being sent when the last worker stopped."""
-        with self._lock:
+        with self._using():
             rows = self._db.execute("SELECT metric FROM intents WHERE run_id = ?", (run_id,))
             return {metric for (metric,) in rows.fetchall()}
 
     def failed_attempt(self, run_id: str, metric: str) -> int:
         """Count one more failure of a pair; returns the failures so far."""
-        with self._lock:
+        with self._using():
             self._db.execute(
                 "INSERT INTO attempts VALUES (?, ?, 1) ON CONFLICT(run_id, metric) "
                 "DO UPDATE SET failures = failures + 1",
@@ -240,12 +259,13 @@ class Checkpoint:
         Returns:
             The settled pairs deleted.
         """
-        with self._lock:
+        with self._using():
             self._db.execute("BEGIN")
             try:
                 deleted = self._prune(before, set(spare))
             except BaseException:
-                self._db.execute("ROLLBACK")
+                if self._db.in_transaction:  # SQLite rolls some failures back itself
+                    self._db.execute("ROLLBACK")
                 raise
             self._db.execute("COMMIT")
         return deleted
@@ -284,13 +304,13 @@ class Checkpoint:
 
         Runs that started before it may have pairs the file no longer holds.
         """
-        with self._lock:
+        with self._using():
             row = self._db.execute("SELECT value FROM meta WHERE key = 'pruned_before'").fetchone()
         return None if row is None else float(row[0])
 
     def count(self) -> int:
         """Settled pairs in the file."""
-        with self._lock:
+        with self._using():
             return int(self._db.execute("SELECT COUNT(*) FROM settled").fetchone()[0])
 
     def close(self) -> None:

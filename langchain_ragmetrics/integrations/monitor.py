@@ -50,7 +50,15 @@ import threading
 import time
 import warnings
 import weakref
-from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Iterator, Sequence
+from collections.abc import (
+    AsyncGenerator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Iterable,
+    Iterator,
+    Sequence,
+)
 from datetime import datetime, timedelta, timezone
 from functools import partial
 from pathlib import Path
@@ -438,6 +446,14 @@ def _queries_v2(client: Client, *, read_again: bool = False) -> bool | None:
     return _version(info.version) >= _V2_MIN_VERSION
 
 
+async def _cancel(tasks: Iterable[asyncio.Task[None]]) -> None:
+    """Cancel ``tasks`` and wait until each has ended (their errors are dropped)."""
+    pending = list(tasks)
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
+
+
 def _read_info(client: Client) -> LangSmithInfo | None:
     """The backend's ``/info``, read again (None when it still cannot be read)."""
     from langsmith.schemas import LangSmithInfo
@@ -809,7 +825,9 @@ class LangSmithMonitor:
         Raises:
             MonitorError: LangSmith has no project named ``project_name``.
             CheckpointError: The checkpoint file cannot be used, or an earlier run pruned
-                pairs of runs this run's ``since`` would list again.
+                pairs of runs this run's ``since`` would list again, or the file stopped
+                working mid-run (a full disk, say): the run stops there, as nothing it
+                judged could be recorded; ``summary`` holds what it did until then.
         """
         return asyncio.run(self._arun_own_loop())
 
@@ -1002,6 +1020,9 @@ class LangSmithMonitor:
                             inflight, return_when=asyncio.FIRST_COMPLETED
                         )
             await asyncio.gather(*inflight)
+        except CheckpointError:  # nothing can be recorded: stop judging
+            await _cancel(inflight)
+            raise
         except Exception as exc:  # the listing failed: its runs are listed again next time
             self.summary.add_error(f"{type(exc).__name__}: {exc}")
             self.summary.listing_failed = True
@@ -1037,7 +1058,11 @@ class LangSmithMonitor:
             self._unsent.pop(run_id, None)
         gate = asyncio.Semaphore(self.max_concurrency)
         tasks = await self._batch(list(found.values()), checkpoint, gate, seen=True)
-        await asyncio.gather(*tasks)
+        try:
+            await asyncio.gather(*tasks)
+        except CheckpointError:
+            await _cancel(tasks)
+            raise
 
     def _mine(self, batch: list[Run]) -> list[Run]:
         """The runs of a listed page that this worker scores (its shard, sampled in)."""
@@ -1126,6 +1151,8 @@ class LangSmithMonitor:
         unsent: Reason | None
         try:
             unsent = await self._run_pairs(run, done, checkpoint)
+        except CheckpointError:
+            raise  # its outcome cannot be recorded: the run stops (see Checkpoint)
         except Exception as exc:
             self.summary.add_error(f"run {run_id}: {type(exc).__name__}: {exc}")
             unsent = "langsmith"

@@ -1647,3 +1647,75 @@ def test_checkpoint_prune_spares_the_runs_it_is_told(tmp_path: Path) -> None:
         assert checkpoint.pruned_before() == cutoff  # nothing deleted: nothing forgotten
     finally:
         checkpoint.close()
+
+
+# ---------------------------------------------------------------- a checkpoint that stops working
+
+
+def test_a_full_disk_is_a_checkpoint_error_naming_the_file(tmp_path: Path) -> None:
+    """Before, a full disk came out of the checkpoint as a bare ``sqlite3.OperationalError``
+    (no file named); now every method raises ``CheckpointError`` with the file and the cause,
+    a failed transaction leaves nothing half written, and what is there can still be read."""
+    from langchain_ragmetrics.integrations._monitor_checkpoint import Checkpoint
+
+    path = tmp_path / "monitor.sqlite"
+    checkpoint = Checkpoint(path, project=PROJECT)
+    try:
+        done, owed = fake_run("done"), fake_run("owed")
+        checkpoint.settle(done, CR, "scored")
+        (pages,) = checkpoint._db.execute("PRAGMA page_count").fetchone()
+        checkpoint._db.execute(f"PRAGMA max_page_count = {pages}")  # the disk is full now
+        big = "x" * 20_000  # a kept result needing new pages
+        full = re.escape(f"checkpoint {path} cannot be read or written (OperationalError: ")
+        with pytest.raises(CheckpointError, match=full + "database or disk is full"):
+            checkpoint.intend(owed, CR, big)
+        assert checkpoint.intended(owed) == set()  # the intent went with the kept result
+        assert checkpoint.settled([done, owed]) == {done: {CR}}
+
+        def settle_200() -> None:  # settled rows fill the last page's free room, then fail
+            for i in range(200):
+                checkpoint.settle(fake_run(f"more-{i}"), CR, "scored")
+
+        with pytest.raises(CheckpointError, match="database or disk is full"):
+            settle_200()
+    finally:
+        checkpoint.close()
+
+
+def read_only_checkpoints(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Checkpoints that open (and read), then refuse every write, as a file system remounted
+    read-only after a disk error does."""
+    from langchain_ragmetrics.integrations._monitor_checkpoint import Checkpoint
+
+    opened = Checkpoint._open
+
+    def open_read_only(self: Checkpoint, project: str) -> None:
+        opened(self, project)
+        self._db.execute("PRAGMA query_only = ON")
+
+    monkeypatch.setattr(Checkpoint, "_open", open_read_only)
+
+
+def test_a_checkpoint_that_stops_taking_writes_stops_the_monitor(
+    app: RagApp,
+    judge_server: JudgeServer,
+    langsmith_stub: LangSmithStub,
+    langsmith_client: langsmith.Client,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before, the write error was one run's error: the monitor judged (and paid for) every
+    run of every poll, recorded none and sent no feedback, and ended as if LangSmith had
+    failed. Now it stops at the first failed write, names the file, and its summary says what
+    it did until then."""
+    trace_questions(langsmith_stub, app.chain, PROJECT, range(8))
+    read_only_checkpoints(monkeypatch)
+    judged = len(judge_server.requests)
+    worker = make_monitor(app, langsmith_client, tmp_path, max_concurrency=1, retention=None)
+    with pytest.raises(CheckpointError, match=r"monitor\.sqlite cannot be read or written \("):
+        worker.run()
+    # The first run's write failed; at most the next one had begun judging by then.
+    assert 1 <= len(judge_server.requests) - judged <= 2
+    assert worker.summary.polls == 1
+    assert worker.summary.feedback_sent == 0
+    assert langsmith_stub.feedback(key="context_relevance") == []

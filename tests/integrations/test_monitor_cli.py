@@ -27,6 +27,7 @@ from tests.integrations.test_monitor import (
     checkpoint_rows,
     fail_listing_after_page_one,
     fake_run,
+    read_only_checkpoints,
     settle_aged,
 )
 
@@ -350,3 +351,46 @@ def test_bad_retention_options_exit_2(
     assert main(args) == ExitCode.USAGE
     assert message in capsys.readouterr().err
     assert not (tmp_path / "c.db").exists()
+
+
+def test_a_checkpoint_that_stops_taking_writes_exits_1_with_the_summary(
+    judge_server: JudgeServer,
+    make_judge: JudgeFactory,
+    langsmith_stub: LangSmithStub,
+    tmp_path: Path,
+    cli_env: None,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Stopped mid-run by its checkpoint, the command prints what it did, names the file, and
+    exits 1 (the results could not be written), not 2 (a bad option: the file opened)."""
+    app = rag_app(judge_server, make_judge, max_retries=2)
+    trace_questions(langsmith_stub, app.chain, PROJECT, range(2))
+    read_only_checkpoints(monkeypatch)
+    checkpoint = tmp_path / "cp.sqlite"
+    code = main(monitor_args(checkpoint, "--retention", "none", "--concurrency", "1"))
+    out, err = capsys.readouterr()
+    assert code == ExitCode.ERROR
+    assert "ragmetrics monitor: project 'rag-prod', shard 0/1, 1 poll" in out
+    assert "feedback sent 0, failed 0" in out
+    assert f"checkpoint {checkpoint} cannot be read or written (OperationalError: " in err
+
+
+def test_a_checkpoint_that_takes_no_writes_at_its_opening_exits_2_naming_it(
+    judge_server: JudgeServer,
+    langsmith_stub: LangSmithStub,
+    tmp_path: Path,
+    cli_env: None,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The prune at the opening is its first write: refused there, nothing was judged."""
+    langsmith_stub.create_project(PROJECT)
+    read_only_checkpoints(monkeypatch)
+    checkpoint = tmp_path / "cp.sqlite"
+    code = main(monitor_args(checkpoint))
+    out, err = capsys.readouterr()
+    assert code == ExitCode.USAGE
+    assert out == ""
+    assert f"checkpoint {checkpoint} cannot be read or written (OperationalError: " in err
+    assert judge_server.requests == []
