@@ -189,13 +189,17 @@ class VerdictCache:
         """Open (or create, parents included) the cache file.
 
         Args:
-            path: The SQLite file; default :func:`default_cache_path`.
+            path: The SQLite file (relative to the current directory, taken now); default
+                :func:`default_cache_path`.
             timeout: Seconds to wait for another process's write lock.
 
         Raises:
             CacheError: The file cannot be created or opened as a cache.
         """
-        self.path = Path(path).expanduser() if path is not None else default_cache_path()
+        chosen = Path(path).expanduser() if path is not None else default_cache_path()
+        # Absolute from here on: a copy pickled to another process (a Ray actor, whose working
+        # directory is the cluster's, not this one's) opens this file, not a namesake there.
+        self.path = chosen.absolute()
         self.timeout = timeout
         self._lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None

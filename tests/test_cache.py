@@ -1,5 +1,6 @@
 import json
 import multiprocessing
+import pickle
 import sqlite3
 import threading
 from collections.abc import Callable
@@ -484,8 +485,6 @@ def test_a_cache_locked_by_another_process_does_not_hold_the_run(
 
 
 def test_a_cache_crosses_process_boundaries_by_path(tmp_path: Path) -> None:
-    import pickle
-
     cache = VerdictCache(tmp_path / "v.sqlite3", timeout=3.0)
     cache.put("k", {"v": 1})
     copy = pickle.loads(pickle.dumps(cache))
@@ -537,3 +536,25 @@ def test_a_secret_header_counts_by_name_and_an_ordinary_judge_keeps_its_key(
     two = ChatOpenAI(**common, default_headers={"Authorization": "Bearer b"})
     assert cache.key(one, messages(), Answer) == cache.key(two, messages(), Answer)
     assert "client" not in judge_identity(ChatOpenAI(**common))
+
+
+def test_a_relative_cache_path_is_taken_from_where_it_was_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before, a relative path stayed relative, so a copy pickled to a process with another
+    working directory (a Ray actor: the cluster's) opened a namesake there; now the path is
+    fixed where the cache is made, and the copy opens the same file."""
+    here, elsewhere = tmp_path / "here", tmp_path / "elsewhere"
+    here.mkdir()
+    elsewhere.mkdir()
+    monkeypatch.chdir(here)
+    cache = VerdictCache("verdicts.sqlite3")
+    assert cache.path == here / "verdicts.sqlite3"
+    cache.put("k", {"v": 1})
+    monkeypatch.chdir(elsewhere)
+    copy = pickle.loads(pickle.dumps(cache))
+    assert copy.path == here / "verdicts.sqlite3"
+    assert copy.get("k") == {"v": 1}
+    assert list(elsewhere.iterdir()) == []
+    copy.close()
+    cache.close()

@@ -256,18 +256,52 @@ def test_the_cli_runs_a_dataset_file_on_ray(
 
 
 def run_cli(
-    data: Path, judge: JudgeServer, *options: str, out: Path
+    data: Path, judge: JudgeServer, *options: str, out: Path, cwd: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
     """``ragmetrics evaluate data --metrics context_recall --out out`` against the judge."""
     return subprocess.run(
         [*RAGMETRICS, "evaluate", str(data), "--metrics", "context_recall", "--no-progress",
          "--out", str(out), *options],
         env=clean_env(OPENAI_API_KEY="test", OPENAI_BASE_URL=judge.base_url, **LOOPBACK),
+        cwd=cwd,
         capture_output=True,
         text=True,
         timeout=300,
         check=False,
     )  # fmt: skip
+
+
+def test_a_relative_cache_on_ray_is_the_file_named_where_the_cli_ran(
+    local_ray: str, judge: JudgeServer, tmp_path: Path
+) -> None:
+    """Before, ``--cache verdicts.sqlite3`` reached the actors as a relative path, which they
+    opened in the cluster's working directory (here: the test process's, where the local Ray
+    was started), not where the command ran; now it is the file the user named."""
+    from langchain_ragmetrics import VerdictCache
+
+    judge.script = lexical_judge()
+    here = tmp_path / "here"
+    here.mkdir()
+    data = here / "data.jsonl"
+    data.write_text(
+        "\n".join(json.dumps({k: v for k, v in r.items() if k != "row"}) for r in rows(4)),
+        encoding="utf-8",
+    )
+    namesake = Path.cwd() / "verdicts.sqlite3"  # the cluster's working directory
+    assert not namesake.exists()
+    try:
+        where = ["--ray-address", local_ray, "--cache", "verdicts.sqlite3"]
+        proc = run_cli(Path("data.jsonl"), judge, *where, out=Path("out.jsonl"), cwd=here)
+        assert proc.returncode == 0, proc.stderr
+        assert not namesake.exists()
+    finally:
+        for leftover in (namesake, *namesake.parent.glob(f"{namesake.name}-*")):  # -wal, -shm
+            leftover.unlink(missing_ok=True)
+    cache = VerdictCache(here / "verdicts.sqlite3")
+    try:
+        assert len(cache) == 4  # one verdict per row, written by the actors
+    finally:
+        cache.close()
 
 
 def test_the_cli_on_ray_names_the_same_file_rows_as_a_local_run(
