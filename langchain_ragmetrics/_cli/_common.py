@@ -67,7 +67,8 @@ _MEANING: dict[ExitCode, str] = {
     ExitCode.JUDGE_DISAGREES: "check-judge: a metric misses the gate (--min-kappa, "
     "--min-answered, --min-agreement)",
     ExitCode.UNSENT: "monitor: some (run, metric) pairs are still unsent (LangSmith failed, a "
-    "trace was not complete, or a judge failure waits for its next attempt): run it again",
+    "trace was not complete, a judge failure waits for its next attempt, or SIGTERM came while "
+    "runs were listed): run it again",
     ExitCode.UNKNOWN_PROJECT: "monitor: LangSmith has no project named by --project",
     ExitCode.INTERRUPTED: "Ctrl-C (evaluate prints the partial results, and writes them "
     "with --out)",

@@ -208,6 +208,12 @@ def _monitor_command(args: argparse.Namespace) -> int:
             "run the monitor again (nothing is sent twice)"
         )
         return ExitCode.UNSENT
+    if summary.listing_stopped:
+        error(
+            "stopped before the listing of runs ended; run the monitor again for the rest "
+            "(nothing is sent twice)"
+        )
+        return ExitCode.UNSENT
     if not summary.complete:
         error(
             f"{summary.runs_unsent} run(s) still have unsent feedback; "

@@ -285,6 +285,9 @@ class MonitorSummary(BaseModel):
     listing_failed: bool = False
     """The last listing of the project's runs failed partway: runs past the failure were
     not read, so not scored. Run the monitor again (nothing is sent twice)."""
+    listing_stopped: bool = False
+    """:meth:`LangSmithMonitor.stop` (SIGTERM) came while the runs were listed: the runs in
+    hand were finished, the rest of the window was not read. The next run lists it."""
     errors: list[str] = Field(default_factory=list)
     """LangSmith errors (listing, reads and sends: unreachable, 5xx, timeouts), the last
     :data:`MAX_ERRORS_KEPT` of them: a long ``follow`` run through an outage keeps no more."""
@@ -315,6 +318,11 @@ class MonitorSummary(BaseModel):
         ]
         if self.listing_failed:
             lines.append("  the listing of runs failed partway: runs past it were not read")
+        if self.listing_stopped:
+            lines.append(
+                "  stopped while listing runs: the runs in hand were finished, the rest of "
+                "the window is listed by the next run"
+            )
         if self.errors_total > 5:
             lines.append(f"  {self.errors_total} errors, the last 5:")
         lines += [f"  error: {e}" for e in self.errors[-5:]]
@@ -330,7 +338,7 @@ class MonitorSummary(BaseModel):
     @property
     def complete(self) -> bool:
         """Whether every pair the monitor saw is settled and every listed page was read."""
-        return self.runs_unsent == 0 and not self.listing_failed
+        return self.runs_unsent == 0 and not self.listing_failed and not self.listing_stopped
 
 
 def _uuid(value: Any) -> UUID | None:
@@ -945,7 +953,11 @@ class LangSmithMonitor:
             await self._revisit(retry, checkpoint)
 
     def stop(self) -> None:
-        """Finish the current poll and return (thread-safe)."""
+        """Stop listing, finish the runs in hand, and return (thread-safe).
+
+        A poll that is listing runs reads no further page: the runs already read are scored
+        and sent, the rest of the window is left for the next run (the summary says so).
+        """
         self._stop.set()
         wake = self._wake
         if wake is not None:
@@ -1010,9 +1022,13 @@ class LangSmithMonitor:
         gate = asyncio.Semaphore(self.max_concurrency)
         inflight: set[asyncio.Task[None]] = set()
         listed: set[str] = set()
+        stopped = False
         try:
             async with contextlib.aclosing(self._runs.pages(self._project, since)) as pages:
                 async for batch in pages:
+                    if batch and self._stop.is_set():  # stop(): finish what is in hand only
+                        stopped = True
+                        break
                     listed.update(str(run.id) for run in batch)
                     inflight.update(await self._batch(batch, checkpoint, gate))
                     while len(inflight) > _PAGE:
@@ -1029,6 +1045,9 @@ class LangSmithMonitor:
             await asyncio.gather(*inflight)
             return
         self.summary.listing_failed = False
+        self.summary.listing_stopped = stopped
+        if stopped:  # the window's start stays: the next poll or run lists the rest
+            return
         self._last_poll = started
         # Unsent pairs of runs outside this poll's window: tried whatever their age.
         older = [run_id for run_id in self._unsent if run_id not in listed]

@@ -1719,3 +1719,48 @@ def test_a_checkpoint_that_stops_taking_writes_stops_the_monitor(
     assert worker.summary.polls == 1
     assert worker.summary.feedback_sent == 0
     assert langsmith_stub.feedback(key="context_relevance") == []
+
+
+# ---------------------------------------------------------------- stop() while listing
+
+
+def stop_after_page_one(monkeypatch: pytest.MonkeyPatch, stop: Callable[[], None]) -> None:
+    """Pages of two runs (both backends); ``stop`` is called once the first is in hand."""
+    from langchain_ragmetrics.integrations import monitor as monitor_module
+
+    monkeypatch.setattr(monitor_module, "_PAGE", 2)
+    pages = _RunReader.pages
+
+    async def first_page_then_stop(self: Any, *args: Any) -> Any:
+        async for page in pages(self, *args):
+            yield page
+            stop()
+
+    monkeypatch.setattr(_RunReader, "pages", first_page_then_stop)
+
+
+def test_a_stop_while_listing_finishes_the_runs_in_hand_and_reads_no_further(
+    app: RagApp,
+    langsmith_stub: LangSmithStub,
+    langsmith_client: langsmith.Client,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before, stop() (SIGTERM) waited for the whole poll: every page left to list and judge,
+    on a large project past a pod's grace period. Now the runs in hand are finished, no
+    further page is read, the summary says so, and the next run scores the rest, once."""
+    runs = trace_questions(langsmith_stub, app.chain, PROJECT, range(6))
+    worker = make_monitor(app, langsmith_client, tmp_path)
+    stop_after_page_one(monkeypatch, worker.stop)
+    summary = worker.run()
+    assert summary.listing_stopped
+    assert not summary.complete
+    assert (summary.runs_listed, summary.runs_scored, summary.feedback_sent) == (2, 2, 2)
+    assert judge_calls(app) == 2
+    assert "stopped while listing runs: the runs in hand were finished" in summary.render()
+    monkeypatch.undo()  # the next run lists every page
+    rest = make_monitor(app, langsmith_client, tmp_path).run()
+    assert rest.complete
+    assert (rest.runs_already_scored, rest.feedback_sent) == (2, 4)
+    assert set(stored(langsmith_stub)) == {r["id"] for r in runs}  # each once
+    assert judge_calls(app) == 6

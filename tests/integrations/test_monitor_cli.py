@@ -29,6 +29,7 @@ from tests.integrations.test_monitor import (
     fake_run,
     read_only_checkpoints,
     settle_aged,
+    stop_after_page_one,
 )
 
 JudgeFactory = Callable[..., ChatOpenAI]
@@ -394,3 +395,35 @@ def test_a_checkpoint_that_takes_no_writes_at_its_opening_exits_2_naming_it(
     assert out == ""
     assert f"checkpoint {checkpoint} cannot be read or written (OperationalError: " in err
     assert judge_server.requests == []
+
+
+def test_sigterm_while_listing_prints_the_summary_and_exits_12(
+    judge_server: JudgeServer,
+    make_judge: JudgeFactory,
+    langsmith_stub: LangSmithStub,
+    tmp_path: Path,
+    cli_env: None,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A pod stopped while the first page of runs is in hand: that page is scored and sent,
+    the rest is left for the next run, and the exit code says to run it again."""
+    app = rag_app(judge_server, make_judge, max_retries=2)
+    trace_questions(langsmith_stub, app.chain, PROJECT, range(4))
+    before = signal.getsignal(signal.SIGTERM)
+
+    def sigterm() -> None:  # what the interpreter runs on SIGTERM: the CLI's handler
+        handler = signal.getsignal(signal.SIGTERM)
+        assert callable(handler)
+        assert handler is not before, "the CLI installed no SIGTERM handler"
+        handler(signal.SIGTERM, None)
+
+    stop_after_page_one(monkeypatch, sigterm)
+    code = main(monitor_args(tmp_path / "cp.sqlite"))
+    out, err = capsys.readouterr()
+    assert code == ExitCode.UNSENT
+    assert "runs seen 2 (of 2 listed), scored 2" in out
+    assert "feedback sent 2, failed 0" in out
+    assert "stopped while listing runs" in out
+    assert "stopped before the listing of runs ended; run the monitor again" in err
+    assert signal.getsignal(signal.SIGTERM) is before  # the CLI's handler is gone
