@@ -268,3 +268,16 @@ def test_threads_of_earlier_runs_are_not_waited_for() -> None:
     finally:
         release.set()
         earlier.join()
+
+
+def test_ray_is_shut_down_when_closing_the_iteration_fails() -> None:
+    class Failing(_Batches):
+        def close(self) -> None:
+            super().close()
+            msg = "Ray's own error on the way out"
+            raise RuntimeError(msg)
+
+    before = set(threading.enumerate())
+    ray = _Ray()
+    stop_ray(ray, Failing(), before)
+    assert ray.calls == [{"shutdown": []}]

@@ -9,6 +9,7 @@ are refused: Ray Client is not part of the ``[ray]`` extra (``ray[client]``); th
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import threading
@@ -132,7 +133,8 @@ def stop_ray(
     """
     close = getattr(batches, "close", None)
     if close is not None:
-        close()
+        with contextlib.suppress(Exception):  # Ray failing on the way out: shut down anyway
+            close()
     deadline = time.monotonic() + timeout
     for thread in threading.enumerate():
         if thread.name == FETCH_THREAD and thread not in threads_before:
