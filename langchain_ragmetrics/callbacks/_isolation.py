@@ -12,7 +12,7 @@ from collections.abc import Callable
 from functools import reduce
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 
 from langchain_ragmetrics._options import AS_GIVEN
 from langchain_ragmetrics.callbacks.sinks import BaseSink
@@ -72,6 +72,13 @@ class ProcessIsolation(BaseModel):
     """Added to the child's scheduling niceness (POSIX ``nice``): when the CPUs are busy the
     operating system runs the application first and scoring with what is left. 0 keeps the
     application's priority."""
+    idle_priority: StrictBool = True
+    """On Linux, the child's scoring threads run under the ``SCHED_IDLE`` policy: any thread
+    of the machine that wants a CPU gets it before them, at once, so scoring cannot make the
+    application's requests wait for a CPU (with ``niceness`` alone a scoring thread finishes
+    its time slice first). Under sustained full load scoring slows to a crawl and the queue
+    bound drops what does not fit (counted as ``dropped``); the child's heartbeat keeps its
+    normal priority. False: ``niceness`` only. Ignored elsewhere than Linux."""
     max_restarts: Annotated[int, AS_GIVEN] = Field(default=3, ge=0)
     """Crashes in a row (without any work done in between) after which the handler stops
     starting children and drops new work, with one warning."""
