@@ -1,4 +1,4 @@
-"""Event loops for our own threads, quiet about one harmless error of other libraries' clients.
+"""Event loops for our own threads: quiet about one harmless error, and how their tasks end.
 
 The openai SDK closes an async HTTP client it garbage-collects by starting ``aclose()`` on
 whatever loop runs in the collecting thread. When the client's pooled connections belong to
@@ -7,16 +7,19 @@ ERROR as "Task exception was never retrieved". On our worker and monitor loops t
 usually not even ours (langchain-openai caches one per endpoint and evicts the oldest), and
 nothing is lost: the sockets close when collected. That one case goes to DEBUG; every other
 unhandled error of the loop still reaches asyncio's default handler.
+
+``cancel_and_wait`` is the one way our loops stop the tasks they started.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Iterable
 from pathlib import PurePath
 from typing import Any
 
-__all__ = ["new_event_loop", "quiet_stale_closes"]
+__all__ = ["cancel_and_wait", "new_event_loop", "quiet_stale_closes"]
 
 logger = logging.getLogger(__name__)
 
@@ -31,6 +34,18 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
 def quiet_stale_closes(loop: asyncio.AbstractEventLoop) -> None:
     """Give ``loop`` (one of ours: ``asyncio.run``'s inside our own ``run()``) the handler."""
     loop.set_exception_handler(_handle)
+
+
+async def cancel_and_wait(tasks: Iterable[asyncio.Future[Any]]) -> None:
+    """Cancel ``tasks`` and return once each has ended (their errors and results are dropped).
+
+    ``tasks`` is copied first: a set that done callbacks shrink can be passed as it is.
+    """
+    pending = list(tasks)
+    for task in pending:
+        task.cancel()
+    if pending:
+        await asyncio.gather(*pending, return_exceptions=True)
 
 
 def _handle(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:

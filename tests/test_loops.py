@@ -1,4 +1,5 @@
-"""Our own event loops: a stale client's failed close is quiet, every other error is not."""
+"""Our own event loops: a stale client's failed close is quiet, every other error is not;
+stopped tasks have ended when ``cancel_and_wait`` returns."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 import openai
 import pytest
 
-from langchain_ragmetrics._loops import new_event_loop
+from langchain_ragmetrics._loops import cancel_and_wait, new_event_loop
 from tests._support.openai_server import JudgeServer, text_script
 
 
@@ -109,3 +110,43 @@ def test_any_other_unread_task_error_on_our_loop_is_still_logged(
     assert len(errors) == 3, errors
     for name in ("Pool.aclose()", "Ours.aclose()", "fail()"):
         assert f"<locals>.{name}" in caplog.text
+
+
+def test_cancel_and_wait_returns_once_every_task_has_ended_and_drops_their_errors() -> None:
+    """A task whose cleanup takes several steps has finished it when the call returns; a task
+    that failed, one that ended, and the done callbacks that shrink the set passed in do not
+    disturb the wait."""
+    cleaned: list[str] = []
+
+    async def slow_cleanup() -> None:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            for _ in range(3):  # cleanup that itself awaits
+                await asyncio.sleep(0)
+            cleaned.append("slow")
+
+    async def fails() -> None:
+        raise ValueError("not ours to report")
+
+    async def main() -> None:
+        tasks: set[asyncio.Task[None]] = set()
+        for make in (slow_cleanup, fails, slow_cleanup):
+            task = asyncio.ensure_future(make())
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+        finished = asyncio.ensure_future(asyncio.sleep(0))
+        await finished
+        await asyncio.sleep(0)  # the failing task runs and fails
+        await cancel_and_wait([*tasks, finished])
+        assert cleaned == ["slow", "slow"]
+        assert not tasks  # every task ended (the done callbacks ran)
+
+    asyncio.run(main())
+
+
+def test_cancel_and_wait_with_nothing_to_stop_returns_at_once() -> None:
+    async def main() -> None:
+        await asyncio.wait_for(cancel_and_wait(()), timeout=5)
+
+    asyncio.run(main())

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager
 from typing import Any, Generic, Literal, TypeVar
 
-from langchain_ragmetrics._loops import new_event_loop
+from langchain_ragmetrics._loops import cancel_and_wait, new_event_loop
 from langchain_ragmetrics._options import whole_number
 from langchain_ragmetrics._queue import BoundedQueue, Entry
 from langchain_ragmetrics.callbacks._stats import Counters, FailureLog
@@ -255,10 +255,7 @@ class BackgroundWorker(Generic[T]):
             if self._stop == "when_idle" and self._queue.size == 0:
                 break
             await wake.wait()
-        for task in list(tasks):
-            task.cancel()
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_and_wait(tasks)
         # A task cancelled before its first step never ran its own accounting.
         for entry in unstarted.values():
             self._settle(entry, "abandoned")

@@ -55,7 +55,6 @@ from collections.abc import (
     Awaitable,
     Callable,
     Coroutine,
-    Iterable,
     Iterator,
     Sequence,
 )
@@ -74,7 +73,7 @@ from langchain_ragmetrics._langsmith_feedback import (
     FeedbackItem,
     read_environment_once,
 )
-from langchain_ragmetrics._loops import new_event_loop, quiet_stale_closes
+from langchain_ragmetrics._loops import cancel_and_wait, new_event_loop, quiet_stale_closes
 from langchain_ragmetrics._options import flag, number_above_zero, whole_number
 from langchain_ragmetrics._retrieval import OnlineResult, QuestionFrom, Retrieval, score_retrieval
 from langchain_ragmetrics._schema import Usage
@@ -452,14 +451,6 @@ def _queries_v2(client: Client, *, read_again: bool = False) -> bool | None:
     if not info.version:
         return None
     return _version(info.version) >= _V2_MIN_VERSION
-
-
-async def _cancel(tasks: Iterable[asyncio.Task[None]]) -> None:
-    """Cancel ``tasks`` and wait until each has ended (their errors are dropped)."""
-    pending = list(tasks)
-    for task in pending:
-        task.cancel()
-    await asyncio.gather(*pending, return_exceptions=True)
 
 
 def _read_info(client: Client) -> LangSmithInfo | None:
@@ -1037,7 +1028,7 @@ class LangSmithMonitor:
                         )
             await asyncio.gather(*inflight)
         except CheckpointError:  # nothing can be recorded: stop judging
-            await _cancel(inflight)
+            await cancel_and_wait(inflight)
             raise
         except Exception as exc:  # the listing failed: its runs are listed again next time
             self.summary.add_error(f"{type(exc).__name__}: {exc}")
@@ -1080,7 +1071,7 @@ class LangSmithMonitor:
         try:
             await asyncio.gather(*tasks)
         except CheckpointError:
-            await _cancel(tasks)
+            await cancel_and_wait(tasks)
             raise
 
     def _mine(self, batch: list[Run]) -> list[Run]:
