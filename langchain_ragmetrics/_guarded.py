@@ -10,8 +10,9 @@ they live here once. Each failed request is sorted by the caller's ``classify`` 
 * ``"rejected"``: the server answered that this request is wrong (a bad parameter). Raised
   at once; the server is up.
 * ``"refused"``: retrying cannot help, and every other request will meet it too (no or a
-  wrong API key, no permission). Raised at once and counted as a failure, so a wrong key
-  opens the breaker instead of costing a request per result.
+  wrong API key, no permission, a route that does not take the request: 405, 410, 415).
+  Raised at once and counted as a failure, so a wrong key opens the breaker instead of
+  costing a request per result.
 * ``"failed"``: no answer, refused connection, 5xx, 429. Retried ``max_retries`` times with
   jittered exponential backoff, each counted as a failure.
 
@@ -85,7 +86,10 @@ serialise): the server never saw it and a retry fails the same way, so they are 
 never retried nor counted against the breaker."""
 
 _RETRIED_STATUSES = frozenset({404, 408, 409, 425, 429})
-_REFUSED_STATUSES = frozenset({401, 403})
+_REFUSED_STATUSES = frozenset({401, 403, 405, 410, 415})
+"""A key or permission no retry can fix (401, 403), or a route that does not take what we send
+(405 method, 410 gone, 415 media type: a wrong base path or server version): every request
+meets them, so they count toward the breaker."""
 
 
 def http_status(exc: BaseException) -> int | None:
@@ -108,8 +112,9 @@ def http_status(exc: BaseException) -> int | None:
 def classify_status(status: int | None) -> Failure:
     """How a request that failed with HTTP ``status`` (None: no answer) is handled.
 
-    404 is "not stored yet"; 401 and 403 are refused; any other 4xx but 408, 409, 425 and
-    429 (which a later try may pass) is rejected; the rest (5xx, no answer) failed.
+    404 is "not stored yet"; 401, 403, 405, 410 and 415 are refused (the key, or the route:
+    every request meets them); any other 4xx but 408, 409, 425 and 429 (which a later try
+    may pass) is rejected; the rest (5xx, no answer) failed.
     """
     if status == 404:
         return "not_found"

@@ -475,6 +475,9 @@ def test_bad_options_name_the_option(option: str, value: Any, message: str) -> N
         (404, "not_found"),
         (401, "refused"),
         (403, "refused"),
+        (405, "refused"),  # the route: every request meets it
+        (410, "refused"),
+        (415, "refused"),
         (400, "rejected"),
         (422, "rejected"),
         (408, "failed"),

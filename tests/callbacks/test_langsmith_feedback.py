@@ -430,6 +430,25 @@ def test_a_refused_key_on_the_lookup_fails_at_once_and_counts_once(
     sink.close(5)
 
 
+def test_a_route_that_does_not_take_feedback_fails_at_once_and_opens_the_breaker(
+    langsmith_env: LangSmithStub,
+) -> None:
+    """A 405 (a proxy's route, a wrong base path) meets every request: each send fails at
+    once, without a retry, and two in a row open the breaker instead of one request per
+    result going on."""
+    langsmith_env.feedback_needs_run = False
+    langsmith_env.create_project("app")
+    langsmith_env.fail("POST /feedback", 405, times=None)
+    sink = LangSmithFeedbackSink(project_name="app", max_retries=3, failure_threshold=2)
+    for sent in (1, 2):
+        with pytest.raises(langsmith.utils.LangSmithError) as raised:
+            sink.emit(run_item(uuid.uuid4()))
+        assert classify_langsmith_error(raised.value) == "refused"
+        assert len(langsmith_env.requests_to("POST", "/feedback")) == sent  # never retried
+    assert sink.breaker.is_open
+    sink.close(5)
+
+
 def test_a_rejected_project_lookup_is_an_answer_not_an_outage(
     langsmith_env: LangSmithStub,
 ) -> None:

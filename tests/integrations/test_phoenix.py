@@ -332,6 +332,7 @@ def test_docs_page_example_runs(phoenix_server: ServerProcess, tmp_path: Any) ->
     [
         (403, True),  # refused: every request would meet it
         (401, True),
+        (405, True),  # a wrong path (behind a proxy): every request would meet it too
         (422, False),  # rejected: Phoenix is up
     ],
 )
