@@ -45,6 +45,7 @@ from langchain_ragmetrics.callbacks._messages import (
     ScoreItems,
     picklable,
 )
+from langchain_ragmetrics.callbacks._priority import IdleScoring
 from langchain_ragmetrics.callbacks._stats import Counters, FailureLog, HandlerStats, logger
 
 __all__ = ["bootstrap", "main"]
@@ -220,22 +221,6 @@ def _settle_in(isolation: ProcessIsolation) -> None:
             os.nice(isolation.niceness)
 
 
-def _idle_from_here() -> None:
-    """Run this thread, and every thread it starts from now on, under Linux's ``SCHED_IDLE``.
-
-    The scheduler then gives a CPU to any other thread that wants one before these, at once
-    (``nice`` alone lets a running thread finish its time slice first: on a busy machine the
-    application's request waited milliseconds for the scoring). Threads started before keep
-    their priority: the reporter, whose heartbeat tells the application this process lives,
-    is never starved. Elsewhere than Linux, nothing changes.
-    """
-    policy = getattr(os, "SCHED_IDLE", None)
-    if policy is None:
-        return
-    with contextlib.suppress(OSError):
-        os.sched_setscheduler(0, policy, os.sched_param(0))
-
-
 def main(recv: Connection, send: Connection, start: ChildStart) -> None:
     """The child's entry point (``multiprocessing`` target)."""
     settings = start.settings
@@ -272,9 +257,11 @@ def main(recv: Connection, send: Connection, start: ChildStart) -> None:
         name=f"{settings.name}-reporter",
         daemon=True,
     )
-    reporter.start()
-    if isolation.idle_priority:
-        _idle_from_here()  # the scoring threads, started later from this one, inherit it
+    reporter.start()  # before the next line: the heartbeat keeps its priority
+    if isolation.idle_priority and IdleScoring.supported():
+        # The scoring threads, started later from this one, inherit SCHED_IDLE; a guard
+        # lifts it while the CPUs are saturated, so scoring never stops.
+        IdleScoring(name=settings.name).start(stop)
 
     def answer(make: Callable[[HandlerStats], ChildMessage]) -> None:
         """Send ``make(counters)`` once every result they count has gone up, in order."""

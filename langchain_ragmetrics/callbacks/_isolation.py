@@ -76,8 +76,9 @@ class ProcessIsolation(BaseModel):
     """On Linux, the child's scoring threads run under the ``SCHED_IDLE`` policy: any thread
     of the machine that wants a CPU gets it before them, at once, so scoring cannot make the
     application's requests wait for a CPU (with ``niceness`` alone a scoring thread finishes
-    its time slice first). Under sustained full load scoring slows to a crawl and the queue
-    bound drops what does not fit (counted as ``dropped``); the child's heartbeat keeps its
+    its time slice first). While every CPU stays busy, a guard puts them back under the normal
+    policy (at ``niceness``) for a while, so scoring slows down but never stops; the queue
+    bound drops what does not fit (counted as ``dropped``). The child's heartbeat keeps its
     normal priority. False: ``niceness`` only. Ignored elsewhere than Linux."""
     max_restarts: Annotated[int, AS_GIVEN] = Field(default=3, ge=0)
     """Crashes in a row (without any work done in between) after which the handler stops

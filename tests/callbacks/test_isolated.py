@@ -110,15 +110,21 @@ def policies(pid: int) -> set[int]:
 
 @pytest.mark.parametrize("idle", [True, False], ids=["idle_priority", "niceness only"])
 def test_the_childs_scoring_threads_give_way_to_any_other_thread(
-    judge_server: JudgeServer, make_judge: JudgeFactory, jsonl: Path, idle: bool
+    judge_server: JudgeServer,
+    make_judge: JudgeFactory,
+    jsonl: Path,
+    idle: bool,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """Before, the child only had ``nice 10``, with which a scoring thread finishes its time
     slice before a request's thread gets the CPU (the online p99 probe: the caller waited
     for a CPU 2 to 4 ms while the child ran). Its scoring threads now run under SCHED_IDLE,
-    while the heartbeat thread keeps the normal policy (a starved one would get the child
-    killed as hung)."""
+    while the heartbeat and the priority guard keep the normal policy (a starved heartbeat
+    would get the child killed as hung; the guard lifts SCHED_IDLE while the CPUs are
+    saturated: tests/callbacks/test_priority.py)."""
     app = rag_app(judge_server, make_judge)
     setup = partial(isolated_setups.jsonl_setup, judge_server.base_url, str(jsonl))
+    caplog.set_level(logging.DEBUG, logger="langchain_ragmetrics")  # the child mirrors it
     with isolated_handler(setup, idle_priority=idle) as handler:
         ask(app, handler, range(2))
         assert handler.flush(START)
@@ -127,32 +133,10 @@ def test_the_childs_scoring_threads_give_way_to_any_other_thread(
         found = policies(pid)
     assert handler.stats.scored == 2
     assert os.SCHED_OTHER in found  # the heartbeat
-    assert (os.SCHED_IDLE in found) is idle
-
-
-def test_threads_started_after_idle_from_here_inherit_it_and_earlier_ones_do_not() -> None:
-    from langchain_ragmetrics.callbacks._child import _idle_from_here
-
-    seen: dict[str, int] = {}
-    release = threading.Event()
-    earlier = threading.Thread(target=release.wait, daemon=True)
-
-    def lowered() -> None:  # a thread of its own: the test's thread keeps its policy
-        earlier.start()
-        _idle_from_here()
-        seen["self"] = os.sched_getscheduler(0)
-        later = threading.Thread(target=lambda: seen.update(later=os.sched_getscheduler(0)))
-        later.start()
-        later.join()
-        seen["earlier"] = os.sched_getscheduler(earlier.native_id or 0)
-
-    thread = threading.Thread(target=lowered)
-    thread.start()
-    thread.join()
-    release.set()
-    earlier.join()
-    assert seen == {"self": os.SCHED_IDLE, "later": os.SCHED_IDLE, "earlier": os.SCHED_OTHER}
-    assert os.sched_getscheduler(0) == os.SCHED_OTHER
+    # On a machine busy enough to starve them, the guard had put them back under the normal
+    # policy when they were looked at: it says so in the log, which is then read instead.
+    lifted = any("the CPUs are saturated" in r.getMessage() for r in caplog.records)
+    assert (os.SCHED_IDLE in found or lifted) is idle
 
 
 def test_results_are_scored_in_the_child_and_reach_its_sink(
