@@ -286,6 +286,10 @@ class Ours:
         finally:
             logger.removeHandler(warnings)
         self.warnings = warnings.messages
+        # Warnings while it runs (the child's come through this process's logging): the
+        # priority guard's "the CPUs are saturated" says it lifted SCHED_IDLE at least once.
+        self._run_log = WarningLog()
+        logger.addHandler(self._run_log)
         self.marks: dict[str, Any] = {}
 
     def loop_starts(self) -> None:
@@ -310,6 +314,9 @@ class Ours:
         if cpu is not None and self.marks.get("child_cpu_s") is not None and scored_in_loop:
             child_cpu_ms = (cpu - self.marks["child_cpu_s"]) * 1000 / scored_in_loop
         handler.close(timeout=args.close_timeout)
+        from langchain_ragmetrics.callbacks._stats import logger
+
+        logger.removeHandler(self._run_log)
         return {
             "mode": runtime["runs_in"],
             "runtime": runtime["runtime"],
@@ -318,6 +325,7 @@ class Ours:
             "runtime_at_loop_start": self.marks.get("runtime"),
             "isolation_asked": "auto" if self.args.config in ("default", "prod") else None,
             "warnings": self.warnings,
+            "run_warnings": self._run_log.messages,
             "max_concurrency": handler.settings.max_concurrency,
             "handler_stats_at_loop_end": at_loop_end.model_dump(mode="json"),
             "handler_stats": stats.model_dump(mode="json"),

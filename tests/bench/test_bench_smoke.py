@@ -489,6 +489,23 @@ def test_caller_thread_replays_into_both_checkouts_and_counts_their_work() -> No
     assert "17 events per request, 20 requests per side" in lines[-6]
 
 
+def test_saturated_scoring_scores_every_retrieval_beside_busy_processes() -> None:
+    """``saturated_scoring.py``: both configs, each retrieval scored while one busy process
+    per CPU runs (with SCHED_IDLE alone, the idle config scored none in time)."""
+    lines = script_lines(
+        "saturated_scoring.py", "--runs", "1", "--retrievals", "3", "--deadline", "120"
+    )
+    assert lines[-1] == (
+        "command: python bench/saturated_scoring.py --runs 1 --retrievals 3 --deadline 120"
+    )
+    rows = [line.split("|")[1:-1] for line in lines if line.startswith("| after |")]
+    assert sorted(row[1].strip() for row in rows) == ["off", "on"]
+    for row in rows:
+        assert row[3].strip() == "3 of 3"  # scored in time
+        assert row[4].strip() == "0"  # dropped
+        assert float(row[5]) > 0  # seconds to score all: a number, not "not in 120 s"
+
+
 def test_handler_dispatch_reads_the_region_of_a_callgrind_dump(tmp_path: Path) -> None:
     import handler_dispatch
 
