@@ -3,8 +3,8 @@
 Under Linux's ``SCHED_IDLE`` any other thread of the machine gets a CPU before the scoring
 threads, at once, so scoring cannot make a request of the application wait for a CPU
 (``nice`` alone lets a running thread finish its time slice first). But while every CPU is
-busy, idle-policy threads get almost nothing: scoring would stop, and its queue would fill
-and drop, for as long as the machine stays saturated.
+busy, idle-policy threads get almost nothing: scoring would slow to a crawl, and its queue
+would fill and drop, for as long as the machine stays saturated.
 
 So a guard thread (normal policy) reads, every ``period`` seconds (1), how long the scoring
 threads ran and how long they waited, runnable, for a CPU (``/proc/self/task/*/schedstat``).
