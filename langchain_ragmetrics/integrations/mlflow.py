@@ -19,6 +19,7 @@ Example::
 from __future__ import annotations
 
 import json
+import re
 import threading
 import uuid
 from collections import OrderedDict
@@ -28,7 +29,12 @@ from typing import TYPE_CHECKING, Any
 from typing_extensions import override
 
 from langchain_ragmetrics._errors import SinkSkipError
-from langchain_ragmetrics._guarded import LOCAL_ERRORS, Failure, GuardedRequests
+from langchain_ragmetrics._guarded import (
+    LOCAL_ERRORS,
+    Failure,
+    GuardedRequests,
+    classify_status,
+)
 from langchain_ragmetrics._links import MLFLOW
 from langchain_ragmetrics._options import whole_number
 from langchain_ragmetrics._retrieval import OnlineResult
@@ -46,7 +52,16 @@ __all__ = ["MlflowSink"]
 _MISSING_EXTRA = "MlflowSink needs MLflow 3: pip install 'langchain-ragmetrics[mlflow]'"
 _NOT_FOUND = "RESOURCE_DOES_NOT_EXIST"
 _REJECTED = frozenset({"INVALID_PARAMETER_VALUE", "BAD_REQUEST"})
-_REFUSED = frozenset({"PERMISSION_DENIED", "UNAUTHENTICATED"})
+_REFUSED = frozenset(
+    {"PERMISSION_DENIED", "UNAUTHENTICATED", "CUSTOMER_UNAUTHORIZED", "ENDPOINT_NOT_FOUND"}
+)
+"""Answers every request would meet: the key, or a route this server lacks (MLflow's client
+gives a 404 without a JSON body ``ENDPOINT_NOT_FOUND``: a wrong base path, an old server)."""
+_UNCODED = "INTERNAL_ERROR"
+_BARE_STATUS = re.compile(r"failed with error code (\d{3}) != \d{3}")
+"""How MLflow's client words an answer without a JSON body whose status it has no code for
+(405, 410, 413, 415 ...: a web server's or a proxy's page). The code is then INTERNAL_ERROR,
+as for a 500, and the message is the only record of the status."""
 _REMEMBERED_ERRORS = 10_000
 _DELIVERY_KEY = "ragmetrics.delivery_id"
 """Metadata key of the id one ``emit`` gives its assessment: a retry looks for it first."""
@@ -68,6 +83,10 @@ def _classify(exc: Exception) -> Failure:
         return "rejected"
     if code in _REFUSED:
         return "refused"
+    if code == _UNCODED:
+        bare = _BARE_STATUS.search(str(exc))
+        if bare is not None:
+            return classify_status(int(bare.group(1)))
     return "failed"
 
 

@@ -18,11 +18,17 @@ class _Handler(LoopbackHandler):
         self.read_body()
         with owner.lock:
             owner.requests.append((method, self.path))
-        self.send_json(owner.status, owner.payload)
+        if isinstance(owner.payload, str):  # a web server's or a proxy's page, not JSON
+            self.send_bytes(owner.status, owner.payload.encode(), "text/html; charset=utf-8")
+        else:
+            self.send_json(owner.status, owner.payload)
 
 
 class StatusServer(LoopbackServer):
-    """Answers ``status`` with the JSON ``payload`` to everything; records ``(method, path)``."""
+    """Answers ``status`` with ``payload`` to everything; records ``(method, path)``.
+
+    The payload goes out as JSON, or as an HTML page when it is a ``str``.
+    """
 
     handler_class: ClassVar[type[LoopbackHandler]] = _Handler
 

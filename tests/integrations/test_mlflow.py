@@ -486,33 +486,64 @@ def _linked_item() -> OnlineResult:
     return linked_item("mlflow", "tr-" + "0" * 32, "0" * 16)
 
 
+_PAGE = "<html><body><h1>{}</h1></body></html>"
+
+
 @pytest.mark.parametrize(
-    ("status", "code", "opens"),
+    ("status", "payload", "match", "opens"),
     [
-        (403, "PERMISSION_DENIED", True),  # refused: every request would meet it
-        (401, "UNAUTHENTICATED", True),
-        (400, "INVALID_PARAMETER_VALUE", False),  # rejected: MLflow is up
+        # refused: every request would meet it
+        (403, {"error_code": "PERMISSION_DENIED", "message": "m"}, "PERMISSION_DENIED", True),
+        (401, {"error_code": "UNAUTHENTICATED", "message": "m"}, "UNAUTHENTICATED", True),
+        # a route this server lacks, answered by the web server or a proxy (no JSON body)
+        (404, _PAGE.format("Not Found"), "error code 404", True),
+        (405, _PAGE.format("Method Not Allowed"), "error code 405", True),
+        (410, _PAGE.format("Gone"), "error code 410", True),
+        # rejected: MLflow (or what is in front of it) is up, this one request is wrong
+        (400, {"error_code": "INVALID_PARAMETER_VALUE", "message": "m"}, "INVALID_PARAM", False),
+        (413, _PAGE.format("Request Entity Too Large"), "error code 413", False),
     ],
+    ids=["403", "401", "404-page", "405-page", "410-page", "400", "413-page"],
 )
 def test_a_refused_or_rejected_assessment_fails_at_once(
-    status: int, code: str, opens: bool, monkeypatch: pytest.MonkeyPatch
+    status: int, payload: object, match: str, opens: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """No retry for an answer retrying cannot change; only a refusal counts as an outage."""
     for name, value in MLFLOW_CLIENT_ENV.items():
         monkeypatch.setenv(name, value)
-    with StatusServer(status, {"error_code": code, "message": "scripted"}) as server:
+    with StatusServer(status, payload) as server:
         previous = mlflow.get_tracking_uri()
         mlflow.set_tracking_uri(server.url)
         sink = MlflowSink(max_retries=3, backoff=0.01, failure_threshold=2, cooldown=60)
         try:
-            with pytest.raises(Exception, match=code):
+            with pytest.raises(Exception, match=match):
                 sink.emit(_linked_item())
             assert _posts(server) == 1  # not retried
             assert not sink.delivery.breaker.is_open  # one of the two in a row
-            with pytest.raises(Exception, match=code):
+            with pytest.raises(Exception, match=match):
                 sink.emit(_linked_item())
             assert _posts(server) == 2
             assert sink.delivery.breaker.is_open is opens
+        finally:
+            mlflow.set_tracking_uri(previous)
+            sink.close()
+
+
+def test_a_bare_server_error_is_still_retried(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 502 page (no JSON body) reads like a 405 page to MLflow's client: it stays retried."""
+    for name, value in MLFLOW_CLIENT_ENV.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # count the sink's tries only
+    with StatusServer(502, _PAGE.format("Bad Gateway")) as server:
+        previous = mlflow.get_tracking_uri()
+        mlflow.set_tracking_uri(server.url)
+        sink = MlflowSink(max_retries=2, backoff=0.01, failure_threshold=5, cooldown=60)
+        try:
+            with pytest.raises(Exception, match="502"):
+                sink.emit(_linked_item())
+            # the try, then two retries; each retry first looks whether the try was stored
+            # (a 502 may come after MLflow took it), and that look meets the 502 too
+            assert [method for method, _ in server.requests] == ["POST", "GET", "GET"]
         finally:
             mlflow.set_tracking_uri(previous)
             sink.close()
