@@ -8,7 +8,10 @@ so no sink can hold up scoring.
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import TYPE_CHECKING
 
 from langchain_ragmetrics._engine import ScoringEngine, failure_report
@@ -63,10 +66,40 @@ class ScoringPipeline:
             item, question_from=settings.question_from, answer_from=settings.answer_from
         )
 
+    async def plain(self, item: Capture | Retrieval) -> Retrieval:
+        """:meth:`retrieval`, with the user's hooks off the loop and within the timeout.
+
+        The worker's loop schedules every judge call: a ``question_from`` / ``answer_from``
+        that blocked it would hold all scoring. So a user's hook runs on a judge thread, as
+        a ``reference_provider`` does, bounded by the per-job ``timeout``; one that does not
+        return in time fails that retrieval's metrics, and keeps its thread until it returns.
+        """
+        settings = self.settings
+        executor = self.engine.executor
+        hooks = [
+            name
+            for name, hook in (
+                ("question_from", settings.question_from),
+                ("answer_from", settings.answer_from),
+            )
+            if callable(hook)
+        ]
+        if isinstance(item, Retrieval) or not hooks or executor is None:
+            return self.retrieval(item)
+        call = partial(contextvars.copy_context().run, self.retrieval, item)
+        running = asyncio.get_running_loop().run_in_executor(executor, call)
+        try:
+            return await asyncio.wait_for(running, self.engine.timeout)
+        except asyncio.TimeoutError:
+            msg = f"{' / '.join(hooks)} did not return within {self.engine.timeout:g}s"
+        # As a hook that raised: the retriever's query, no answer but a streamed one.
+        built = Retrieval.from_trace(item)
+        return built._replace(question=item.query, answer=item.streamed_answer, error=msg)
+
     async def process(self, item: Capture | Retrieval) -> None:
         """Score one retrieval with every metric and deliver the results."""
         items = await score_retrieval(
-            self.retrieval(item),
+            await self.plain(item),
             self.metrics,
             self.engine,
             reference_provider=self.settings.reference_provider,

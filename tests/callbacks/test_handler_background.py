@@ -191,36 +191,72 @@ def test_close_reports_and_abandons_work_left_at_the_deadline(
     assert handler.close(0) is False  # again: the first close's outcome, not a bare True
 
 
-def test_a_hook_that_never_returns_holds_scoring_but_not_the_caller_flush_or_close(
+def test_a_hook_that_never_returns_holds_its_retrieval_only(
     judge_server: JudgeServer, make_judge: JudgeFactory, release: threading.Event
 ) -> None:
-    # On isolation="thread" the user's hooks run on the scoring thread: one that blocks
-    # holds scoring, never the app's calls, and flush and close return by their deadlines.
+    """On isolation="thread" a user's hook runs on a judge thread, not on the loop that
+    schedules every judge call: one that blocks holds its own retrieval, the others are
+    scored, and the app's calls, flush and close return by their deadlines. Before, the
+    hook ran on the loop and held all scoring (nothing else was scored)."""
     app = rag_app(judge_server, make_judge)
     entered = threading.Event()
 
-    def answer_from(outputs: Any) -> str:
-        entered.set()
-        release.wait()
-        return str(outputs)
+    def question_from(inputs: Any) -> str:
+        if inputs == question(0):
+            entered.set()
+            release.wait()
+        return str(inputs)
 
-    handler = online_handler(app.llm, answer_from=answer_from)
+    handler = online_handler(app.llm, question_from=question_from)
     try:
         for i in range(3):
             assert app.chain.invoke(question(i), config={"callbacks": [handler]})
         assert entered.wait(10), "the hook never ran"
-        assert handler.flush(0.2) is False
-        assert handler.close(0.2) is False
+        wait_until(lambda: len(results(handler)) == 2, "the two other retrievals scored")
+        assert handler.flush(0.2) is False  # the held one
+        assert handler.close(0.2) is False  # its judge thread is still in the hook
         stats = handler.stats
-        assert (stats.sampled, stats.processed, stats.dropped) == (3, 0, 0)
-        assert (stats.abandoned, stats.pending_at_deadline, stats.queued) == (3, 3, 0), stats
+        assert (stats.sampled, stats.processed, stats.dropped, stats.scored) == (3, 2, 0, 2)
+        assert (stats.abandoned, stats.pending_at_deadline, stats.queued) == (1, 1, 0), stats
+        assert sorted(item.sample.question for item in results(handler)) == [
+            question(1),
+            question(2),
+        ]
     finally:
         release.set()
     for thread in threads_of(handler):  # the blocked one exits once the hook returns
         thread.join(10)
         assert not thread.is_alive(), f"{thread.name} did not exit"
-    assert results(handler) == []
-    assert handler.stats.abandoned == 3
+    assert len(results(handler)) == 2
+    assert handler.stats.abandoned == 1
+
+
+def test_a_hook_that_does_not_return_in_time_fails_its_retrieval(
+    judge_server: JudgeServer, make_judge: JudgeFactory, release: threading.Event
+) -> None:
+    """The per-job ``timeout`` bounds a hook as it bounds a judge call or a reference
+    provider: the retrieval's metrics fail with an error that names the hook."""
+    app = rag_app(judge_server, make_judge)
+
+    def answer_from(outputs: Any) -> str:
+        release.wait()  # until the test ends: only the timeout can end the wait
+        return str(outputs)
+
+    handler = online_handler(app.llm, answer_from=answer_from, timeout=0.3)
+    try:
+        assert app.chain.invoke(question(0), config={"callbacks": [handler]})
+        wait_until(lambda: len(results(handler)) == 1, "the retrieval's failed result")
+        (item,) = results(handler)
+        assert math.isnan(item.result.score)
+        assert item.result.error is not None
+        assert "answer_from did not return within 0.3s" in item.result.error
+        assert item.sample.question == question(0)  # the query, as for a hook that raised
+        assert judge_server.count("RelevantSentences") == 0  # nothing was sent to the judge
+        stats = handler.stats
+        assert (stats.processed, stats.failed, stats.scored) == (1, 1, 0), stats
+    finally:
+        release.set()
+        handler.close(5)
 
 
 def test_a_second_close_waits_for_the_first_and_returns_its_outcome(
