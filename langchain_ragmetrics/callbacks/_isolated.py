@@ -42,6 +42,7 @@ from langchain_ragmetrics._queue import BoundedQueue, deadline_after, remaining
 from langchain_ragmetrics._retrieval import Capture, Retrieval
 from langchain_ragmetrics._schema import Usage
 from langchain_ragmetrics.callbacks import _exit
+from langchain_ragmetrics.callbacks._hooks import HookRunner, convert, hook_names
 from langchain_ragmetrics.callbacks._isolation import (
     ProcessIsolation,
     ScoringSetup,
@@ -203,6 +204,9 @@ class ProcessRuntime:
         self._waiting: set[int] = set()  # tokens of the flush() calls still waiting
         self._hurry = threading.Event()
         """Set with a flush or close request: the feeder sends at once, without its pause."""
+        self._hooks = HookRunner(settings) if hook_names(settings) else None
+        """Runs the user's ``question_from`` / ``answer_from`` for the feeder, bounded by
+        ``timeout`` (None: there are none; the conversion runs on the feeder)."""
         self._outboxes: list[SinkOutbox] | None = None
         """This process's sink outboxes (None: the sinks run in the child)."""
         self._order: list[str] = []
@@ -289,6 +293,7 @@ class ProcessRuntime:
             child = self._child
             own = [self._feeder, None if child is None else child.listener]
         own.extend(box.thread for box in self._outboxes or ())
+        own.extend(self._hooks.threads if self._hooks is not None else ())
         if not any(current is thread for thread in own):
             return False
         self._failures.report(
@@ -509,6 +514,13 @@ class ProcessRuntime:
 
     def _feed(self) -> None:
         """Send queued entries to the child, starting (or restarting) it when needed."""
+        try:
+            self._feed_all()
+        finally:
+            if self._hooks is not None:
+                self._hooks.stop()  # the feeder was their only user
+
+    def _feed_all(self) -> None:
         while (first := self._queue.take()) is not None:
             batch = [first, *self._queue.take_ready(self.max_queue_size + 2)]
             entries = self._plain([entry.item for entry in batch])
@@ -559,13 +571,8 @@ class ProcessRuntime:
                 # switch interval).
                 time.sleep(0)
             try:
-                plain.append(
-                    Retrieval.from_trace(
-                        entry,
-                        question_from=settings.question_from,
-                        answer_from=settings.answer_from,
-                    )
-                )
+                hooks = self._hooks
+                plain.append(convert(entry, settings) if hooks is None else hooks.convert(entry))
             except Exception as exc:  # e.g. a document type we cannot read
                 self._counters.add(handler_errors=1)
                 self._failures.report(

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from langchain_ragmetrics._engine import ScoringEngine, failure_report
 from langchain_ragmetrics._retrieval import Capture, OnlineResult, Retrieval, score_retrieval
 from langchain_ragmetrics._schema import MetricResult
+from langchain_ragmetrics.callbacks._hooks import convert, hook_names, timed_out
 from langchain_ragmetrics.callbacks._stats import Counters, FailureLog
 
 if TYPE_CHECKING:
@@ -57,44 +58,25 @@ class ScoringPipeline:
         self._counters = counters
         self._failures = failures
 
-    def retrieval(self, item: Capture | Retrieval) -> Retrieval:
-        """The retrieval of a live trace, through the user's hooks (off the caller's thread)."""
+    async def plain(self, item: Capture | Retrieval) -> Retrieval:
+        """The retrieval as plain data; the user's functions run off the loop, bounded.
+
+        The worker's loop schedules every judge call, so a ``question_from`` /
+        ``answer_from`` of the user's runs on a judge thread, as a ``reference_provider``
+        does, within the per-job ``timeout`` (see :mod:`~langchain_ragmetrics.callbacks._hooks`).
+        """
         if isinstance(item, Retrieval):
             return item
         settings = self.settings
-        return Retrieval.from_trace(
-            item, question_from=settings.question_from, answer_from=settings.answer_from
-        )
-
-    async def plain(self, item: Capture | Retrieval) -> Retrieval:
-        """:meth:`retrieval`, with the user's hooks off the loop and within the timeout.
-
-        The worker's loop schedules every judge call: a ``question_from`` / ``answer_from``
-        that blocked it would hold all scoring. So a user's hook runs on a judge thread, as
-        a ``reference_provider`` does, bounded by the per-job ``timeout``; one that does not
-        return in time fails that retrieval's metrics, and keeps its thread until it returns.
-        """
-        settings = self.settings
         executor = self.engine.executor
-        hooks = [
-            name
-            for name, hook in (
-                ("question_from", settings.question_from),
-                ("answer_from", settings.answer_from),
-            )
-            if callable(hook)
-        ]
-        if isinstance(item, Retrieval) or not hooks or executor is None:
-            return self.retrieval(item)
-        call = partial(contextvars.copy_context().run, self.retrieval, item)
+        if executor is None or not hook_names(settings):
+            return convert(item, settings)  # only our own readers run
+        call = partial(contextvars.copy_context().run, convert, item, settings)
         running = asyncio.get_running_loop().run_in_executor(executor, call)
         try:
-            return await asyncio.wait_for(running, self.engine.timeout)
+            return await asyncio.wait_for(running, settings.timeout)
         except asyncio.TimeoutError:
-            msg = f"{' / '.join(hooks)} did not return within {self.engine.timeout:g}s"
-        # As a hook that raised: the retriever's query, no answer but a streamed one.
-        built = Retrieval.from_trace(item)
-        return built._replace(question=item.query, answer=item.streamed_answer, error=msg)
+            return timed_out(item, settings)
 
     async def process(self, item: Capture | Retrieval) -> None:
         """Score one retrieval with every metric and deliver the results."""

@@ -88,8 +88,8 @@ class RagMetricsCallbackHandler(BaseCallbackHandler):
             ``fn(root_input) -> str | None`` (None falls back to the query).
         answer_from: ``fn(root_output) -> str | None``; the default reads strings, messages,
             dict keys such as ``answer``/``output``/``result`` and the last AI message.
-            Both functions run in the background: on ``isolation="thread"`` on a judge
-            thread within ``timeout`` (one that does not return fails that retrieval).
+            Both functions run in the background, in this process, each call within
+            ``timeout``: one that does not return in time fails that retrieval.
         reference_provider: ``fn(question, metadata) -> str | dict | None`` (or async),
             called in the background when run metadata lacks a reference field; a dict may
             set ``reference``, ``reference_contexts`` and ``reference_context_ids``. It

@@ -179,8 +179,9 @@ def test_results_are_scored_in_the_child_and_reach_its_sink(
 def test_hooks_run_in_this_process_off_the_callers_thread_and_their_errors_reach_the_result(
     judge_server: JudgeServer, make_judge: JudgeFactory, jsonl: Path
 ) -> None:
-    # The hooks read the live root input and output, so they run in this process; on the
-    # feeder thread, so that the conversion to plain data costs the caller nothing.
+    # The hooks read the live root input and output, so they run in this process; on a
+    # helper of the feeder's, so that they cost the caller nothing and one that hangs holds
+    # the feeder for `timeout` at most.
     app = rag_app(judge_server, make_judge)
     setup = partial(isolated_setups.jsonl_setup, judge_server.base_url, str(jsonl))
     callers: list[tuple[int, str]] = []
@@ -198,7 +199,7 @@ def test_hooks_run_in_this_process_off_the_callers_thread_and_their_errors_reach
         stats = handler.stats
     by_query = {r["error"] is None: r for r in lines(jsonl)}
     assert [pid for pid, _ in callers] == [os.getpid()] * 2
-    assert all(name.endswith("-feeder") for _, name in callers), callers
+    assert all(name.endswith("-hooks") for _, name in callers), callers
     assert by_query[True]["question"] == f"Asked: {question(0)}"
     assert by_query[False]["error"] == (
         "HookError: question_from raised ValueError: no question in this input"
@@ -209,9 +210,9 @@ def test_hooks_run_in_this_process_off_the_callers_thread_and_their_errors_reach
 def test_a_hook_that_never_returns_holds_the_feeder_but_not_the_caller_flush_or_close(
     judge_server: JudgeServer, make_judge: JudgeFactory, jsonl: Path, release: threading.Event
 ) -> None:
-    # A user's hook runs on the feeder thread: one that blocks (a lock, a network call with
-    # no timeout) stops the conversions, not the app's calls, and flush and close still
-    # return by their deadlines, saying what was left.
+    # The feeder waits for a user's hook up to `timeout` (120 s here): one that blocks (a
+    # lock, a network call with no timeout) stops the conversions meanwhile, never the app's
+    # calls, and flush and close still return by their deadlines, saying what was left.
     app = rag_app(judge_server, make_judge)
     setup = partial(isolated_setups.jsonl_setup, judge_server.base_url, str(jsonl))
     entered = threading.Event()
@@ -243,6 +244,32 @@ def test_a_hook_that_never_returns_holds_the_feeder_but_not_the_caller_flush_or_
     assert (handler.stats.abandoned, handler.stats.scored) == (3, 0)
     assert background(handler).children_started == 0
     assert lines(jsonl) == []
+
+
+def test_a_hook_past_the_timeout_fails_its_retrieval_and_the_feeder_goes_on(
+    judge_server: JudgeServer, make_judge: JudgeFactory, jsonl: Path, release: threading.Event
+) -> None:
+    """The feeder waits for a user's hook at most `timeout`, then sends that retrieval with
+    an error and goes on with the next ones. Before, it waited for the hook as long as the
+    hook took (here: until the end of the test), and nothing was scored."""
+    app = rag_app(judge_server, make_judge)
+    setup = partial(isolated_setups.jsonl_setup, judge_server.base_url, str(jsonl))
+
+    def question_from(inputs: Any) -> str:
+        if inputs == question(0):
+            release.wait()  # until the test ends: only the timeout ends the feeder's wait
+        return f"Asked: {inputs}"
+
+    with isolated_handler(setup, question_from=question_from, timeout=4.0) as handler:
+        assert len(ask(app, handler, range(3))) == 3
+        assert handler.flush(START) is True
+        stats = handler.stats
+    rows = {r["question"]: r for r in lines(jsonl)}
+    # the query stands for the question, as for a hook that raised
+    assert sorted(rows) == sorted([question(0), *(f"Asked: {question(i)}" for i in (1, 2))])
+    assert rows[question(0)]["error"] == "HookError: question_from did not return within 4s"
+    assert all(rows[f"Asked: {question(i)}"]["error"] is None for i in (1, 2))
+    assert (stats.processed, stats.scored, stats.failed) == (3, 2, 1)
 
 
 class _Unreadable:

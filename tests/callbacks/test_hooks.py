@@ -1,0 +1,157 @@
+"""The user's question_from / answer_from, bounded: the runner the isolated mode's feeder uses."""
+
+import threading
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from langchain_openai import ChatOpenAI
+from pydantic import SecretStr
+
+from langchain_ragmetrics import ContextRelevance
+from langchain_ragmetrics._retrieval import Capture
+from langchain_ragmetrics.callbacks._hooks import MAX_STUCK, HookRunner, hook_names, timed_out
+from langchain_ragmetrics.callbacks._settings import HandlerSettings
+from tests._support.concurrency import wait_until
+
+QUESTION = "What is the code word of item 7?"
+
+
+@pytest.fixture
+def release() -> Iterator[threading.Event]:
+    """Holds the blocking hooks; always released at the end of the test."""
+    event = threading.Event()
+    yield event
+    event.set()
+
+
+def settings(**options: Any) -> HandlerSettings:
+    # A judge that is never called: the runner only converts.
+    judge = ChatOpenAI(model="judge", api_key=SecretStr("unused"), base_url="http://127.0.0.1:9/v1")
+    return HandlerSettings(metrics=[ContextRelevance(llm=judge)], name="hooks-test", **options)
+
+
+def capture(question: str = QUESTION, *, streamed: str | None = None) -> Capture:
+    return Capture(
+        root_run_id=uuid.uuid4(),
+        trace_id=None,
+        run_id=uuid.uuid4(),
+        parent_run_id=None,
+        retriever="docs",
+        query=question,
+        documents=("Item 7's code word is teal.",),
+        tags=(),
+        metadata={},
+        root_metadata={},
+        root_inputs={"question": question, "user": "ada"},
+        root_outputs={"answer": "teal"},
+        streamed_answer=streamed,
+    )
+
+
+def helpers() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "hooks-test-hooks" and t.is_alive()]
+
+
+def test_only_the_users_functions_count_as_hooks() -> None:
+    assert hook_names(settings()) == ()
+    assert hook_names(settings(question_from="input")) == ()
+    assert hook_names(settings(question_from=lambda inputs: None)) == ("question_from",)
+    both = settings(question_from=lambda inputs: None, answer_from=lambda outputs: None)
+    assert hook_names(both) == ("question_from", "answer_from")
+
+
+def test_a_hook_that_returns_in_time_is_used_as_is() -> None:
+    runner = HookRunner(settings(question_from=lambda inputs: f"{inputs['user']} asks"))
+    try:
+        retrieval = runner.convert(capture())
+        assert (retrieval.question, retrieval.answer, retrieval.error) == ("ada asks", "teal", None)
+        (helper,) = runner.threads
+        assert helper is not threading.current_thread()  # the hook ran on the helper
+    finally:
+        runner.stop()
+
+
+def test_a_hook_that_raises_is_the_retrievals_error_not_the_runners() -> None:
+    def question_from(inputs: Any) -> str:
+        raise KeyError("question")
+
+    runner = HookRunner(settings(question_from=question_from))
+    try:
+        retrieval = runner.convert(capture())
+        assert retrieval.error is not None
+        assert "question_from raised KeyError" in retrieval.error
+        assert retrieval.question == QUESTION
+    finally:
+        runner.stop()
+
+
+def test_a_hook_past_the_timeout_fails_its_retrieval_and_gets_a_new_helper(
+    release: threading.Event,
+) -> None:
+    calls: list[str] = []
+
+    def answer_from(outputs: Any) -> str:
+        calls.append("called")
+        if len(calls) == 1:
+            release.wait()  # only the timeout ends the runner's wait
+        return "from the hook"
+
+    runner = HookRunner(settings(answer_from=answer_from, timeout=0.2))
+    try:
+        late = runner.convert(capture(streamed="streamed text"))
+        assert late.error == "answer_from did not return within 0.2s"
+        assert (late.question, late.answer) == (QUESTION, "streamed text")  # as if it raised
+        assert [d.text for d in late.documents] == ["Item 7's code word is teal."]
+        # The next retrieval goes to a new helper, the first is left to the hook.
+        assert runner.convert(capture()).answer == "from the hook"
+        assert len(helpers()) == 2
+    finally:
+        release.set()
+    wait_until(lambda: len(helpers()) == 1, "the left helper to exit once the hook returned")
+    runner.stop()
+    wait_until(lambda: not helpers(), "the helper to exit after stop")
+
+
+def test_at_most_max_stuck_helpers_are_left_then_retrievals_fail_at_once(
+    release: threading.Event,
+) -> None:
+    entered = threading.Semaphore(0)
+
+    def question_from(inputs: Any) -> str:
+        entered.release()
+        release.wait()
+        return "late"
+
+    runner = HookRunner(settings(question_from=question_from, timeout=0.05))
+    try:
+        for _ in range(MAX_STUCK):
+            assert runner.convert(capture()).error == ("question_from did not return within 0.05s")
+        assert len(helpers()) == MAX_STUCK
+        for _ in range(3):  # no new helper, no call of the hook: failed at once
+            error = runner.convert(capture()).error
+            assert error is not None
+            assert error.startswith("question_from did not return within 0.05s (4 calls ")
+        assert len(helpers()) == MAX_STUCK
+        for _ in range(MAX_STUCK):  # each stuck call entered the hook exactly once
+            assert entered.acquire(timeout=10)
+        assert not entered.acquire(blocking=False)
+    finally:
+        release.set()
+    wait_until(lambda: not helpers(), "the left helpers to exit once the hook returned")
+    runner.stop()
+
+
+def test_the_timeout_error_names_every_hook_of_the_user() -> None:
+    both = settings(question_from=lambda i: None, answer_from=lambda o: None, timeout=3)
+    assert timed_out(capture(), both).error == (
+        "question_from / answer_from did not return within 3s"
+    )
+
+
+def test_a_stopped_runner_refuses_work() -> None:
+    runner = HookRunner(settings(question_from=lambda inputs: None))
+    runner.stop()
+    with pytest.raises(RuntimeError, match="stopped"):
+        runner.convert(capture())
