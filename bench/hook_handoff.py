@@ -22,7 +22,6 @@ import argparse
 import random
 import sys
 import time
-import uuid
 from typing import Any
 
 import _common  # noqa: F401 - puts the repository root on sys.path
@@ -34,7 +33,7 @@ WARMUP = 100
 
 def captures(count: int, seed: int) -> list[Any]:
     """``count`` retrievals of a live trace, each with its own question and documents."""
-    from langchain_ragmetrics._retrieval import Capture
+    from tests._support.captures import make_capture
 
     rng = random.Random(seed)
     words = [f"w{n}" for n in range(5_000)]
@@ -45,21 +44,10 @@ def captures(count: int, seed: int) -> list[Any]:
     out = []
     for i in range(count):
         question = f"What does record {i} say about {rng.choice(words)}?"
+        documents = tuple(text() for _ in range(5))
+        inputs = {"question": question, "user": f"u{i}"}
         out.append(
-            Capture(
-                root_run_id=uuid.uuid4(),
-                trace_id=None,
-                run_id=uuid.uuid4(),
-                parent_run_id=None,
-                retriever="docs",
-                query=question,
-                documents=tuple(text() for _ in range(5)),
-                tags=(),
-                metadata={},
-                root_metadata={},
-                root_inputs={"question": question, "user": f"u{i}"},
-                root_outputs={"answer": text()},
-            )
+            make_capture(question, documents, root_inputs=inputs, root_outputs={"answer": text()})
         )
     return out
 

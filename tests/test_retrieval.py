@@ -36,6 +36,7 @@ from langchain_ragmetrics.callbacks import ProcessIsolation
 from langchain_ragmetrics.integrations.langsmith import RagMetricEvaluator
 from langchain_ragmetrics.integrations.monitor import LangSmithMonitor
 from tests._support import isolated_setups
+from tests._support.captures import make_capture
 from tests._support.langsmith_stub import LangSmithStub
 
 QUESTION = "日本の首都はどこですか？"
@@ -224,22 +225,8 @@ def test_every_entry_point_fills_every_sample_field(
 
 
 def _capture(**overrides: Any) -> Capture:
-    fields: dict[str, Any] = {
-        "root_run_id": uuid.uuid4(),
-        "trace_id": None,
-        "run_id": uuid.uuid4(),
-        "parent_run_id": None,
-        "retriever": "docs",
-        "query": QUESTION,
-        "documents": DOCS,
-        "tags": ("t",),
-        "metadata": {},
-        "root_metadata": {},
-        "root_inputs": {"question": QUESTION},
-        "root_outputs": {"answer": ANSWER},
-    }
-    fields.update(overrides)
-    return Capture(**fields)
+    fields: dict[str, Any] = {"tags": ("t",), "root_outputs": {"answer": ANSWER}}
+    return make_capture(QUESTION, DOCS, **{**fields, **overrides})
 
 
 def test_language_in_run_metadata_chooses_the_segmenter_per_request() -> None:

@@ -1,7 +1,6 @@
 """The user's question_from / answer_from, bounded: the runner the isolated mode's feeder uses."""
 
 import threading
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,6 +12,7 @@ from langchain_ragmetrics import ContextRelevance
 from langchain_ragmetrics._retrieval import Capture
 from langchain_ragmetrics.callbacks._hooks import MAX_STUCK, HookRunner, hook_names, timed_out
 from langchain_ragmetrics.callbacks._settings import HandlerSettings
+from tests._support.captures import make_capture
 from tests._support.concurrency import wait_until
 
 QUESTION = "What is the code word of item 7?"
@@ -33,17 +33,9 @@ def settings(**options: Any) -> HandlerSettings:
 
 
 def capture(question: str = QUESTION, *, streamed: str | None = None) -> Capture:
-    return Capture(
-        root_run_id=uuid.uuid4(),
-        trace_id=None,
-        run_id=uuid.uuid4(),
-        parent_run_id=None,
-        retriever="docs",
-        query=question,
-        documents=("Item 7's code word is teal.",),
-        tags=(),
-        metadata={},
-        root_metadata={},
+    return make_capture(
+        question,
+        ("Item 7's code word is teal.",),
         root_inputs={"question": question, "user": "ada"},
         root_outputs={"answer": "teal"},
         streamed_answer=streamed,

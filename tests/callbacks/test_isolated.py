@@ -980,22 +980,16 @@ def test_a_setup_of_the_wrong_type_is_reported(
 
 
 def test_a_retrieval_from_a_live_trace_keeps_only_plain_data() -> None:
-    from uuid import uuid4
-
     from langchain_core.documents import Document
     from langchain_core.messages import AIMessage
 
-    from langchain_ragmetrics._retrieval import Capture, Retrieval, RetrievedDocument
+    from langchain_ragmetrics._retrieval import Retrieval, RetrievedDocument
+    from tests._support.captures import make_capture
 
     lock = threading.Lock()
-    capture = Capture(
-        root_run_id=uuid4(),
-        trace_id=None,
-        run_id=uuid4(),
-        parent_run_id=None,
-        retriever="docs",
-        query="q?",
-        documents=[
+    capture = make_capture(
+        "q?",
+        [
             Document(page_content="a", id="d1"),
             Document(page_content="b", metadata={"id": "d2", "lock": lock}),
         ],
