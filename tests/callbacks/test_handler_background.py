@@ -409,6 +409,28 @@ def test_flush_or_close_from_a_sink_is_refused_not_deadlocked(
     assert outcomes == [False, False]
 
 
+def test_flush_or_close_from_a_hook_is_refused_not_deadlocked(
+    judge_server: JudgeServer, make_judge: JudgeFactory
+) -> None:
+    """A user's function runs on a judge thread: a flush from there is refused at once."""
+    app = rag_app(judge_server, make_judge)
+    outcomes: list[bool] = []
+    holder: list[RagMetricsCallbackHandler] = []
+
+    def answer_from(outputs: Any) -> str:
+        outcomes.append(holder[0].flush(60))
+        outcomes.append(holder[0].close(60))
+        return str(outputs)
+
+    with online_handler(app.llm, answer_from=answer_from) as handler:
+        holder.append(handler)
+        app.chain.invoke(question(1), config={"callbacks": [handler]})
+        assert handler.flush(10)
+        assert not handler.closed
+    assert outcomes == [False, False]
+    assert len(results(handler)) == 1
+
+
 def test_reset_stats_zeroes_counters_and_logs_again(
     judge_server: JudgeServer, make_judge: JudgeFactory, caplog: pytest.LogCaptureFixture
 ) -> None:

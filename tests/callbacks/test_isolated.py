@@ -272,6 +272,30 @@ def test_a_hook_past_the_timeout_fails_its_retrieval_and_the_feeder_goes_on(
     assert (stats.processed, stats.scored, stats.failed) == (3, 2, 1)
 
 
+def test_flush_or_close_from_a_hook_is_refused_not_deadlocked(
+    judge_server: JudgeServer, make_judge: JudgeFactory, jsonl: Path
+) -> None:
+    """The hooks' helper is one of the handler's own threads: a flush from there would wait
+    for the feeder, which waits for the helper; it is refused at once, as from a sink."""
+    app = rag_app(judge_server, make_judge)
+    setup = partial(isolated_setups.jsonl_setup, judge_server.base_url, str(jsonl))
+    outcomes: list[bool] = []
+    holder: list[RagMetricsCallbackHandler] = []
+
+    def question_from(inputs: Any) -> str:
+        outcomes.append(holder[0].flush(60))
+        outcomes.append(holder[0].close(60))
+        return str(inputs)
+
+    with isolated_handler(setup, question_from=question_from) as handler:
+        holder.append(handler)
+        ask(app, handler, range(1))
+        assert handler.flush(START)
+        assert not handler.closed
+    assert outcomes == [False, False]
+    assert [r["question"] for r in lines(jsonl)] == [question(0)]
+
+
 class _Unreadable:
     """A retrieved item that cannot be turned into text (its ``__str__`` raises)."""
 
