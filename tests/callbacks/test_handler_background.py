@@ -390,39 +390,27 @@ def test_rate_limit_reaches_the_engine() -> None:
     assert handler.close()
 
 
-def test_flush_or_close_from_a_sink_is_refused_not_deadlocked(
-    judge_server: JudgeServer, make_judge: JudgeFactory
+@pytest.mark.parametrize("caller", ["sink", "hook"])
+def test_flush_or_close_from_a_sink_or_a_hook_is_refused_not_deadlocked(
+    caller: str, judge_server: JudgeServer, make_judge: JudgeFactory
 ) -> None:
+    """From the handler's own threads (a sink's; a judge thread, where a user's function
+    runs) a flush or close would wait for itself: it is refused at once."""
     app = rag_app(judge_server, make_judge)
     outcomes: list[bool] = []
     holder: list[RagMetricsCallbackHandler] = []
 
-    def reentrant(_: OnlineResult) -> None:
-        outcomes.append(holder[0].flush(5))
-        outcomes.append(holder[0].close(5))
-
-    with online_handler(app.llm, sinks=[InMemorySink(), CallableSink(reentrant)]) as handler:
-        holder.append(handler)
-        app.chain.invoke(question(1), config={"callbacks": [handler]})
-        assert handler.flush(10)
-        assert not handler.closed
-    assert outcomes == [False, False]
-
-
-def test_flush_or_close_from_a_hook_is_refused_not_deadlocked(
-    judge_server: JudgeServer, make_judge: JudgeFactory
-) -> None:
-    """A user's function runs on a judge thread: a flush from there is refused at once."""
-    app = rag_app(judge_server, make_judge)
-    outcomes: list[bool] = []
-    holder: list[RagMetricsCallbackHandler] = []
-
-    def answer_from(outputs: Any) -> str:
+    def reentrant(value: Any) -> str:
         outcomes.append(holder[0].flush(60))
         outcomes.append(holder[0].close(60))
-        return str(outputs)
+        return str(value)
 
-    with online_handler(app.llm, answer_from=answer_from) as handler:
+    options: dict[str, Any] = (
+        {"sinks": [InMemorySink(), CallableSink(reentrant)]}
+        if caller == "sink"
+        else {"answer_from": reentrant}
+    )
+    with online_handler(app.llm, **options) as handler:
         holder.append(handler)
         app.chain.invoke(question(1), config={"callbacks": [handler]})
         assert handler.flush(10)
