@@ -76,7 +76,7 @@ class HookRunner:
     def threads(self) -> list[threading.Thread]:
         """The helper threads, the one at work and those left to a function."""
         with self._lock:
-            pools = [*self._stuck, *([self._pool] if self._pool is not None else [])]
+            pools = self._pools()
         return [thread for pool in pools for thread in pool.threads]
 
     def convert(self, capture: Capture) -> Retrieval:
@@ -104,10 +104,14 @@ class HookRunner:
         """Let the helper threads exit (each once its function returns); no waiting."""
         with self._lock:
             self._stopped = True
-            pools = [*self._stuck, *([self._pool] if self._pool is not None else [])]
+            pools = self._pools()
             self._pool = None
         for pool in pools:
             pool.stop(0)
+
+    def _pools(self) -> list[DaemonThreadPool]:
+        """Those left to a function, and the one at work (lock held)."""
+        return [*self._stuck, *([self._pool] if self._pool is not None else [])]
 
     def _helper(self) -> DaemonThreadPool | None:
         """The helper at work, or a new one; None when ``MAX_STUCK`` are still held.

@@ -57,6 +57,8 @@ class ScoringPipeline:
         self.outboxes = list(outboxes)
         self._counters = counters
         self._failures = failures
+        self._hooks = bool(hook_names(settings))
+        """Whether ``question_from`` / ``answer_from`` include a function of the user's."""
 
     async def plain(self, item: Capture | Retrieval) -> Retrieval:
         """The retrieval as plain data; the user's functions run off the loop, bounded.
@@ -69,7 +71,7 @@ class ScoringPipeline:
             return item
         settings = self.settings
         executor = self.engine.executor
-        if executor is None or not hook_names(settings):
+        if executor is None or not self._hooks:
             return convert(item, settings)  # only our own readers run
         call = partial(contextvars.copy_context().run, convert, item, settings)
         running = asyncio.get_running_loop().run_in_executor(executor, call)

@@ -51,12 +51,17 @@ def read_schedstat(tid: int) -> tuple[int, int] | None:
     try:
         fd = os.open(f"/proc/self/task/{tid}/schedstat", os.O_RDONLY)
         try:
-            run, wait, *_ = os.read(fd, 128).split()
+            return _counters(os.read(fd, 128))
         finally:
             os.close(fd)
-        return int(run), int(wait)
     except (OSError, ValueError):
         return None
+
+
+def _counters(raw: bytes) -> tuple[int, int]:
+    """(run, wait) from a schedstat line (run ns, wait ns, time slices)."""
+    run, wait, *_ = raw.split()
+    return int(run), int(wait)
 
 
 class SchedstatFiles:
@@ -75,8 +80,7 @@ class SchedstatFiles:
             fd = self._fds.get(tid)
             if fd is None:
                 fd = self._fds[tid] = os.open(f"/proc/self/task/{tid}/schedstat", os.O_RDONLY)
-            run, wait, *_ = os.pread(fd, 128, 0).split()
-            return int(run), int(wait)
+            return _counters(os.pread(fd, 128, 0))
         except (OSError, ValueError):
             self._close(tid)
             return None
