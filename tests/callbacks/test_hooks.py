@@ -42,8 +42,9 @@ def capture(question: str = QUESTION, *, streamed: str | None = None) -> Capture
     )
 
 
-def helpers() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name == "hooks-test-hooks" and t.is_alive()]
+def helpers(runner: HookRunner) -> list[threading.Thread]:
+    """This runner's helper threads still alive (another test's, stopping, do not count)."""
+    return [t for t in runner.threads if t.is_alive()]
 
 
 def test_only_the_users_functions_count_as_hooks() -> None:
@@ -98,12 +99,13 @@ def test_a_hook_past_the_timeout_fails_its_retrieval_and_gets_a_new_helper(
         assert [d.text for d in late.documents] == ["Item 7's code word is teal."]
         # The next retrieval goes to a new helper, the first is left to the hook.
         assert runner.convert(capture()).answer == "from the hook"
-        assert len(helpers()) == 2
+        assert len(helpers(runner)) == 2
     finally:
         release.set()
-    wait_until(lambda: len(helpers()) == 1, "the left helper to exit once the hook returned")
+    wait_until(lambda: len(helpers(runner)) == 1, "the left helper to exit once its hook returned")
+    threads = runner.threads
     runner.stop()
-    wait_until(lambda: not helpers(), "the helper to exit after stop")
+    wait_until(lambda: not any(t.is_alive() for t in threads), "the helper to exit after stop")
 
 
 def test_at_most_max_stuck_helpers_are_left_then_retrievals_fail_at_once(
@@ -120,18 +122,18 @@ def test_at_most_max_stuck_helpers_are_left_then_retrievals_fail_at_once(
     try:
         for _ in range(MAX_STUCK):
             assert runner.convert(capture()).error == ("question_from did not return within 0.05s")
-        assert len(helpers()) == MAX_STUCK
+        assert len(helpers(runner)) == MAX_STUCK
         for _ in range(3):  # no new helper, no call of the hook: failed at once
             error = runner.convert(capture()).error
             assert error is not None
             assert error.startswith("question_from did not return within 0.05s (4 calls ")
-        assert len(helpers()) == MAX_STUCK
+        assert len(helpers(runner)) == MAX_STUCK
         for _ in range(MAX_STUCK):  # each stuck call entered the hook exactly once
             assert entered.acquire(timeout=10)
         assert not entered.acquire(blocking=False)
     finally:
         release.set()
-    wait_until(lambda: not helpers(), "the left helpers to exit once the hook returned")
+    wait_until(lambda: not helpers(runner), "the left helpers to exit once the hook returned")
     runner.stop()
 
 
