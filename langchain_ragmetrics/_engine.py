@@ -39,6 +39,7 @@ from langchain_ragmetrics._interrupts import DeferredInterrupt
 from langchain_ragmetrics._options import number_above_zero, whole_number
 from langchain_ragmetrics._schema import MetricResult, RagSample, Usage
 from langchain_ragmetrics._transient import transient_thread
+from langchain_ragmetrics._user_calls import UserCalls, held_limit
 from langchain_ragmetrics.metrics._base import BaseRagMetric
 from langchain_ragmetrics.metrics._judge import PERMANENT_CAUSES, cause_of
 
@@ -317,7 +318,8 @@ class ScoringEngine:
         config: RunnableConfig for every metric run (callbacks, tags, metadata).
         executor: Where :meth:`ascore` runs each metric's sync ``invoke`` instead of
             ``ainvoke`` on the loop (the online worker: async model clients are often shared
-            process-wide and must not be used from a second event loop).
+            process-wide and must not be used from a second event loop), and where the
+            user's sync functions run (:attr:`user_calls`).
     """
 
     def __init__(
@@ -335,6 +337,12 @@ class ScoringEngine:
         self.raise_exceptions = raise_exceptions
         self.config: RunnableConfig = config or {}
         self.executor = executor
+        self.user_calls = (
+            None
+            if executor is None
+            else UserCalls(executor, timeout=self.timeout, limit=held_limit(max_concurrency))
+        )
+        """Runs a user's sync functions on ``executor`` (None without one)."""
         self.limiter = make_rate_limiter(rate_limit_per_minute)
         """The ``InMemoryRateLimiter`` metering judge requests (None without a rate limit)."""
         self.gate = Gate(max_concurrency, self.limiter)

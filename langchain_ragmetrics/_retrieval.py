@@ -16,13 +16,11 @@ retrieval that cannot become a sample fails every metric.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import inspect
 import math
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from functools import partial
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 from uuid import UUID
 
@@ -34,6 +32,7 @@ from langchain_ragmetrics._errors import HookError
 from langchain_ragmetrics._extract import ANSWER_KEYS, QUESTION_KEYS, answer_in, question_in
 from langchain_ragmetrics._otel import span_context_from_plain, span_context_in
 from langchain_ragmetrics._schema import MetricResult, RagSample, _document_id
+from langchain_ragmetrics._user_calls import late_message
 
 if TYPE_CHECKING:
     from langchain_core.runnables import RunnableConfig
@@ -627,9 +626,9 @@ async def _provide(
     async def ask() -> Any:
         if inspect.iscoroutinefunction(provider):
             value = await provider(question, metadata)
-        elif engine.executor is not None:
-            call = partial(contextvars.copy_context().run, provider, question, metadata)
-            value = await asyncio.get_running_loop().run_in_executor(engine.executor, call)
+        elif engine.user_calls is not None:
+            what = "reference_provider"
+            value = await engine.user_calls.run(provider, question, metadata, what=what)
         else:
             value = provider(question, metadata)
         if inspect.isawaitable(value):
@@ -638,9 +637,8 @@ async def _provide(
 
     try:
         value = await asyncio.wait_for(ask(), engine.timeout)
-    except asyncio.TimeoutError:
-        msg = f"reference_provider did not answer within {engine.timeout:g}s"
-        raise TimeoutError(msg) from None
+    except (asyncio.TimeoutError, TimeoutError) as exc:  # the judge threads' own says why
+        raise TimeoutError(str(exc) or late_message("reference_provider", engine.timeout)) from None
     return provided_references(value)
 
 

@@ -15,9 +15,17 @@ from tests._support.fixtures import (
     langsmith_env,
     langsmith_stub,
     make_judge,
+    release,
 )
 
-__all__ = ["judge_server", "langsmith_client", "langsmith_env", "langsmith_stub", "make_judge"]
+__all__ = [
+    "judge_server",
+    "langsmith_client",
+    "langsmith_env",
+    "langsmith_stub",
+    "make_judge",
+    "release",
+]
 
 pytest_plugins = ["pytester"]  # runs pytest in-process where a test checks our own hooks
 

@@ -44,7 +44,15 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("metrics", "_cache"),  # the judged metrics and their verdict cache
     # the engine, its queue and threads, the one path to scores, the requests to observability
     # servers (one retry loop) and the LangSmith feedback client
-    ("_engine", "_guarded", "_langsmith_feedback", "_queue", "_retrieval", "_threads"),
+    (
+        "_engine",
+        "_guarded",
+        "_langsmith_feedback",
+        "_queue",
+        "_retrieval",
+        "_threads",
+        "_user_calls",
+    ),
     ("callbacks", "evaluation"),
     ("calibration", "demo", "integrations"),
     ("_cli",),

@@ -4,9 +4,11 @@ Both runtimes turn a live trace into plain data off the caller's thread, and tha
 the user's functions run. A function that blocks (a lock, a network call without a timeout)
 must not hold the thread that every other retrieval needs: the thread runtime's loop (it
 schedules the judge calls) or the isolated mode's feeder (it sends the child its work). So a
-user's function runs on a thread of its own, and the per-job ``timeout`` bounds the wait for
+user's function runs on a thread of another, and the per-job ``timeout`` bounds the wait for
 it; past it, the retrieval's metrics fail with an error that names the function, as when it
-raises.
+raises. The feeder hands it to a helper (:class:`HookRunner`); the thread runtime to a judge
+thread (:class:`~langchain_ragmetrics._user_calls.UserCalls`). Each bounds the threads that
+late calls may hold.
 """
 
 from __future__ import annotations
@@ -17,11 +19,12 @@ from typing import TYPE_CHECKING
 
 from langchain_ragmetrics._retrieval import Capture, Retrieval
 from langchain_ragmetrics._threads import DaemonThreadPool
+from langchain_ragmetrics._user_calls import late_message, refused_message
 
 if TYPE_CHECKING:
     from langchain_ragmetrics.callbacks._settings import HandlerSettings
 
-__all__ = ["HookRunner", "hook_names", "timed_out"]
+__all__ = ["HookRunner", "hook_label", "hook_names", "late"]
 
 MAX_STUCK = 4
 """Helper threads whose function has not returned, past which none is started: the next
@@ -42,14 +45,16 @@ def convert(capture: Capture, settings: HandlerSettings) -> Retrieval:
     )
 
 
-def timed_out(capture: Capture, settings: HandlerSettings, note: str = "") -> Retrieval:
+def hook_label(settings: HandlerSettings) -> str:
+    """The user's functions as errors name them: ``"question_from / answer_from"``."""
+    return " / ".join(hook_names(settings))
+
+
+def late(capture: Capture, error: str) -> Retrieval:
     """The retrieval as for a function that raised: the query, no answer but a streamed one.
 
-    Its ``error`` says which of the user's functions did not return within ``timeout``.
+    Its ``error`` (which says why the user's functions gave nothing) fails its metrics.
     """
-    names = " / ".join(hook_names(settings))
-    limit = settings.timeout
-    error = f"{names} did not return within {limit:g}s{note}"
     built = Retrieval.from_trace(capture)  # our own readers only: nothing of the user's runs
     return built._replace(question=capture.query, answer=capture.streamed_answer, error=error)
 
@@ -89,8 +94,7 @@ class HookRunner:
         settings = self.settings
         pool = self._helper()
         if pool is None:
-            note = f" ({MAX_STUCK} calls have not returned yet: none is made until one does)"
-            return timed_out(capture, settings, note)
+            return late(capture, refused_message(hook_label(settings), MAX_STUCK))
         future = pool.submit(convert, capture, settings)
         try:
             return future.result(settings.timeout)
@@ -98,7 +102,7 @@ class HookRunner:
             if future.done():  # it ended as the wait did (its own error, if any, raises)
                 return future.result()
             self._leave(pool)
-            return timed_out(capture, settings)
+            return late(capture, late_message(hook_label(settings), settings.timeout))
 
     def stop(self) -> None:
         """Let the helper threads exit (each once its function returns); no waiting."""

@@ -8,16 +8,13 @@ so no sink can hold up scoring.
 
 from __future__ import annotations
 
-import asyncio
-import contextvars
 from collections.abc import Callable, Sequence
-from functools import partial
 from typing import TYPE_CHECKING
 
 from langchain_ragmetrics._engine import ScoringEngine, failure_report
 from langchain_ragmetrics._retrieval import Capture, OnlineResult, Retrieval, score_retrieval
 from langchain_ragmetrics._schema import MetricResult
-from langchain_ragmetrics.callbacks._hooks import convert, hook_names, timed_out
+from langchain_ragmetrics.callbacks._hooks import convert, hook_label, late
 from langchain_ragmetrics.callbacks._stats import Counters, FailureLog
 
 if TYPE_CHECKING:
@@ -57,28 +54,27 @@ class ScoringPipeline:
         self.outboxes = list(outboxes)
         self._counters = counters
         self._failures = failures
-        self._hooks = bool(hook_names(settings))
-        """Whether ``question_from`` / ``answer_from`` include a function of the user's."""
+        self._hooks = hook_label(settings)
+        """The user's functions among ``question_from`` / ``answer_from`` ("" for none)."""
 
     async def plain(self, item: Capture | Retrieval) -> Retrieval:
         """The retrieval as plain data; the user's functions run off the loop, bounded.
 
         The worker's loop schedules every judge call, so a ``question_from`` /
         ``answer_from`` of the user's runs on a judge thread, as a ``reference_provider``
-        does, within the per-job ``timeout`` (see :mod:`~langchain_ragmetrics.callbacks._hooks`).
+        does, within the per-job ``timeout`` and the bound on late calls (see
+        :mod:`~langchain_ragmetrics._user_calls`).
         """
         if isinstance(item, Retrieval):
             return item
         settings = self.settings
-        executor = self.engine.executor
-        if executor is None or not self._hooks:
+        calls = self.engine.user_calls
+        if calls is None or not self._hooks:
             return convert(item, settings)  # only our own readers run
-        call = partial(contextvars.copy_context().run, convert, item, settings)
-        running = asyncio.get_running_loop().run_in_executor(executor, call)
         try:
-            return await asyncio.wait_for(running, settings.timeout)
-        except asyncio.TimeoutError:
-            return timed_out(item, settings)
+            return await calls.run(convert, item, settings, what=self._hooks)
+        except TimeoutError as exc:  # ours: what the user's functions raise is in the result
+            return late(item, str(exc))
 
     async def process(self, item: Capture | Retrieval) -> None:
         """Score one retrieval with every metric and deliver the results."""

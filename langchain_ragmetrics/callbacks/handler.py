@@ -89,12 +89,13 @@ class RagMetricsCallbackHandler(BaseCallbackHandler):
         answer_from: ``fn(root_output) -> str | None``; the default reads strings, messages,
             dict keys such as ``answer``/``output``/``result`` and the last AI message.
             Both functions run in the background, in this process, each call within
-            ``timeout``: one that does not return in time fails that retrieval.
+            ``timeout``: one that does not return in time fails that retrieval, and a few
+            late calls at most may hold a thread (past that, calls fail without running).
         reference_provider: ``fn(question, metadata) -> str | dict | None`` (or async),
             called in the background when run metadata lacks a reference field; a dict may
             set ``reference``, ``reference_contexts`` and ``reference_context_ids``. It
             gets ``timeout`` seconds too: one that does not answer fails the retrieval's
-            metrics.
+            metrics, and late sync calls hold at most a quarter of the judge threads.
         max_queue_size: Bound on retrievals waiting or being scored; when full, new ones
             are dropped and counted in ``stats.dropped``.
         max_concurrency: Judge calls at work at once in the background (default 16: with

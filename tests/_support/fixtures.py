@@ -6,6 +6,7 @@ or, in a single module, import the fixture names explicitly.
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING, Any
 
 import langsmith
@@ -55,6 +56,14 @@ def judge_factory(server: JudgeServer) -> Callable[..., ChatOpenAI]:
         return ChatOpenAI(**options)
 
     return factory
+
+
+@pytest.fixture
+def release() -> Iterator[threading.Event]:
+    """An event that holds a judge answer, a sink or a user's function; set at the end."""
+    event = threading.Event()
+    yield event
+    event.set()
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ import asyncio
 import logging
 import math
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -32,14 +32,6 @@ from tests._support.rag import RagApp, online_handler, question, rag_app, rag_ro
 JudgeFactory = Callable[..., ChatOpenAI]
 ONE_RETRY = RetryPolicy(max_retries=1, parse_retries=1, initial_backoff=0.01, max_backoff=0.02)
 VERDICT = {"relevant_sentence_indices": [0], "reason": "held"}
-
-
-@pytest.fixture
-def release() -> Iterator[threading.Event]:
-    """An event holding judge answers; always released at the end of the test."""
-    event = threading.Event()
-    yield event
-    event.set()
 
 
 def results(handler: RagMetricsCallbackHandler) -> list[OnlineResult]:
@@ -254,6 +246,52 @@ def test_a_hook_that_does_not_return_in_time_fails_its_retrieval(
         assert judge_server.count("RelevantSentences") == 0  # nothing was sent to the judge
         stats = handler.stats
         assert (stats.processed, stats.failed, stats.scored) == (1, 1, 0), stats
+    finally:
+        release.set()
+        handler.close(5)
+
+
+def test_late_hooks_hold_at_most_a_quarter_of_the_judge_threads(
+    judge_server: JudgeServer, make_judge: JudgeFactory, release: threading.Event
+) -> None:
+    """Before, each late hook call kept a judge thread for as long as it hung: a hook that
+    hangs on some inputs took every judge thread in turn, and then no judge call ran.
+    With ``max_concurrency=4`` one late call may hold a thread; the next retrievals fail at
+    once, without calling the hook, until it returns."""
+    app = rag_app(judge_server, make_judge)
+    entered: list[str] = []
+
+    def question_from(inputs: Any) -> str:
+        entered.append(str(inputs))
+        if inputs == question(0):
+            release.wait()  # until released: only the timeout can end the wait
+        return str(inputs)
+
+    handler = online_handler(app.llm, question_from=question_from, timeout=0.3, max_concurrency=4)
+    calls = handler.engine.user_calls
+    assert calls is not None
+    try:
+        assert app.chain.invoke(question(0), config={"callbacks": [handler]})
+        wait_until(lambda: len(results(handler)) == 1, "the late retrieval's result")
+        assert calls.held == 1
+        assert app.chain.invoke(question(1), config={"callbacks": [handler]})
+        wait_until(lambda: len(results(handler)) == 2, "the refused retrieval's result")
+        late, refused = (item.result.error for item in results(handler))
+        assert late == "HookError: question_from did not return within 0.3s"
+        assert refused == (
+            "HookError: question_from was not called: 1 earlier calls have not returned yet, "
+            "and none is made until one does"
+        )
+        assert entered == [question(0)]  # the hook was not called for question 1
+        assert judge_server.count("RelevantSentences") == 0
+        release.set()
+        wait_until(lambda: calls.held == 0, "the late call to return")
+        assert app.chain.invoke(question(2), config={"callbacks": [handler]})
+        assert handler.flush(10)
+        assert results(handler)[-1].result.score is not None
+        assert entered == [question(0), question(2)]
+        stats = handler.stats
+        assert (stats.processed, stats.failed, stats.scored) == (3, 2, 1), stats
     finally:
         release.set()
         handler.close(5)

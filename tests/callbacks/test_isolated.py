@@ -16,7 +16,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -43,14 +43,6 @@ START = 120.0
 loaded machine) plus its work."""
 CEILING = 30.0
 """Generous ceiling on calls that must be bounded (close with a hung child)."""
-
-
-@pytest.fixture
-def release() -> Iterator[threading.Event]:
-    """An event holding judge answers; always released at the end of the test."""
-    event = threading.Event()
-    yield event
-    event.set()
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ import asyncio
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable
 
 import pytest
 from langchain_openai import ChatOpenAI
@@ -20,14 +20,6 @@ from tests._support.sink_checks import linked_item
 
 JudgeFactory = Callable[..., ChatOpenAI]
 TRACES = 6
-
-
-@pytest.fixture
-def release() -> Iterator[threading.Event]:
-    """Holds the hung sink; always released at the end of the test."""
-    event = threading.Event()
-    yield event
-    event.set()
 
 
 class Counting:

@@ -147,8 +147,43 @@ def test_a_reference_provider_that_never_answers_fails_its_retrieval_within_the_
         assert handler.flush(10)
         item = by_metric(handler)["context_recall"]
         assert item.result.failed
-        assert item.result.error == "TimeoutError: reference_provider did not answer within 0.2s"
+        assert item.result.error == "TimeoutError: reference_provider did not return within 0.2s"
         assert handler.stats.failed == 1
+    finally:
+        release.set()
+        handler.close(10)
+    assert judge_server.count("RecallStatements") == 0
+
+
+def test_a_late_reference_provider_holds_its_judge_thread_and_the_next_calls_are_refused(
+    judge_server: JudgeServer, make_judge: JudgeFactory
+) -> None:
+    """With ``max_concurrency=4`` one late lookup may hold a judge thread; before, each late
+    lookup kept one, until none was left for the judge calls."""
+    app = rag_app(judge_server, make_judge)
+    release = threading.Event()
+    asked: list[str | None] = []
+
+    def provider(question_: str | None, metadata: Mapping[str, Any]) -> str:
+        asked.append(question_)
+        release.wait(30)
+        return fact(4)
+
+    metrics = [ContextRecall(llm=app.llm, retry=FAST)]
+    handler = online_handler(
+        app.llm, metrics=metrics, reference_provider=provider, timeout=0.2, max_concurrency=4
+    )
+    try:
+        for i in (4, 5):
+            app.chain.invoke(question(i), config={"callbacks": [handler]})
+            assert handler.flush(10)
+        late, refused = (item.result.error for item in handler.sinks[0].results)
+        assert late == "TimeoutError: reference_provider did not return within 0.2s"
+        assert refused == (
+            "TimeoutError: reference_provider was not called: 1 earlier calls have not "
+            "returned yet, and none is made until one does"
+        )
+        assert asked == [question(4)]
     finally:
         release.set()
         handler.close(10)

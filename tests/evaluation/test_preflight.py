@@ -2,7 +2,7 @@ import asyncio
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -97,13 +97,6 @@ def test_no_structured_answer(
     judge_server.script = lambda _req: reply
     with pytest.raises(PreflightError, match="does not produce valid structured output"):
         preflight(make_judge())
-
-
-@pytest.fixture
-def release() -> Iterator[threading.Event]:
-    event = threading.Event()
-    yield event
-    event.set()
 
 
 def test_a_hanging_judge_is_bounded(
