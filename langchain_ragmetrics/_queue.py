@@ -19,7 +19,7 @@ from typing import Generic, TypeVar
 
 from langchain_ragmetrics._options import whole_number
 
-__all__ = ["BoundedQueue", "Entry", "deadline_after", "remaining"]
+__all__ = ["BoundedQueue", "Entry", "deadline_after", "remaining", "remaining_or"]
 
 T = TypeVar("T")
 
@@ -34,6 +34,12 @@ def remaining(deadline: float | None) -> float | None:
     if deadline is None:
         return None
     return max(0.0, deadline - time.monotonic())
+
+
+def remaining_or(deadline: float | None, grace: float) -> float | None:
+    """Seconds left until ``deadline``, but at least ``grace`` (a step owed its own time)."""
+    left = remaining(deadline)
+    return None if left is None else max(left, grace)
 
 
 class Entry(Generic[T]):

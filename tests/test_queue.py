@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from langchain_ragmetrics._queue import BoundedQueue, deadline_after, remaining
+from langchain_ragmetrics._queue import BoundedQueue, deadline_after, remaining, remaining_or
 
 
 def test_put_refuses_beyond_the_bound_and_controls_ignore_it() -> None:
@@ -101,3 +101,8 @@ def test_bad_bound_and_deadline_helpers() -> None:
     deadline = deadline_after(0)
     assert deadline is not None
     assert remaining(deadline - 5) == 0.0
+    assert remaining_or(None, 2.0) is None  # no deadline: no limit, grace or not
+    assert remaining_or(deadline - 5, 2.0) == 2.0  # past the deadline: the grace
+    far = remaining_or(deadline + 60, 2.0)
+    assert far is not None
+    assert 2.0 < far <= 60.0

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from langchain_core.runnables import RunnableConfig
 
 from langchain_ragmetrics._engine import ScoringEngine
-from langchain_ragmetrics._queue import deadline_after, remaining
+from langchain_ragmetrics._queue import deadline_after, remaining, remaining_or
 from langchain_ragmetrics._retrieval import Capture, OnlineResult, Retrieval
 from langchain_ragmetrics._threads import DaemonThreadPool
 from langchain_ragmetrics.callbacks import _exit
@@ -25,10 +25,12 @@ from langchain_ragmetrics.callbacks._setup import judge_callbacks, untraced
 from langchain_ragmetrics.callbacks._stats import Counters, FailureLog, SinkStats, logger
 from langchain_ragmetrics.callbacks._worker import BackgroundWorker
 
-__all__ = ["ThreadRuntime"]
+__all__ = ["SINK_GRACE_SECONDS", "STOP_GRACE_SECONDS", "ThreadRuntime"]
 
-_STOP_GRACE_SECONDS = 2.0
-_SINK_GRACE_SECONDS = 2.0
+STOP_GRACE_SECONDS = 2.0
+"""What ``close`` gives the judge calls at work beyond its timeout, before it cancels them."""
+SINK_GRACE_SECONDS = 2.0
+"""What ``close`` gives the sinks to deliver and close, at least, whatever scoring used."""
 _IDLE_EXIT_CLOSE_SECONDS = 5.0
 
 
@@ -161,12 +163,10 @@ class ThreadRuntime:
         deadline = deadline_after(timeout)
         self.worker.close_intake()
         flushed = self.flush(timeout)
-        left = remaining(deadline)
-        stopped = self.worker.stop(None if left is None else max(left, _STOP_GRACE_SECONDS))
-        left = remaining(deadline)
+        stopped = self.worker.stop(remaining_or(deadline, STOP_GRACE_SECONDS))
         # The sinks get a grace of their own: a judge that used the whole budget must not
         # leave idle sinks unflushed and unclosed (what they buffer would be lost).
-        shut = self._shutdown(None if left is None else max(left, _SINK_GRACE_SECONDS))
+        shut = self._shutdown(remaining_or(deadline, SINK_GRACE_SECONDS))
         _exit.unregister(self)
         self._shut.set()
         return shut and stopped and flushed

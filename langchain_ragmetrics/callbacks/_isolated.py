@@ -38,10 +38,11 @@ from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from langchain_ragmetrics._errors import HookError
-from langchain_ragmetrics._queue import BoundedQueue, deadline_after, remaining
+from langchain_ragmetrics._queue import BoundedQueue, deadline_after, remaining, remaining_or
 from langchain_ragmetrics._retrieval import Capture, Retrieval
 from langchain_ragmetrics._schema import Usage
 from langchain_ragmetrics.callbacks import _exit
+from langchain_ragmetrics.callbacks._background import SINK_GRACE_SECONDS, STOP_GRACE_SECONDS
 from langchain_ragmetrics.callbacks._hooks import HookRunner, convert, hook_names
 from langchain_ragmetrics.callbacks._isolation import (
     ProcessIsolation,
@@ -104,6 +105,9 @@ _FEED_PAUSE_SECONDS = 0.2
 """While retrievals keep coming the feeder sends at most every this often (a batch each):
 at 20 a second that is 5 wake-ups instead of 20, and scoring starts at most 0.2 s later."""
 _KILL_GRACE_SECONDS = 2.0
+_CHILD_CLOSE_GRACE_SECONDS = STOP_GRACE_SECONDS + SINK_GRACE_SECONDS + 1.0
+"""How far past ``close``'s timeout the child may take to close (its own two graces, and a
+second to answer and exit) before it is killed."""
 _IDLE_EXIT_CLOSE_SECONDS = 30.0
 
 
@@ -356,14 +360,19 @@ class ProcessRuntime:
             return self._shut.wait(timeout)
         if feeder is None:  # never started: nothing was scored, only the sinks to close
             return self._close_sinks(remaining(deadline))
+        # The child closes as the thread runtime does: scoring within ``timeout``, then the
+        # graces to stop its judge calls and to close its sinks. It is killed only past them.
+        child_deadline = None if deadline is None else deadline + _CHILD_CLOSE_GRACE_SECONDS
         with self._cond:
             if not self._stopping:
                 self._stopping = True
                 self._queue.put(CloseRequest(timeout), counted=False)
                 self._hurry.set()
             settled = self._cond.wait_for(self._settled, remaining(deadline))
+            left = self._outstanding()  # still queued or being scored at the deadline
+            if not settled:
+                settled = self._cond.wait_for(self._settled, remaining(child_deadline))
             child = self._child
-            left = self._outstanding()
             if not settled:  # the feeder must not start a child after this close gave up
                 self._gave_up = True
                 self._abandon_queued()
@@ -371,7 +380,9 @@ class ProcessRuntime:
             self._kill(child, "did not finish closing in time")
             self._on_death(child, None)  # account now, not when the listener wakes
         feeder.join(_KILL_GRACE_SECONDS)
-        sinks_closed = self._close_sinks(remaining(deadline))
+        # This process's sinks deliver what the child sent last: their own grace, as in the
+        # thread runtime, however much of the budget the child used.
+        sinks_closed = self._close_sinks(remaining_or(deadline, SINK_GRACE_SECONDS))
         _exit.unregister(self)
         self._shut.set()
         self._counters.set("pending_at_deadline", left)
@@ -554,7 +565,11 @@ class ProcessRuntime:
             self._hurry.clear()
 
     def _plain(self, taken: list[_Entry]) -> list[_Outgoing]:
-        """The batch with each retrieval as plain data; one that cannot be is counted, dropped.
+        """The batch with each retrieval as plain data; one that cannot be is not sent.
+
+        It counts as processed, with a handler error (as the thread runtime counts a
+        retrieval whose scoring raised), so ``sampled = dropped + processed + queued +
+        abandoned`` still holds.
 
         Off the caller's thread on purpose: the conversion reads every document and the
         metadata, and runs the user's hooks (what they raise is the result's ``error``).
@@ -574,7 +589,7 @@ class ProcessRuntime:
                 hooks = self._hooks
                 plain.append(convert(entry, settings) if hooks is None else hooks.convert(entry))
             except Exception as exc:  # e.g. a document type we cannot read
-                self._counters.add(handler_errors=1)
+                self._counters.add(handler_errors=1, processed=1)
                 self._failures.report(
                     f"isolated:convert:{type(exc).__name__}",
                     f"a retrieval could not be turned into plain data: {exc!r}",

@@ -322,6 +322,9 @@ def test_a_retrieval_that_cannot_be_made_plain_is_counted_and_the_others_are_sco
         stats = handler.stats
     assert [r["question"] for r in lines(jsonl)] == ["good"]
     assert (stats.handler_errors, stats.scored, stats.dropped) == (1, 1, 0)
+    # Counted as processed, as the thread runtime counts a retrieval whose scoring raised:
+    # before, it was in none of the buckets and the identity did not hold.
+    assert (stats.sampled, stats.processed, stats.queued, stats.abandoned) == (2, 2, 0, 0)
 
 
 def test_a_killed_child_is_counted_and_replaced(

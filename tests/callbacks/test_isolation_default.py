@@ -16,6 +16,8 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -34,13 +36,15 @@ from langchain_ragmetrics import (
 from langchain_ragmetrics.callbacks import _auto
 from langchain_ragmetrics.callbacks._isolated import ProcessRuntime
 from langchain_ragmetrics.callbacks._settings import DEFAULT_MAX_CONCURRENCY
-from tests._support.openai_server import JudgeServer
+from tests._support.concurrency import wait_until
+from tests._support.openai_server import JudgeServer, reply_hold
 from tests._support.rag import question, rag_app, rag_router
 
 JudgeFactory = Callable[..., ChatOpenAI]
 START = 120.0
 """Generous bound for a child's start on a loaded machine, plus its work."""
 REPO = Path(__file__).resolve().parents[2]
+VERDICT = {"relevant_sentence_indices": [0], "reason": "held"}
 
 
 def provider(question: str | None, metadata: Any) -> str | None:
@@ -227,6 +231,65 @@ def test_close_right_after_the_first_retrieval_still_scores_it(
     assert handler.close(START)  # before or after the child started: it is scored
     stats = handler.stats
     assert (stats.processed, stats.scored, stats.abandoned) == (1, 1, 0)
+
+
+class _SlowToClose(InMemorySink):
+    """A sink whose ``close`` lasts until ``until`` (a ``time.monotonic`` value): it writes
+    out a batch, say. The test sets ``until`` past the deadline of the handler's close."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.until = 0.0
+        self.closed = threading.Event()
+
+    def close(self, timeout: float | None = None) -> None:
+        while time.monotonic() < self.until:  # the sink's own work, not a test's wait
+            time.sleep(0.01)
+        self.closed.set()
+
+
+def test_this_processs_sinks_get_their_grace_however_long_the_child_took(
+    default_judge: JudgeServer, make_judge: JudgeFactory
+) -> None:
+    """Before, the sinks here got what the child had left of ``timeout``: a sink whose
+    close needs to run past the deadline was abandoned, as a hung one is."""
+    app = rag_app(default_judge, make_judge)
+    sink = _SlowToClose()
+    handler = RagMetricsCallbackHandler(metrics=[ContextRelevance()], sinks=[sink])
+    assert isinstance(handler._background, ProcessRuntime)
+    app.chain.invoke(question(0), config={"callbacks": [handler]})
+    assert handler.flush(START)
+    sink.until = time.monotonic() + 0.6  # past the deadline of the close below
+    assert handler.close(timeout=0.5)
+    assert sink.closed.is_set()
+    assert [r.score for r in sink.results] == [0.5]
+    assert handler.stats.sinks["_SlowToClose"].delivered == 1
+
+
+def test_a_child_whose_judge_used_the_whole_budget_closes_before_it_is_killed(
+    default_judge: JudgeServer,
+    make_judge: JudgeFactory,
+    release: threading.Event,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The child closes as the thread runtime does (its judge calls get 2 s past the
+    timeout, its sinks 2 s more); before, it was killed at the timeout, and the sinks here
+    were abandoned with no time left."""
+    app = rag_app(default_judge, make_judge)
+    sink = _SlowToClose()
+    handler = RagMetricsCallbackHandler(metrics=[ContextRelevance()], sinks=[sink])
+    app.chain.invoke(question(0), config={"callbacks": [handler]})
+    assert handler.flush(START)  # the sink has a result (a sink given none is not closed)
+    default_judge.script = rag_router(RelevantSentences=lambda req: reply_hold(release, VERDICT))
+    app.chain.invoke(question(1), config={"callbacks": [handler]})
+    wait_until(lambda: default_judge.count("RelevantSentences") == 2, "the held request")
+    with caplog.at_level(logging.WARNING, logger="langchain_ragmetrics"):
+        assert handler.close(timeout=0.5) is False  # the held retrieval could not be scored
+    stats = handler.stats
+    assert (stats.abandoned, stats.processed) == (1, 1)
+    assert sink.closed.is_set()  # closed in time, not left to its thread
+    warned = [r.getMessage() for r in caplog.records]
+    assert not [m for m in warned if "did not finish closing in time" in m], warned
 
 
 SCRIPT = """
