@@ -459,11 +459,14 @@ def evaluate(
             process when workers are forked (400 when spawned) and 8 of
             ``max_concurrency``'s slots per process, no rate limit under 3,000 a minute,
             and metrics that can cross to another process (else it quietly stays at 1). 1
-            keeps everything in this process; a number above 1 asks for that many (a metric
-            or judge that cannot cross is then an error). Metrics and judges cross as a
-            recipe (a judge LangChain can serialize, such as ``ChatOpenAI``); a metric class
-            defined in the running script needs its ``if __name__ == "__main__":`` guard. See
-            docs/offline/scaling.md.
+            keeps everything in this process; a number above 1 (any integer type but a bool,
+            ``numpy.int64`` too) asks for that many (a metric or judge that cannot cross is
+            then an error; a worker the system refuses to start is warned about and the run
+            goes on without it). Metrics and judges cross as a recipe (a judge LangChain can
+            serialize, such as ``ChatOpenAI``); a metric class defined in the running script
+            needs its ``if __name__ == "__main__":`` guard. A result whose details a worker
+            cannot pickle keeps its score and reason, with its details as plain data (one
+            warning per metric). See docs/offline/scaling.md.
         timeout: Seconds before one job is abandoned (it becomes NaN); None for no limit.
         rate_limit_per_minute: Upper bound on judge requests per minute, retries included
             (langchain-core's ``InMemoryRateLimiter``); None for no limit.

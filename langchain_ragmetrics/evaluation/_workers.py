@@ -39,10 +39,16 @@ Why processes of our own rather than ``ProcessPoolExecutor``: a worker that dies
 whole pool and every pending future with it. Here each worker has its own pair of pipes and
 its death is seen on its sentinel: the results it delivered are kept, its unfinished jobs go
 back to the feed (once; a job whose second holder dies too fails with the cause) and its
-slots and rate share go back to the parent. Ctrl-C asks every worker to stop, collects what
-they finished, and ends them; workers ignore SIGINT themselves, so a terminal's Ctrl-C reaches
-the parent only. A worker does not re-run the caller's script when nothing it needs is defined
-there (the usual case), so no ``if __name__ == "__main__":`` guard is needed then.
+slots and rate share go back to the parent. A worker the system refuses to start (a process
+limit, no memory) is one fewer: the run goes on without it. Ctrl-C asks every worker to stop,
+collects what they finished, and ends them; workers ignore SIGINT (forked or spawned from
+the main thread, from their first instant: :func:`_sigint_ignored`), so a terminal's Ctrl-C
+reaches the parent only. A worker does not re-run the caller's script when nothing it needs
+is defined there (the usual case), so no ``if __name__ == "__main__":`` guard is needed then.
+
+What cannot be pickled never stops a run: a row the parent cannot send is scored by the
+parent, and a result whose details a worker cannot send goes with plain details
+(:mod:`~langchain_ragmetrics.evaluation._sendable`).
 """
 
 from __future__ import annotations
@@ -68,8 +74,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from langchain_ragmetrics._engine import Job, JobFeed, ScoringEngine
 from langchain_ragmetrics._interrupts import DeferredInterrupt
+from langchain_ragmetrics._options import whole_number
 from langchain_ragmetrics._schema import MetricResult, RagSample
 from langchain_ragmetrics._transient import is_transient, transient_thread
+from langchain_ragmetrics.evaluation._sendable import pickled_results
 
 if TYPE_CHECKING:
     from multiprocessing.process import BaseProcess
@@ -173,6 +181,9 @@ def worker_count(
     not our CPU, the bottleneck), no rate limit one process can meet on its own, and not
     inside a daemonic process (a ``multiprocessing`` pool's worker may not start children).
 
+    A number may be any integer type that is not a bool (``numpy.int64`` too), as for
+    ``max_concurrency``.
+
     Raises:
         ValueError: ``workers`` is neither ``"auto"`` nor a whole number of at least 1.
     """
@@ -184,10 +195,12 @@ def worker_count(
         cores = available_cores() if cores is None else cores
         per_process = AUTO_MIN_JOBS_FORKED if forked else AUTO_MIN_JOBS
         return max(1, min(cores, jobs // per_process, max_concurrency // AUTO_SLOTS_PER_PROCESS))
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+    try:
+        count = whole_number("workers", workers)
+    except ValueError:
         msg = f'`workers` must be a whole number of at least 1 or "auto", got {workers!r}'
-        raise ValueError(msg)
-    return max(1, min(workers, jobs, max_concurrency))
+        raise ValueError(msg) from None
+    return max(1, min(count, jobs, max_concurrency))
 
 
 def needs_main(recipe: ScoringRecipe) -> bool:
@@ -216,6 +229,39 @@ def _main_left_alone() -> Iterator[None]:
             yield
         finally:
             multiprocessing.spawn.get_preparation_data = original
+
+
+@contextlib.contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    """Ignore SIGINT here for the moment a worker is started, so it ignores it from birth.
+
+    A terminal's Ctrl-C goes to the whole process group. A worker sets ``SIG_IGN`` itself,
+    but a spawned one does so only after its imports (a second or two), and a Ctrl-C in
+    that time printed a ``KeyboardInterrupt`` traceback from it. An ignored disposition is
+    inherited across fork and exec, and Python keeps it at start-up, so the child ignores
+    SIGINT from its first instant; the previous handler is back right after ``start()``
+    (a Ctrl-C in those milliseconds is lost). Only on the main thread, where
+    ``signal.signal`` works, and when the handler was set from Python (else it could not
+    be put back): otherwise nothing changes and the worker ignores SIGINT once it runs.
+    """
+    previous = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or previous is None:
+        yield
+        return
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _start(process: BaseProcess, *, keep_main: bool) -> None:
+    """Start ``process`` ignoring SIGINT, re-running ``__main__`` in it only if ``keep_main``."""
+    with contextlib.ExitStack() as stack:
+        if not keep_main:
+            stack.enter_context(_main_left_alone())
+        stack.enter_context(_sigint_ignored())
+        process.start()
 
 
 def start_method() -> str:
@@ -334,6 +380,8 @@ class _WorkerSide:
         self.pending: list[tuple[int, int, MetricResult]] = []
         self.pending_lock = threading.Lock()
         self.finished = threading.Event()
+        self.converted: set[str] = set()
+        """Metrics whose details were converted to be sent (the parent was told)."""
 
     def send(self, *message: Any) -> None:
         with self.sending:
@@ -390,12 +438,23 @@ class _WorkerSide:
         """Send the queued results in one message (fewer wake-ups of the parent's threads).
 
         Sent under the queue's lock, so a flush that returned has sent what it took: the
-        last flush before ``done`` leaves no result behind it.
+        last flush before ``done`` leaves no result behind it. Pickling cannot fail (a
+        result that cannot be pickled goes with plain details, see
+        :func:`~langchain_ragmetrics.evaluation._sendable.pickled_results`), so no flush,
+        the timer's included, loses a batch; the parent hears once of each metric whose
+        details were converted (``converted``), and warns.
         """
         with self.pending_lock:
             batch, self.pending = self.pending, []
-            if batch:
-                self.send("results", batch)
+            if not batch:
+                return
+            data, converted = pickled_results(batch)
+            news = sorted(set(converted) - self.converted)
+            self.converted.update(news)
+            with self.sending:
+                if news:
+                    self.conn.send(("converted", news))
+                self.conn.send_bytes(data)
 
     def _tick(self) -> None:
         """Send queued results at least every :data:`_RESULT_TICK_S` (a thread of its own)."""
@@ -422,9 +481,10 @@ def _worker_main(recipe: ScoringRecipe, conn: Connection, control: Connection) -
 
     To the parent (``conn``): ``ready``, ``more n``, ``results [(row, col, result), ...]``,
     ``raise exc``, ``done``; ``unstarted text`` when it cannot build its metrics or engine,
-    ``unreadable text`` when it cannot read the jobs it was sent. From the parent
-    (``control``): ``grant`` (one more slot), ``jobs [...]``, ``end`` (no more jobs),
-    ``stop``; end of file means stop too.
+    ``unreadable text`` when it cannot read the jobs it was sent, ``converted [name, ...]``
+    when results of these metrics had details it could not pickle (sent as plain data).
+    From the parent (``control``): ``grant`` (one more slot), ``jobs [...]``, ``end`` (no
+    more jobs), ``stop``; end of file means stop too.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
     side: _WorkerSide | None = None
@@ -471,10 +531,16 @@ class _Worker:
     """Guards ``granted`` against the worker's exit while a slot is being lent."""
 
     def send(self, *message: Any) -> bool:
-        """Send a message to the worker (False when it is gone)."""
+        """Send a message to the worker: False when it is gone (its pipe is closed).
+
+        The message is pickled before anything is written, so whatever pickling raises
+        (``TypeError``, ``PicklingError``, ``ValueError`` from a ctypes pointer) goes to the
+        caller as the message's own problem, never taken for a worker that is gone.
+        """
+        data = ForkingPickler.dumps(message)
         try:
             with self.sending:
-                self.control.send(message)
+                self.control.send_bytes(data)
         except (OSError, ValueError):
             return False
         return True
@@ -598,10 +664,18 @@ class _Pool:
         self.limiter = engine.limiter
         self.own: JobFeed | None = None
         self.unsendable = False  # a row could not be sent to a worker (warned once)
+        self.converted: set[str] = set()  # metrics whose details a worker converted (warned)
 
     # ------------------------------------------------------------ start
 
     def start_workers(self) -> None:
+        """Start the worker processes; one the system refuses ends the starting.
+
+        ``start()`` raising ``OSError`` (``EAGAIN`` from a process limit, ``ENOMEM``) is
+        warned about once and the run goes on with the workers already started: the
+        parent scores what they do not, as when a worker dies. A second try would meet the
+        same limit, so none is made.
+        """
         forked = self.method == "fork"
         keep_main = forked or needs_main(self.recipe)
         recipe = pickle.dumps(self.share_recipe) if forked else None
@@ -618,11 +692,20 @@ class _Pool:
             process = self.context.Process(
                 target=target, args=args, name="ragmetrics-worker", daemon=True
             )
-            if keep_main:
-                process.start()
-            else:
-                with _main_left_alone():
-                    process.start()
+            try:
+                _start(process, keep_main=keep_main)
+            except OSError as exc:
+                for end in (receiver, sender, listener, control):
+                    end.close()
+                logger.warning(
+                    "the system refused to start a worker process (%s: %s); the run "
+                    "continues with %d of %d worker processes and this process scores the rest",
+                    type(exc).__name__,
+                    exc,
+                    len(self.workers),
+                    self.processes - 1,
+                )
+                return
             sender.close()  # the child holds its own copies: EOF here once it exits
             listener.close()
             share = self.share_recipe
@@ -724,6 +807,16 @@ class _Pool:
                 message[1],
             )
             self.feed.keep_for_parent(worker, sorted(worker.holding), ())
+        elif kind == "converted":
+            for name in message[1]:
+                if name not in self.converted:
+                    self.converted.add(name)
+                    logger.warning(
+                        "metric %r returned details that cannot be pickled: they were "
+                        "converted to plain data (other values as their repr()) to send them "
+                        "from a worker process; scores and reasons are unchanged",
+                        name,
+                    )
         elif kind == "ready":
             worker.ready = True
             self._rate_to(worker)
@@ -736,8 +829,11 @@ class _Pool:
     def _send_jobs(self, worker: _Worker, count: int) -> None:
         """Up to ``count`` jobs for ``worker``, or ``end`` when none is left for it.
 
-        A sample that cannot be pickled (a row holding a live object) cannot go to a worker:
-        its jobs stay with the parent, which scores them as ``workers=1`` would.
+        A sample that cannot be pickled (a row holding a live object), whatever the
+        exception says, cannot go to a worker: its jobs stay with the parent, which scores
+        them as ``workers=1`` would. Jobs that could not be written because the worker is
+        gone go back to the front of the feed at once (not counted as handed to it); its
+        exit is seen on its sentinel, as for any worker that dies.
         """
         while True:
             stopped = self.halt.is_set() or self.stop.is_set()
@@ -746,7 +842,7 @@ class _Pool:
                 worker.send("end")
                 return
             try:
-                worker.send("jobs", [(r, c, self.samples[r]) for r, c in keys])
+                sent = worker.send("jobs", [(r, c, self.samples[r]) for r, c in keys])
             except Exception as exc:  # pickling: nothing was written
                 local = [k for k in keys if not _picklable(self.samples[k[0]])]
                 rows = ", ".join(str(row) for row in sorted({row for row, _ in local}))
@@ -762,6 +858,8 @@ class _Pool:
                 back = [k for k in keys if k not in set(local)]
                 self.feed.keep_for_parent(worker, local or keys, back if local else ())
                 continue
+            if not sent:  # the worker is gone: nobody will read these
+                self.feed.keep_for_parent(worker, (), keys)
             return
 
     def _rate_to(self, worker: _Worker) -> None:

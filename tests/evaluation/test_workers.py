@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
+import errno
 import json
 import logging
 import math
@@ -27,21 +29,32 @@ import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, ClassVar
 
+import numpy
 import pytest
 from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.runnables import RunnableConfig
 from langchain_openai import ChatOpenAI
+from typing_extensions import override
 
-from langchain_ragmetrics import ContextPrecision, ContextRecall, MetricResult, VerdictCache
+from langchain_ragmetrics import (
+    ContextPrecision,
+    ContextRecall,
+    MetricResult,
+    RagSample,
+    VerdictCache,
+)
 from langchain_ragmetrics._cli._common import ExitCode
 from langchain_ragmetrics._cli._evaluate import _workers_arg
-from langchain_ragmetrics._engine import JobFeed, ScoringEngine
+from langchain_ragmetrics._engine import Job, JobFeed, ScoringEngine
+from langchain_ragmetrics._schema import coerce_sample
 from langchain_ragmetrics._transient import is_transient, transient_thread
 from langchain_ragmetrics.evaluation import _run as run_module
 from langchain_ragmetrics.evaluation import _workers as workers_module
 from langchain_ragmetrics.evaluation import evaluate
 from langchain_ragmetrics.evaluation._recipe import JudgeRecipe, ScoringRecipe, _RecipeError
+from langchain_ragmetrics.evaluation._sendable import plain_data
 from langchain_ragmetrics.evaluation._workers import START_METHOD_ENV, start_method, worker_count
 from langchain_ragmetrics.metrics import _base as metrics_base
 from tests._support.judges import payload
@@ -324,20 +337,24 @@ def test_a_job_whose_holders_all_die_fails_with_the_cause(
     assert sum(s is not None and not math.isnan(s) for s in result["context_recall"]) == 9
 
 
+@pytest.mark.parametrize("live", ["function", "ctypes pointer"])  # AttributeError, ValueError
 def test_a_row_that_cannot_be_pickled_is_scored_by_the_parent(
     judge_server: JudgeServer,
     make_judge: Callable[..., Any],
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
     start_method_used: str,
+    live: str,
 ) -> None:
     """A row holding a live object (kept in its metadata) cannot go to a worker: the parent
     scores it, the run gives what workers=1 gives, and says so once. Before, the parent's
-    message thread died on the pickling error and evaluate() never returned."""
+    message thread died on the pickling error and evaluate() never returned; and a pickling
+    error that is a ValueError (a ctypes pointer) was taken for a worker gone: its jobs
+    stayed with a worker that never got them, and evaluate() waited for them for ever."""
     judge_server.script = lexical_judge()
     data = rows(6)
     for i in (1, 4):
-        data[i]["handle"] = lambda: None  # any live object
+        data[i]["handle"] = (lambda: None) if live == "function" else ctypes.pointer(ctypes.c_int())
     served = threading.Event()
     send_jobs = workers_module._Pool._send_jobs
 
@@ -361,6 +378,152 @@ def test_a_row_that_cannot_be_pickled_is_scored_by_the_parent(
     said = [r for r in caplog.records if "cannot be sent to a worker" in r.getMessage()]
     assert [r.levelno for r in said] == [logging.WARNING, logging.DEBUG]
     assert said[0].getMessage().startswith("row(s) 1 cannot be sent")
+
+
+class LiveDetails(ContextRecall):
+    """ContextRecall whose odd rows' details hold what cannot be pickled (a dict view, a lock).
+
+    Every row's details also hold a dict keyed by a number: picklable (so sent as it is),
+    but not plain data (so converted where the rest of its result must be).
+    """
+
+    key: ClassVar[str] = "live_details"
+
+    @override
+    def _evaluate(self, sample: RagSample, config: RunnableConfig) -> MetricResult:
+        result = super()._evaluate(sample, config)
+        result.details["by_number"] = {1: "one"}
+        if int(str(sample.question).rstrip("?").rsplit(" ", 1)[1]) % 2:
+            result.details["keys"] = {"a": 1}.keys()
+            result.details["nested"] = [{"lock": threading.Lock()}, ("kept", 2.5, None)]
+        return result
+
+
+LIVE_KEYS = ("by_number", "keys", "nested")
+
+
+def test_a_result_a_worker_cannot_pickle_keeps_its_score_with_plain_details(
+    judge_server: JudgeServer,
+    make_judge: Callable[..., Any],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    start_method_used: str,
+) -> None:
+    """A worker sends such a result with its details as plain data (other values as their
+    repr()), and only such a result; the run says so once for the metric. Before, the run
+    ended with TypeError and every scored row was lost."""
+    judge_server.script = lexical_judge()
+    data = rows(6)
+    alone = evaluate(data, [LiveDetails()], llm=make_judge(), show_progress=False)
+    seen = watch_workers(monkeypatch)
+    hold_parent(monkeypatch, seen["retired"])  # the worker scores every job
+    with caplog.at_level(logging.WARNING, logger="langchain_ragmetrics"):
+        result = evaluate(
+            data, [LiveDetails()], llm=make_judge(), workers=2, max_concurrency=4,
+            show_progress=False,
+        )  # fmt: skip
+    assert seen["results"] == 6
+    assert scores(result, "live_details") == scores(alone, "live_details")
+    for row, (here, there) in enumerate(zip(alone.rows, result.rows, strict=True)):
+        mine, sent = here.results["live_details"], there.results["live_details"]
+        assert mine is not None
+        assert sent is not None
+        assert (sent.score, sent.reason) == (mine.score, mine.reason)
+        if row % 2 == 0:
+            assert sent.details == mine.details  # it pickled: sent as it was
+            assert sent.details["by_number"] == {1: "one"}
+            continue
+        own = {k: v for k, v in mine.details.items() if k not in LIVE_KEYS}
+        assert {k: sent.details[k] for k in own} == own  # plain data already: unchanged
+        assert sent.details["by_number"] == "{1: 'one'}"
+        assert sent.details["keys"] == "dict_keys(['a'])"
+        lock, kept = sent.details["nested"]
+        assert lock["lock"].startswith("<unlocked _thread.lock object")
+        assert kept == ("kept", 2.5, None)
+    said = [r for r in caplog.records if "converted to plain data" in r.getMessage()]
+    assert [r.levelno for r in said] == [logging.WARNING]
+    message = said[0].getMessage()
+    assert message.startswith("metric 'live_details' returned details that cannot be pickled")
+    assert "to send them from a worker process" in message
+
+
+def test_a_workers_timer_sends_a_result_it_cannot_pickle() -> None:
+    """The timer's flush (a thread of its own) sends results that do not fill a batch: one
+    that cannot be pickled goes with plain details, the others as they are, and the parent
+    is told of the metric once. Before, the timer thread died on it, with the batch."""
+    from langchain_ragmetrics.metrics import NonLLMContextRecall
+
+    recipe = ScoringRecipe([NonLLMContextRecall()])
+    parent_end, conn = multiprocessing.Pipe()
+    control_parent, control = multiprocessing.Pipe()
+    side = workers_module._WorkerSide(recipe, conn, control)
+    name = "non_llm_context_recall"
+    plain = MetricResult(metric=name, score=1.0, details={"by_number": {1: "one"}})
+    live = MetricResult(metric=name, score=0.5, reason="half", details={"keys": {}.keys()})
+    sample = coerce_sample({"question": "q", "contexts": ["c"], "reference": "c"})
+
+    def deliver(row: int, result: MetricResult) -> None:
+        side.deliver(Job(sample, side.metrics[0], (row, 0)), result)
+
+    def received() -> Any:
+        assert parent_end.poll(HOLD_S)
+        return parent_end.recv()
+
+    for row, result in enumerate([plain, live]):
+        deliver(row, result)
+    assert not parent_end.poll()  # under a batch: the timer sends them
+    ticking = threading.Thread(target=side._tick, daemon=True)
+    ticking.start()
+    try:
+        assert received() == ("converted", [name])
+        kind, sent = received()
+        assert kind == "results"
+        assert [(row, r.score, r.reason, r.details) for row, _, r in sent] == [
+            (0, 1.0, None, {"by_number": {1: "one"}}),
+            (1, 0.5, "half", {"keys": "dict_keys([])"}),
+        ]
+        deliver(2, live)
+        assert received()[0] == "results"  # the parent was told of this metric already
+    finally:
+        side.finished.set()
+        ticking.join(HOLD_S)
+    for end in (parent_end, conn, control_parent, control):
+        end.close()
+
+
+def test_plain_data_keeps_json_like_values_and_writes_the_rest_as_their_repr() -> None:
+    loop: list[Any] = [1]
+    loop.append(loop)
+    value = {
+        "text": "a",
+        "numbers": [1, 2.5, True, None],
+        "pair": ("x", {"y": 1}),
+        "by_number": {1: "one"},
+        "set": {3},
+        "keys": {"k": 0}.keys(),
+        "loop": loop,
+        "subclass": _Text("t"),
+    }
+    assert plain_data(value) == {
+        "text": "a",
+        "numbers": [1, 2.5, True, None],
+        "pair": ("x", {"y": 1}),
+        "by_number": "{1: 'one'}",
+        "set": "{3}",
+        "keys": "dict_keys(['k'])",
+        "loop": [1, "[1, [...]]"],
+        "subclass": "_Text('t')",
+    }
+
+
+class _Text(str):
+    """A str subclass: not plain data (a subclass may hold what does not cross)."""
+
+    __slots__ = ()
+
+    @override
+    def __repr__(self) -> str:
+        return f"_Text({str(self)!r})"
 
 
 UNREADABLE_SCRIPT = """
@@ -486,6 +649,102 @@ def test_a_worker_that_cannot_start_costs_the_parent_nothing(
         "a worker process could not start (ImportError: no module named 'judge_plugin'); "
         "this process scores without it"
     ]
+
+
+def test_a_worker_the_system_refuses_to_start_costs_the_run_nothing(
+    judge_server: JudgeServer,
+    make_judge: Callable[..., Any],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    start_method_used: str,
+) -> None:
+    """A fork or spawn the system refuses (EAGAIN from a pids limit, ENOMEM) is warned about
+    once; the run goes on with the worker already started and this process. Before, it
+    ended evaluate() with BlockingIOError."""
+    from multiprocessing import popen_fork, popen_spawn_posix  # POSIX only
+
+    judge_server.script = lexical_judge()
+    launches: list[int] = []
+
+    def refused_after_first(launch: Callable[..., None]) -> Callable[..., None]:
+        def refuse(self: Any, process_obj: Any) -> None:
+            launches.append(1)
+            if len(launches) > 1:
+                raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
+            launch(self, process_obj)
+
+        return refuse
+
+    for popen in (popen_fork.Popen, popen_spawn_posix.Popen):
+        launch = popen._launch  # type: ignore[attr-defined]
+        monkeypatch.setattr(popen, "_launch", refused_after_first(launch))
+    with caplog.at_level(logging.WARNING, logger="langchain_ragmetrics"):
+        result = evaluate(
+            rows(10), [ContextRecall()], llm=make_judge(), workers=4, max_concurrency=8,
+            show_progress=False,
+        )  # fmt: skip
+    assert len(launches) == 2  # the second was refused, and no third was tried
+    assert all(r.status("context_recall") == "scored" for r in result.rows)
+    assert judge_server.count() == 10
+    assert not result.interrupted
+    said = [r for r in caplog.records if "refused to start a worker" in r.getMessage()]
+    assert [r.getMessage() for r in said] == [
+        "the system refused to start a worker process (BlockingIOError: [Errno 11] Resource "
+        "temporarily unavailable); the run continues with 1 of 3 worker processes and this "
+        "process scores the rest"
+    ]
+    assert not multiprocessing.active_children()
+
+
+def reports_sigint(recipe: ScoringRecipe, conn: Any, control: Any) -> None:
+    """A worker whose first act is to say whether it ignores SIGINT (spawned child)."""
+    del recipe
+    conn.send(("sigint ignored", signal.getsignal(signal.SIGINT) is signal.SIG_IGN))
+    with contextlib.suppress(EOFError, OSError):
+        control.recv()
+
+
+def test_a_spawned_worker_ignores_ctrl_c_from_its_first_instant(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A terminal's Ctrl-C goes to the whole process group: a spawned worker used to get it
+    while importing, before it ignored SIGINT itself, and print a traceback. Now it is
+    started while this process ignores SIGINT (inherited through exec, kept by Python's
+    start-up), and this process's handler is back right after."""
+    from langchain_ragmetrics.metrics import NonLLMContextRecall
+
+    monkeypatch.setattr(workers_module, "_worker_main", reports_sigint)
+    pool = workers_module._Pool(
+        samples=[], metrics=[NonLLMContextRecall()], engine=ScoringEngine(),
+        recipe=ScoringRecipe([NonLLMContextRecall()]), processes=2, stop=threading.Event(),
+        method="spawn",
+    )  # fmt: skip
+    assert threading.current_thread() is threading.main_thread()
+    handler = signal.getsignal(signal.SIGINT)
+    assert handler is not signal.SIG_IGN
+    pool.start_workers()
+    try:
+        (worker,) = pool.workers
+        if sys.platform == "linux":  # the child's disposition now, wherever its start-up is
+            status = Path(f"/proc/{worker.process.pid}/status").read_text(encoding="utf-8")
+            mask = next(line.split()[1] for line in status.splitlines() if "SigIgn:" in line)
+            assert int(mask, 16) & 1 << (signal.SIGINT - 1)
+        assert signal.getsignal(signal.SIGINT) is handler  # put back here
+        assert worker.conn.poll(HOLD_S)
+        assert worker.conn.recv() == ("sigint ignored", True)  # before its own code ran
+    finally:
+        pool.close(lambda *_: None)
+    assert not multiprocessing.active_children()
+    elsewhere: list[Any] = []
+
+    def off_the_main_thread() -> None:
+        with workers_module._sigint_ignored():  # signal.signal would raise here: left alone
+            elsewhere.append(signal.getsignal(signal.SIGINT))
+
+    thread = threading.Thread(target=off_the_main_thread)
+    thread.start()
+    thread.join(HOLD_S)
+    assert elsewhere == [handler]
 
 
 def test_a_worker_message_the_parent_cannot_read_ends_the_worker_and_its_jobs_come_back(
@@ -647,6 +906,9 @@ def test_a_fork_chosen_before_a_thread_started_becomes_a_spawn(
 
 def test_an_explicit_count_is_capped_by_jobs_and_slots() -> None:
     assert worker_count(4, jobs=1000, max_concurrency=16) == 4
+    count = worker_count(numpy.int64(2), jobs=1000, max_concurrency=16)
+    assert count == 2  # a NumPy integer is a number, as for max_concurrency
+    assert type(count) is int
     assert worker_count(4, jobs=3, max_concurrency=16) == 3
     assert worker_count(4, jobs=1000, max_concurrency=2) == 2
     assert worker_count(1, jobs=1000, max_concurrency=16) == 1
@@ -770,7 +1032,7 @@ def test_bad_workers_and_what_cannot_cross_are_refused_up_front(
     make_judge: Callable[..., Any],
 ) -> None:
     data = rows(4)
-    for bad in (0, -1, 1.5, True):
+    for bad in (0, -1, 1.5, True, numpy.bool_(True), numpy.float64(2.0), "2"):
         with pytest.raises(ValueError, match="`workers` must be a whole number of at least 1 or"):
             evaluate(data, METRICS, llm=make_judge(), workers=bad, show_progress=False)  # type: ignore[arg-type]
     base = make_judge()
