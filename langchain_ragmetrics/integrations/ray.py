@@ -6,12 +6,17 @@ and one scoring engine, once, from a picklable
 :class:`~langchain_ragmetrics.evaluation._recipe.ScoringRecipe` (model, endpoint, options:
 never a live client, and no key unless ``send_api_key=True``), then scores every batch it is
 given with ``max_concurrency`` jobs at work. A batch never raises (only an actor that could
-not build its judge does, a ``JudgeSetupError`` naming the cause): a row that cannot be read
-or a job that fails becomes a result row with its error, so every input row comes out once.
+not build its judge does, a ``JudgeSetupError`` naming the cause): a row that cannot be read,
+a job that fails, or anything else that goes wrong with one row becomes a result row with its
+error, named by the row, so every input row comes out once.
 
 Rows are read as :func:`~langchain_ragmetrics.evaluate` reads a CSV file or a DataFrame (one
 definition, ``_dataset._cells_to_record``): a list column may hold JSON text, blank cells are
-missing, ``metadata`` may be JSON text.
+missing, ``metadata`` may be JSON text. A text field (question, answer, reference, the items
+of a context list, under any name ``evaluate()`` accepts) that Arrow typed as a number, a
+boolean, a date or a time, as ``ray.data.read_csv`` does with a column of years, is text
+again: a number as the file wrote it (but for its form: ``1.50`` reads as ``1.5``), a
+boolean as ``True`` / ``False``.
 
 The global rate limit is one token bucket in a small limiter actor: every judge request
 reserves its turn there (one round trip, no polling), so the limit holds across the pool from
@@ -19,29 +24,39 @@ the first request, also when an actor is restarted.
 
 If an actor dies, Ray restarts it and re-runs the batch it held; a batch's rows are output
 only when the whole batch returns, so a retried batch is not counted twice. A small ledger
-actor knows which batches and rows were at work when an actor died: a batch whose actor died
-is re-run one row at a time, and a row whose actor died ``max_retries`` times while it was
-scored alone comes back as a failed row, so a row that kills its process (a crash, out of
-memory) fails alone instead of being retried forever.
+actor (:class:`_Ledger`) knows which batches and rows were at work when their actor died: a
+batch whose actor died is re-run one row at a time, and a row whose actor died
+``max_retries`` times while it was scored alone comes back as a failed row, so a row that
+kills its process (a crash, out of memory) fails alone instead of being retried forever.
+Batches of the same content scored at the same time by two actors are not taken for such a
+retry. The ledger is restarted if it dies; should it still not answer, an actor scores its
+batches without its protection (a WARNING says so) rather than fail them.
 """
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import hashlib
 import json
+import logging
 import math
 import os
+import pickle
 import threading
 import time
+import uuid
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from langchain_core.rate_limiters import BaseRateLimiter
 
-from langchain_ragmetrics._errors import JudgeSetupError, RowRef
+from langchain_ragmetrics._dataset import _cells_to_record, _plain, _to_sample
+from langchain_ragmetrics._errors import JudgeSetupError, RowProblem, RowRef
 from langchain_ragmetrics._options import number_above_zero, number_at_least_zero, whole_number
-from langchain_ragmetrics._schema import MetricResult, RagSample
+from langchain_ragmetrics._schema import _ALIASES, MetricResult, RagSample
+from langchain_ragmetrics.evaluation._model import SAMPLE_FIELDS, json_text
 from langchain_ragmetrics.evaluation._recipe import JudgeRecipe, ScoringRecipe
 from langchain_ragmetrics.evaluation._result import EvaluationResult, EvaluationRow, column_names
 from langchain_ragmetrics.evaluation._run import prepare_metrics
@@ -54,6 +69,8 @@ if TYPE_CHECKING:
 
 __all__ = ["RECORD_COLUMN", "ROW_COLUMN", "evaluate_ray", "result_from_rows"]
 
+logger = logging.getLogger(__name__)
+
 RECORD_COLUMN = "record"
 """Output column holding the line :meth:`EvaluationResult.to_jsonl` writes, as JSON text."""
 ROW_COLUMN = "row"
@@ -61,6 +78,17 @@ ROW_COLUMN = "row"
 ``row``, and the order :func:`result_from_rows` puts the rows in."""
 SOURCE = "ray dataset"
 """How locations and errors name the input."""
+_REF = RowRef(1)
+"""Placeholder reference for the cell clean-up: problems are named by :func:`_location`."""
+_TEXT_COLUMNS = frozenset(SAMPLE_FIELDS) | frozenset(
+    alias for alias, field in _ALIASES.items() if field in SAMPLE_FIELDS
+)
+"""Input columns ``evaluate()`` reads as text (a list column: its items): the sample's fields
+but ``metadata``, under their own names and their RAGAS names."""
+_MAX_DEPTH = 64
+"""Nesting beyond which :func:`_jsonable` cuts a value (a cycle is cut where it closes)."""
+LEDGER_TIMEOUT_S = 60.0
+"""Seconds an actor waits for the ledger before it scores a batch without it."""
 
 
 def _import_ray() -> Any:
@@ -75,69 +103,270 @@ def _import_ray() -> Any:
     return ray
 
 
+# --------------------------------------------------------------------------- cells
+
+
+def _text(value: Any) -> str:
+    """``str(value)``; an object whose text raises is named by its type. Never raises."""
+    try:
+        return str(value)
+    except Exception:  # any cell, whatever its __str__ does
+        return f"<{type(value).__name__} object>"
+
+
 def _location(row: Mapping[str, Any]) -> str:
     """Where a row came from: its ``row`` number, else its question (Ray has no row index)."""
     number = row.get(ROW_COLUMN)
     if number is not None:
-        return f"{SOURCE}, row {number}"
-    question = str(row.get("question") or row.get("user_input") or "")
-    short = question if len(question) <= 60 else question[:57] + "..."
+        return f"{SOURCE}, row {_text(number)}"
+    question = row.get("question")
+    if question is None or (isinstance(question, str) and not question):
+        question = row.get("user_input")
+    text = "" if question is None else _text(question)
+    short = text if len(text) <= 60 else text[:57] + "..."
     return f"{SOURCE}, row with question {short!r}"
 
 
-def _failed_row(row: dict[str, Any], columns: Sequence[str], error: str) -> dict[str, Any]:
-    """The output record of a row that could not be scored at all."""
-    record = {key: value for key, value in row.items() if key != ROW_COLUMN}
-    record[ROW_COLUMN] = row.get(ROW_COLUMN)
-    record["location"] = _location(row)
-    record["results"] = {
-        name: {"status": "failed", "metric": name, "score": None, "error": error}
-        for name in columns
-    }
-    return record
+def _as_text(value: Any) -> Any:
+    """A cell Arrow typed from a CSV's text (number, boolean, date, time) as text again.
+
+    ``evaluate(path)`` reads every CSV cell as text; ``ray.data.read_csv`` infers each
+    column's type, so a reference column of years arrives as integers. A number is written
+    back as the file most likely had it (``1910``; ``1.50`` comes back as ``1.5``, ``007`` as
+    ``7``), a date or time as ISO text, a boolean as ``True`` / ``False`` (the file's case is
+    lost). NaN, a missing cell, stays missing; any other value is left as it is.
+    """
+    if isinstance(value, (bool, int, decimal.Decimal, datetime.date, datetime.time)):
+        return str(value)  # datetime.datetime is a date: "2024-05-01 10:00:00"
+    if isinstance(value, float) and not math.isnan(value):
+        return repr(value).removesuffix(".0")
+    return value
 
 
-def _read_row(row: dict[str, Any]) -> RagSample:
-    """A sample from a Ray row, cleaned as a CSV or DataFrame row is (one definition).
+def _typed_as_text(column: str, value: Any) -> Any:
+    """The cell of a text column (or the items of a text list column) as text."""
+    if column not in _TEXT_COLUMNS:
+        return value
+    if isinstance(value, list):
+        return [_as_text(item) for item in value]
+    return _as_text(value)
+
+
+def _cells(row: Mapping[str, Any]) -> tuple[dict[str, Any], list[RowProblem]]:
+    """A Ray row's cells cleaned as a CSV or DataFrame row's are (one definition)."""
+    cells = ((k, _typed_as_text(k, v)) for k, v in row.items() if k != ROW_COLUMN)
+    return _cells_to_record(SOURCE, _REF, cells)
+
+
+def _read_row(row: Mapping[str, Any]) -> RagSample:
+    """A sample from a Ray row, cleaned as a CSV or DataFrame row is.
 
     Raises:
         ValueError: The row is invalid; the message names the row (:func:`_location`) and
             each bad field.
     """
-    from langchain_ragmetrics._dataset import _cells_to_record, _to_sample
-
-    ref = RowRef(1)  # the problems are named by _location below, not by this placeholder
-    cells = ((k, v) for k, v in row.items() if k != ROW_COLUMN)
-    record, problems = _cells_to_record(SOURCE, ref, cells)
+    record, problems = _cells(row)
     sample = None
     if not problems:
-        sample, problems = _to_sample(record, SOURCE, ref)
+        sample, problems = _to_sample(record, SOURCE, _REF)
     if sample is None:
-        where = _location(row)
         details = "; ".join(
             (f"field `{p.field}`: " if p.field else "") + p.message for p in problems
         )
-        raise ValueError(f"{where}: {details}")
+        raise ValueError(f"{_location(row)}: {details}")
     return sample
 
 
-class _Ledger:
-    """Ray actor: which batches and rows were at work when their actor died.
+# --------------------------------------------------------------------------- records
 
-    ``begin`` counts an attempt and returns how many earlier attempts never finished (their
-    actor died); ``finish`` forgets the key.
+
+def _jsonable(value: Any, leaf: Callable[[Any], str] = _text, seen: tuple[int, ...] = ()) -> Any:
+    """``value`` as plain JSON data, whatever it holds. Never raises.
+
+    Dict keys become text, tuples and sets lists (a set sorted, so that its form does not
+    depend on the process's hash seed), NumPy values plain ones, any other object
+    ``leaf(value)``; a cycle, or nesting deeper than :data:`_MAX_DEPTH`, is cut to ``"..."``.
+    """
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return value
+    if id(value) in seen or len(seen) >= _MAX_DEPTH:
+        return "..."
+    inner = (*seen, id(value))
+    try:
+        plain = _plain(value)
+        if plain is not value:
+            return _jsonable(plain, leaf, inner)
+        if isinstance(value, Mapping):
+            return {
+                k if isinstance(k, str) else _text(k): _jsonable(v, leaf, inner)
+                for k, v in value.items()
+            }
+        if isinstance(value, (set, frozenset)):
+            items = [_jsonable(v, leaf, inner) for v in value]
+            return sorted(items, key=lambda item: json.dumps(item, sort_keys=True))
+        if isinstance(value, (list, tuple)):
+            return [_jsonable(v, leaf, inner) for v in value]
+    except Exception:  # a container that cannot be walked: its leaf form below
+        logger.debug("a cell could not be walked; kept as text", exc_info=True)
+    return leaf(value)
+
+
+def _fingerprint(value: Any) -> str:
+    """An object's stable stand-in in the ledger key: a hash of its pickle, else its text.
+
+    Text alone would not do: an object's default text holds its address, which differs when
+    a restarted actor unpickles the batch again, and the retry would go unrecognised.
+    """
+    try:
+        digest = hashlib.sha256(pickle.dumps(value)).hexdigest()
+    except Exception:  # an object pickle refuses (Ray pickled it, so rare): its text
+        return _text(value)
+    return f"{type(value).__qualname__}:{digest}"
+
+
+def _content_key(rows: Sequence[Mapping[str, Any]]) -> str:
+    """The ledger's key of a batch: a hash of its rows' content, whatever they hold.
+
+    A retried batch has the same rows, so the same key, in whichever process it is re-run.
+    Never raises: a batch that could not be keyed gets a key of its own, and a death while
+    it is scored goes unnoticed (Ray re-runs it whole).
+    """
+    try:
+        text = json.dumps(_jsonable(rows, _fingerprint), sort_keys=True, ensure_ascii=False)
+    except Exception:  # not expected: _jsonable's output is plain JSON data
+        logger.warning("a batch could not be keyed for the ledger", exc_info=True)
+        text = uuid.uuid4().hex
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _record_of(
+    columns: Sequence[str],
+    row: Mapping[str, Any],
+    sample: RagSample,
+    results: dict[str, MetricResult | None],
+) -> dict[str, Any]:
+    """The line ``EvaluationResult.to_jsonl`` writes for the row (one definition)."""
+    result = EvaluationResult(
+        metrics=list(columns),
+        rows=[EvaluationRow(position=0, location=_location(row), sample=sample, results=results)],
+        source="ray",
+    )
+    (record,) = result.jsonl_records()
+    record[ROW_COLUMN] = row.get(ROW_COLUMN)
+    return record
+
+
+def _failed_row(row: Mapping[str, Any], columns: Sequence[str], error: str) -> dict[str, Any]:
+    """The output record of a row that could not be scored at all; never raises.
+
+    It has the fields ``to_jsonl`` writes for any row, the input mapped to them as a sample
+    maps it (RAGAS names, unknown columns as metadata; cells cleaned as for scoring when
+    they can be), and every metric failed with ``error``.
+    """
+    try:
+        cells, problems = _cells(row)
+    except Exception:  # the row as given, then
+        problems = [RowProblem(SOURCE, _REF, None, "unreadable")]
+    if problems:
+        cells = {k: v for k, v in row.items() if k != ROW_COLUMN}
+    fields: dict[str, Any] = {}
+    given = cells.get("metadata")
+    metadata = {_text(k): v for k, v in given.items()} if isinstance(given, Mapping) else {}
+    for key, value in cells.items():
+        target = _ALIASES.get(key, key)
+        if target in SAMPLE_FIELDS and target not in fields:
+            fields[target] = value
+        elif key != "metadata" or not isinstance(value, Mapping):
+            metadata.setdefault(key, value)
+    results: dict[str, MetricResult | None] = {
+        name: MetricResult(metric=name, score=math.nan, error=error) for name in columns
+    }
+    try:
+        # The sample as given, unchecked: it failed validation (or was never read).
+        sample = RagSample.model_construct(**fields, metadata=metadata)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # pydantic: fields of unexpected types
+            return _record_of(columns, row, sample, results)
+    except Exception:  # the bare minimum, whatever the cells hold
+        logger.debug("a failed row's fields could not be written", exc_info=True)
+        return {
+            ROW_COLUMN: row.get(ROW_COLUMN),
+            "location": _location(row),
+            "results": {
+                name: EvaluationResult._result_json(result) for name, result in results.items()
+            },
+        }
+
+
+def _record_text(record: Mapping[str, Any]) -> str:
+    """A record as ``to_jsonl`` writes it, else with its values made plain JSON.
+
+    ``to_jsonl``'s form fails on a key that is not text or on a cycle: :func:`_jsonable`.
+    """
+    try:
+        return json_text(record)
+    except (TypeError, ValueError, RecursionError):
+        return json.dumps(_jsonable(record), ensure_ascii=False)
+
+
+def _columns(records: Sequence[Mapping[str, Any]], metrics: Sequence[str]) -> dict[str, Any]:
+    """The batch's output: the JSON record, the row number, and per metric score and status."""
+    out: dict[str, list[Any]] = {RECORD_COLUMN: [], ROW_COLUMN: []}
+    for name in metrics:
+        out[name] = []
+        out[f"{name}_status"] = []
+    for record in records:
+        out[RECORD_COLUMN].append(_record_text(record))
+        out[ROW_COLUMN].append(record.get(ROW_COLUMN))
+        for name in metrics:
+            result = record["results"][name]
+            score = result.get("score")
+            out[name].append(math.nan if score is None else float(score))
+            out[f"{name}_status"].append(result["status"])
+    return out
+
+
+# --------------------------------------------------------------------------- actors
+
+
+class _Ledger:
+    """Ray actor: the open attempts at each batch (and row), to tell a retry after a death.
+
+    Each attempt registers under the content key of its batch or row
+    (:func:`_content_key`), with an id of its own and the process that runs it: the actor's
+    id and a token the actor drew when it started. Ray restarts a dead actor under the same
+    id, in a new process that draws a new token, and re-runs there the batch it held. So an
+    earlier attempt still open counts as a death exactly when its actor has since begun an
+    attempt under a newer token. Any other open attempt is at work, not dead: another actor
+    (or this one) scoring a batch of the same content at this moment. An actor that Ray
+    does not bring back under its id is never known dead: its batch, re-run elsewhere, is
+    scored whole once more, and only a death of that re-run counts.
+
+    Ray restarts the ledger itself if it dies, without its state: a death then in flight
+    goes unnoticed once (its batch is scored whole again).
     """
 
     def __init__(self) -> None:
-        self.open: dict[str, int] = {}
+        self.open: dict[str, dict[str, tuple[str, str]]] = {}
+        """Per key, its open attempts: attempt id -> (actor id, token)."""
+        self.tokens: dict[str, str] = {}
+        """Per actor id, the token of its latest process."""
 
-    def begin(self, key: str) -> int:
-        earlier = self.open.get(key, 0)
-        self.open[key] = earlier + 1
-        return earlier
+    def begin(self, key: str, attempt: str, actor: str, token: str) -> int:
+        """Open an attempt at ``key``; returns how many earlier attempts at it died."""
+        self.tokens[actor] = token
+        attempts = self.open.setdefault(key, {})
+        deaths = sum(1 for a, t in attempts.values() if self.tokens.get(a) != t)
+        attempts[attempt] = (actor, token)
+        return deaths
 
-    def finish(self, key: str) -> None:
-        self.open.pop(key, None)
+    def finish(self, key: str, attempt: str) -> None:
+        """Close one attempt; the others at the key, at work or dead, stay."""
+        attempts = self.open.get(key)
+        if attempts is not None:
+            attempts.pop(attempt, None)
+            if not attempts:
+                del self.open[key]
 
 
 class _SharedBucket:
@@ -220,6 +449,15 @@ class _Scorer:
     ) -> None:
         self.ledger = ledger
         self.max_retries = max_retries
+        self.token = uuid.uuid4().hex
+        """This process's token in the ledger (a restarted actor draws a new one)."""
+        self.actor = self.token
+        """This actor's id in the ledger (outside an actor: the token)."""
+        if ledger is not None:
+            import ray
+
+            self.actor = ray.get_runtime_context().get_actor_id() or self.token
+        self.warned = False
         self.columns = column_names([m.metric_name for m in recipe.metrics])
         self.setup_error: str | None = None
         try:
@@ -234,12 +472,50 @@ class _Scorer:
         if bucket is not None:
             self.engine.gate.rate_limiter = _RemoteRateLimiter(bucket)
 
-    def _ledger(self, method: str, key: str) -> int:
+    def _begin(self, key: str) -> tuple[str | None, int]:
+        """Open an attempt at ``key`` in the ledger: its id and the deaths before it.
+
+        Without an answer from the ledger: no id, no deaths (scored unprotected).
+        """
         if self.ledger is None:
-            return 0
+            return None, 0
         import ray
 
-        return int(ray.get(getattr(self.ledger, method).remote(key)) or 0)
+        attempt = uuid.uuid4().hex
+        try:
+            ref = self.ledger.begin.remote(key, attempt, self.actor, self.token)
+            return attempt, int(ray.get(ref, timeout=LEDGER_TIMEOUT_S))
+        except Exception as exc:
+            self._unprotected(exc)
+            try:  # closes the attempt should the call reach the ledger late (calls keep order)
+                self.ledger.finish.remote(key, attempt)
+            except Exception:
+                logger.debug("the ledger cannot be sent a call", exc_info=True)
+            return None, 0
+
+    def _finish(self, key: str, attempt: str | None) -> None:
+        if self.ledger is None or attempt is None:
+            return
+        import ray
+
+        try:
+            ray.get(self.ledger.finish.remote(key, attempt), timeout=LEDGER_TIMEOUT_S)
+        except Exception as exc:
+            self._unprotected(exc)
+
+    def _unprotected(self, exc: Exception) -> None:
+        """Say once per actor that the ledger did not answer."""
+        if self.warned:
+            return
+        self.warned = True
+        logger.warning(
+            "the Ray ledger actor did not answer (%s: %s): this actor scores the batches it "
+            "cannot register without the ledger (said once): a death of the actor while it "
+            "scores one goes unnoticed, and a row that kills it is re-run by Ray without "
+            "the max_retries bound",
+            type(exc).__name__,
+            exc,
+        )
 
     def __call__(self, batch: pa.Table) -> dict[str, list[Any]]:
         if self.setup_error is not None:
@@ -256,35 +532,38 @@ class _Scorer:
             ray.data.DataContext.get_current().raise_original_map_exception = True
             raise JudgeSetupError(msg)
         rows = [{k: v for k, v in r.items() if v is not None} for r in batch.to_pylist()]
-        key = hashlib.sha256(
-            json.dumps(rows, sort_keys=True, default=str).encode("utf-8")
-        ).hexdigest()
-        died = self._ledger("begin", key)
+        key = _content_key(rows)
+        attempt, died = self._begin(key)
         if died == 0:
             records = self._score(rows)
         else:  # its actor died: one row at a time, so only a row that kills it fails
             records = []
             for index, row in enumerate(rows):
-                row_key = f"{key}/{index}"
-                deaths = self._ledger("begin", row_key)
-                if deaths >= self.max_retries:
-                    what = (
-                        f"each of the {deaths} times it scored this row"
-                        if deaths
-                        else "while it scored this row's batch"
-                    )
-                    error = (
-                        f"the Ray actor died {what} (a crash, out of memory or a lost node); "
-                        f"not retried again (max_retries={self.max_retries})"
-                    )
-                    records.append(_failed_row(row, self.columns, error))
-                else:
-                    records.extend(self._score([row]))
-                self._ledger("finish", row_key)
-        self._ledger("finish", key)
+                records.extend(self._score_alone(f"{key}/{index}", row))
+        self._finish(key, attempt)
         return _columns(records, self.columns)
 
+    def _score_alone(self, key: str, row: dict[str, Any]) -> list[dict[str, Any]]:
+        """One row of a batch whose actor died, scored alone unless it killed it too often."""
+        attempt, deaths = self._begin(key)
+        if deaths >= self.max_retries:
+            what = (
+                f"each of the {deaths} times it scored this row"
+                if deaths
+                else "while it scored this row's batch"
+            )
+            error = (
+                f"the Ray actor died {what} (a crash, out of memory or a lost node); "
+                f"not retried again (max_retries={self.max_retries})"
+            )
+            records = [_failed_row(row, self.columns, error)]
+        else:
+            records = self._score([row])
+        self._finish(key, attempt)
+        return records
+
     def _score(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The records of ``rows``; whatever goes wrong with one row is its failed record."""
         from langchain_ragmetrics._engine import Job
 
         records: list[dict[str, Any] | None] = [None] * len(rows)
@@ -294,53 +573,32 @@ class _Scorer:
                 scored.append((index, _read_row(row)))
             except ValueError as exc:
                 records[index] = _failed_row(row, self.columns, f"invalid row: {exc}")
+            except Exception as exc:  # not a field's error: the row fails alone, named
+                error = f"invalid row: {_location(row)}: {type(exc).__name__}: {_text(exc)}"
+                records[index] = _failed_row(row, self.columns, error)
         jobs = [Job(sample, metric, (i, col)) for i, sample in scored for col, metric in
                 enumerate(self.metrics)]  # fmt: skip
-        start = time.perf_counter()
         try:
             results: list[MetricResult | None] = self.engine.run(jobs)
         except Exception as exc:  # a bug must not fail the whole dataset: its rows say so
-            results = [None] * len(jobs)
+            error = f"{type(exc).__name__}: {_text(exc)}"
             for i, _ in scored:
-                records[i] = _failed_row(rows[i], self.columns, f"{type(exc).__name__}: {exc}")
+                records[i] = _failed_row(rows[i], self.columns, error)
+            return [r for r in records if r is not None]
         by_row: dict[int, dict[str, MetricResult | None]] = {i: {} for i, _ in scored}
         for job, result in zip(jobs, results, strict=True):
             i, col = job.tag
             by_row[i][self.columns[col]] = result
-        evaluation = EvaluationResult(
-            metrics=self.columns,
-            rows=[
-                EvaluationRow(
-                    position=i, location=_location(rows[i]), sample=sample, results=by_row[i]
+        for i, sample in scored:
+            try:
+                records[i] = _record_of(self.columns, rows[i], sample, by_row[i])
+            except Exception as exc:  # its record cannot be made: the row fails alone, named
+                error = (
+                    f"{_location(rows[i])}: its result cannot be written: "
+                    f"{type(exc).__name__}: {_text(exc)}"
                 )
-                for i, sample in scored
-                if records[i] is None
-            ],
-            source="ray",
-            elapsed_s=time.perf_counter() - start,
-        )
-        kept = [i for i, _ in scored if records[i] is None]
-        for i, record in zip(kept, evaluation.jsonl_records(), strict=True):
-            record[ROW_COLUMN] = rows[i].get(ROW_COLUMN)
-            records[i] = record
+                records[i] = _failed_row(rows[i], self.columns, error)
         return [r for r in records if r is not None]
-
-
-def _columns(records: Sequence[dict[str, Any]], metrics: Sequence[str]) -> dict[str, Any]:
-    """The batch's output: the JSON record, the row number, and per metric score and status."""
-    out: dict[str, list[Any]] = {RECORD_COLUMN: [], ROW_COLUMN: []}
-    for name in metrics:
-        out[name] = []
-        out[f"{name}_status"] = []
-    for record in records:
-        out[RECORD_COLUMN].append(json.dumps(record, ensure_ascii=False, default=str))
-        out[ROW_COLUMN].append(record.get(ROW_COLUMN))
-        for name in metrics:
-            result = record["results"][name]
-            score = result.get("score")
-            out[name].append(math.nan if score is None else float(score))
-            out[f"{name}_status"].append(result["status"])
-    return out
 
 
 def _check_judges(recipe: ScoringRecipe) -> None:
@@ -407,8 +665,12 @@ def evaluate_ray(
 
     Args:
         ds: Rows with the columns :func:`~langchain_ragmetrics.evaluate` reads (RAGAS names
-            accepted; cells cleaned as a CSV file's are); an optional ``row`` column numbers
+            accepted; cells cleaned as a CSV file's are; a text field Arrow typed as a
+            number, boolean, date or time is text again); an optional ``row`` column numbers
             the rows (errors and locations name it; without it, a row is named by its question).
+            For a CSV's exact text, read its text columns as strings: ``read_csv(path,
+            convert_options=pyarrow.csv.ConvertOptions(column_types={"reference":
+            pyarrow.string(), ...}))``.
         metrics: Metric names (``"context_recall"``) or metric objects (a metric's own judge
             must be LangChain-serializable, e.g. ``ChatOpenAI``: it is rebuilt in each actor).
         model: Judge model for the LLM-judged metrics that have no judge.
@@ -432,7 +694,8 @@ def evaluate_ray(
         num_cpus: CPUs Ray reserves for each actor (little: an actor waits on the judge, and
             the tasks that read the dataset need CPUs too).
         max_retries: Times a row is scored again, alone, after its actor died while scoring
-            it; then it is a failed row (0: the rows of a batch whose actor died fail).
+            it; then it is a failed row (0: the rows of a batch whose actor died fail). A
+            batch of the same content at work in another actor at the same time is no death.
 
     Returns:
         A dataset with the columns ``record`` (the line ``EvaluationResult.to_jsonl`` writes
@@ -484,7 +747,9 @@ def evaluate_ray(
     recipe = full.without_secrets()
     ray = _import_ray()
     _check_pool_fits(ray, num_actors=num_actors, num_cpus=num_cpus)
-    ledger = ray.remote(num_cpus=0)(_Ledger).remote()
+    # The ledger is restarted if it dies (losing its state: a death in flight then goes
+    # unnoticed once), and a call it had not answered is sent again.
+    ledger = ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1)(_Ledger).remote()
     bucket = None
     if rate_limit_per_minute is not None:
         bucket = ray.remote(num_cpus=0)(_SharedBucket).remote(rate_limit_per_minute)

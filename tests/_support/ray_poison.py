@@ -30,3 +30,17 @@ class CrashOnRow(NonLLMContextRecall):
                     f.write("crash\n")
             os._exit(1)
         return super()._evaluate(sample, config)
+
+
+class ClosedProxy:
+    """A cell value whose attributes raise once its source is gone (a lazy proxy, a handle).
+
+    Ray carries it as a pickled object; the package's reading code then meets a RuntimeError,
+    not the ValueError of an invalid field. Dunder lookups (pickling) answer as usual.
+    """
+
+    def __getattr__(self, name: str) -> object:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        msg = f"the proxy's source is closed (attribute {name!r})"
+        raise RuntimeError(msg)

@@ -48,7 +48,7 @@ from langchain_ragmetrics._errors import JudgeSetupError
 from langchain_ragmetrics.integrations.ray import _SharedBucket, evaluate_ray, result_from_rows
 from langchain_ragmetrics.metrics import ContextPrecision
 from langchain_ragmetrics.metrics._judge import make_judge
-from tests._support.ray_poison import POISON, CrashOnRow
+from tests._support.ray_poison import POISON, ClosedProxy, CrashOnRow
 
 # The CLI from this interpreter and tree (the shared venv's console script may be stale).
 RAGMETRICS = [
@@ -101,6 +101,23 @@ def local_ray(crash_log: Path) -> Iterator[str]:
 def judge() -> Iterator[JudgeServer]:
     with JudgeServer(lexical_judge()) as server:
         yield server
+
+
+def hold_until_released(judge: JudgeServer) -> tuple[threading.Event, threading.Semaphore]:
+    """Script ``judge`` to hold each request (counted on the semaphore) until the event is
+    set, then answer as the lexical judge does."""
+    release = threading.Event()
+    held = threading.Semaphore(0)
+    lexical = lexical_judge()
+
+    def script(req: JudgeRequest) -> Any:
+        if not release.is_set():
+            held.release()
+            release.wait(60)
+        return lexical(req)
+
+    judge.script = script
+    return release, held
 
 
 def rows(count: int) -> list[dict[str, Any]]:
@@ -184,18 +201,8 @@ def actor_pids() -> list[int]:
 def test_killed_actors_batches_are_retried_and_counted_once(
     local_ray: str, judge: JudgeServer
 ) -> None:
-    release = threading.Event()
-    held = threading.Semaphore(0)
-    lexical = lexical_judge()
+    release, held = hold_until_released(judge)
     killed: list[int] = []
-
-    def script(req: JudgeRequest) -> Any:
-        if not release.is_set():
-            held.release()
-            release.wait(60)
-        return lexical(req)
-
-    judge.script = script
     judge.reset()
     result: dict[str, Any] = {}
 
@@ -776,3 +783,246 @@ def test_the_shared_bucket_gives_one_turn_per_interval() -> None:
     assert waits[0] == 0
     assert 0.9 < waits[1] <= 1.0
     assert 1.9 < waits[2] <= 2.0
+
+
+def test_a_row_with_an_unusual_cell_comes_out_as_its_own_row(local_ray: str) -> None:
+    """Before, one cell holding a dict keyed by both ints and text made the batch's ledger
+    key (``json.dumps(..., sort_keys=True)``) raise, and the whole dataset failed; now the key
+    is taken from a form any cell has, a row whose record JSON cannot write directly is
+    written with text keys, and a row whose reading raises something other than a field's
+    ValueError fails alone, named."""
+    loop: list[Any] = []
+    loop.append(loop)
+    data: list[dict[str, Any]] = [
+        {"row": i + 1, "question": f"q{i}", "contexts": ["c"], "reference_contexts": ["c"]}
+        for i in range(5)
+    ]
+    data[1]["extra"] = {1: "a", "b": 2}  # sort_keys cannot order 1 and "b"
+    data[2]["extra"] = {(1, 2): "x"}  # json cannot write a tuple key
+    data[3]["extra"] = loop  # json cannot write a cycle
+    data[4]["user_input"] = ClosedProxy()  # reading it raises a RuntimeError
+    out = evaluate_ray(
+        ray.data.from_items(data), ["non_llm_context_recall"], num_actors=1, batch_size=5
+    ).take_all()
+    by_row = {r["row"]: r for r in out}
+    assert sorted(by_row) == [1, 2, 3, 4, 5]  # each row once
+    statuses = {n: r["non_llm_context_recall_status"] for n, r in by_row.items()}
+    assert statuses == {1: "scored", 2: "scored", 3: "scored", 4: "scored", 5: "failed"}
+    records = {n: json.loads(r["record"]) for n, r in by_row.items()}
+    assert records[2]["extra"] == {"1": "a", "b": 2}
+    assert records[3]["extra"] == {"(1, 2)": "x"}
+    assert json.dumps(records[4]["extra"]).strip("[]") == '"..."'  # the cycle, cut
+    error = records[5]["results"]["non_llm_context_recall"]["error"]
+    assert error.startswith("invalid row: ray dataset, row 5: RuntimeError: the proxy's source")
+
+
+def test_identical_batches_at_once_are_not_taken_for_a_dead_actors_retry(
+    local_ray: str, judge: JudgeServer
+) -> None:
+    """Before, two actors scoring batches of the same content at once shared one ledger key,
+    and the second took the first, still at work, for an attempt whose actor had died: with
+    max_retries=0 its row came back failed ("the Ray actor died ...") though none died. Now
+    an open attempt counts as a death only when its actor's process is gone.
+
+    The judge holds every request until both actors have sent theirs, or a row came out
+    without one (the old failure): no timing decides the outcome."""
+    lexical = lexical_judge()
+    progress = threading.Condition()
+    release = threading.Event()
+    held = 0
+    out: list[dict[str, Any]] = []
+
+    def script(req: JudgeRequest) -> Any:
+        nonlocal held
+        with progress:
+            held += 1
+            progress.notify_all()
+        release.wait(60)
+        return lexical(req)
+
+    judge.script = script
+    judge.reset()
+    same = {"question": "Who wrote paper 1?", "contexts": ["Einstein wrote paper 1."],
+            "reference": "Einstein wrote paper 1."}  # fmt: skip
+    context = ray.data.DataContext.get_current()
+    saved = context.wait_for_min_actors_s
+    context.wait_for_min_actors_s = 100  # both actors are up before the batches go out
+
+    def run() -> None:
+        scored = evaluate_ray(
+            ray.data.from_items([dict(same), dict(same)], override_num_blocks=2),
+            ["context_recall"],
+            model="judge-model",
+            base_url=judge.base_url,
+            num_actors=2,
+            num_cpus=0.1,
+            batch_size=1,
+            max_retries=0,
+        )
+        for row in scored.iter_rows():
+            with progress:
+                out.append(row)
+                progress.notify_all()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        with progress:
+            assert progress.wait_for(lambda: held == 2 or bool(out), timeout=100)
+    finally:
+        release.set()
+        thread.join(100)
+        context.wait_for_min_actors_s = saved
+    assert not thread.is_alive()
+    errors = [json.loads(r["record"])["results"]["context_recall"].get("error") for r in out]
+    assert [r["context_recall_status"] for r in out] == ["scored", "scored"], errors
+
+
+def test_a_ledger_that_dies_is_restarted_and_the_run_goes_on(
+    local_ray: str, judge: JudgeServer
+) -> None:
+    """Before, the ledger actor had no restarts: killed (out of memory, say) mid-run, the next
+    call to it raised ActorDiedError out of a batch and the whole dataset failed. Now Ray
+    restarts it and the rows come out."""
+    release, held = hold_until_released(judge)
+    judge.reset()
+    scored = evaluate_ray(
+        ray.data.from_items(rows(8)),
+        ["context_recall"],
+        model="judge-model",
+        base_url=judge.base_url,
+        batch_size=4,
+        max_concurrency=4,
+    )
+    ledger = scored._logical_plan.dag.fn_constructor_kwargs["ledger"]
+    pid = ray.get(ledger.__ray_call__.remote(lambda self: os.getpid()))
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["rows"] = scored.take_all()
+        except Exception as exc:  # the old failure, reported below
+            box["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        assert held.acquire(timeout=100), "no actor reached the judge"
+        os.kill(pid, signal.SIGKILL)  # while a batch is at work: its finish() finds it dead
+    finally:
+        release.set()
+        thread.join(100)
+    assert not thread.is_alive()
+    assert "error" not in box, box.get("error")
+    assert sorted(r["row"] for r in box["rows"]) == list(range(1, 9))
+    assert all(r["context_recall_status"] == "scored" for r in box["rows"])
+
+
+def test_without_its_ledger_a_batch_is_scored_unprotected_with_one_warning(
+    local_ray: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before, a ledger call that failed (the ledger gone for good) raised out of the batch;
+    now the batch is scored without the ledger's protection and a WARNING says so, once."""
+    import pyarrow as pa
+
+    from langchain_ragmetrics.evaluation._recipe import ScoringRecipe
+    from langchain_ragmetrics.evaluation._run import prepare_metrics
+    from langchain_ragmetrics.integrations.ray import _Ledger, _Scorer
+
+    ledger = ray.remote(num_cpus=0)(_Ledger).remote()
+    ray.kill(ledger, no_restart=True)
+    recipe = ScoringRecipe(prepare_metrics(["non_llm_context_recall"], language=None, cache=None))
+    scorer = _Scorer(recipe, ledger=ledger)
+    data = [{"row": i + 1, "question": f"q{i}", "contexts": ["c"], "reference_contexts": ["c"]}
+            for i in range(4)]  # fmt: skip
+    with caplog.at_level("WARNING", logger="langchain_ragmetrics.integrations.ray"):
+        first = scorer(pa.Table.from_pylist(data[:2]))
+        second = scorer(pa.Table.from_pylist(data[2:]))
+    assert first["row"] + second["row"] == [1, 2, 3, 4]
+    assert set(first["non_llm_context_recall_status"] + second["non_llm_context_recall_status"]) \
+        == {"scored"}  # fmt: skip
+    warnings_logged = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings_logged) == 1
+    assert "without the ledger" in warnings_logged[0].getMessage()
+
+
+def test_a_csv_column_of_years_scores_as_evaluate_reads_it(
+    local_ray: str, judge: JudgeServer, tmp_path: Path
+) -> None:
+    """Before, ``ray.data.read_csv`` typed a `reference` column of years as integers and
+    every row failed ("Input should be a valid string"), where evaluate(path) reads each
+    cell as text; now such cells are text again (a number as the file wrote it). Read with
+    the text columns typed as strings (the docs' way), the rows match evaluate(path) exactly,
+    a `true` answer included (pyarrow's bool says `True`)."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    judge.script = lexical_judge()
+    path = tmp_path / "data.csv"
+    with path.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=["question", "contexts", "answer", "reference"])
+        writer.writeheader()
+        for i in range(3):
+            writer.writerow({"question": f"When did event {i} happen?",
+                             "contexts": json.dumps([f"Event {i} happened in 19{10 + i}."]),
+                             "answer": "true" if i % 2 else "false",
+                             "reference": f"19{10 + 2 * i}"})  # fmt: skip
+    local = evaluate(
+        path,
+        ["context_recall"],
+        llm=make_judge("judge-model", base_url=judge.base_url),
+        show_progress=False,
+        workers=1,
+    )
+    expected = {r["question"]: r for r in local.jsonl_records()}
+    assert [r["reference"] for r in expected.values()] == ["1910", "1912", "1914"]
+
+    def on_ray(**read_options: Any) -> dict[str, dict[str, Any]]:
+        out = evaluate_ray(
+            ray.data.read_csv(str(path), **read_options),
+            ["context_recall"],
+            model="judge-model",
+            base_url=judge.base_url,
+        ).take_all()
+        records = [json.loads(r["record"]) for r in out]
+        return {r["question"]: r for r in records}
+
+    inferred = on_ray()
+    as_text = on_ray(
+        convert_options=pacsv.ConvertOptions(
+            column_types={"answer": pa.string(), "reference": pa.string()}
+        )
+    )
+    for question, record in expected.items():
+        result = record["results"]["context_recall"]
+        for got in (inferred[question], as_text[question]):
+            assert got["reference"] == record["reference"]
+            assert got["results"]["context_recall"]["status"] == result["status"] == "scored"
+            assert got["results"]["context_recall"]["score"] == result["score"]
+        assert as_text[question]["answer"] == record["answer"]  # "true", as in the file
+        assert inferred[question]["answer"] == record["answer"].capitalize()  # pyarrow's bool
+    assert [r["results"]["context_recall"]["score"] for r in expected.values()] == [1.0, 0.0, 0.0]
+
+
+def test_a_row_that_cannot_be_read_has_the_fields_of_a_scored_row(local_ray: str) -> None:
+    """Before, a row that failed before scoring came out with its input's own keys (RAGAS
+    ``user_input`` where every other record says ``question``) and a short result; now it
+    has the fields ``to_jsonl`` writes for any row, its input mapped the same way."""
+    data = [
+        {"row": i + 1, "user_input": f"q{i}", "retrieved_contexts": ["c"],
+         "reference_contexts": ["c"], "language": "zz" if i == 1 else "en", "source": "s"}
+        for i in range(2)
+    ]  # fmt: skip
+    out = evaluate_ray(
+        ray.data.from_items(data), ["non_llm_context_recall"], num_actors=1
+    ).take_all()
+    scored, failed = (json.loads(r["record"]) for r in sorted(out, key=lambda r: r["row"]))
+    assert failed["results"]["non_llm_context_recall"]["status"] == "failed"
+    assert list(failed) == list(scored)
+    assert list(failed["results"]["non_llm_context_recall"]) == list(
+        scored["results"]["non_llm_context_recall"]
+    )
+    assert failed["row"] == 2
+    assert (failed["question"], failed["contexts"], failed["language"]) == ("q1", ["c"], "zz")
+    assert failed["source"] == "s"
+    assert failed["location"] == "ray dataset, row 2"
