@@ -317,13 +317,15 @@ class VerdictCache:
         except (sqlite3.Error, CacheError) as exc:
             self._warn(exc)
 
-    def record(self, *, hit: bool) -> None:
-        """Count one lookup in :attr:`hits` or :attr:`misses` (thread-safe)."""
+    def record(self, *, hits: int = 0, misses: int = 0) -> None:
+        """Count lookups in :attr:`hits` and :attr:`misses` (thread-safe).
+
+        A worker process looks up in a copy of this object: its lookups are counted here
+        too, from its results' usage, when they come back.
+        """
         with self._lock:
-            if hit:
-                self.hits += 1
-            else:
-                self.misses += 1
+            self.hits += hits
+            self.misses += misses
 
     def __len__(self) -> int:
         with self._lock:

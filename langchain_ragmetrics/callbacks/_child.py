@@ -221,6 +221,19 @@ def _settle_in(isolation: ProcessIsolation) -> None:
             os.nice(isolation.niceness)
 
 
+def _go_idle(isolation: ProcessIsolation, name: str, stop: threading.Event) -> IdleScoring | None:
+    """Lower this thread to ``SCHED_IDLE`` when asked and possible; None when not.
+
+    The scoring threads, started later from this one, inherit it; a guard lifts it while
+    the CPUs are saturated, so scoring never stops.
+    """
+    if not (isolation.idle_priority and IdleScoring.supported()):
+        return None
+    idle = IdleScoring(name=name)
+    idle.start(stop)
+    return idle
+
+
 def main(recv: Connection, send: Connection, start: ChildStart) -> None:
     """The child's entry point (``multiprocessing`` target)."""
     settings = start.settings
@@ -258,10 +271,7 @@ def main(recv: Connection, send: Connection, start: ChildStart) -> None:
         daemon=True,
     )
     reporter.start()  # before the next line: the heartbeat keeps its priority
-    if isolation.idle_priority and IdleScoring.supported():
-        # The scoring threads, started later from this one, inherit SCHED_IDLE; a guard
-        # lifts it while the CPUs are saturated, so scoring never stops.
-        IdleScoring(name=settings.name).start(stop)
+    idle = _go_idle(isolation, settings.name, stop)
 
     def answer(make: Callable[[HandlerStats], ChildMessage]) -> None:
         """Send ``make(counters)`` once every result they count has gone up, in order."""
@@ -289,6 +299,8 @@ def main(recv: Connection, send: Connection, start: ChildStart) -> None:
                 target=flush, args=(message,), name=f"{settings.name}-flush", daemon=True
             ).start()
         elif isinstance(message, CloseRequest):
+            if idle is not None:  # the application waits for this close: no idle priority
+                idle.end()
             ok = background.close(message.timeout)
             answer(partial(Closed, ok))
             break

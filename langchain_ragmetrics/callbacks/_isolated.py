@@ -105,9 +105,9 @@ _FEED_PAUSE_SECONDS = 0.2
 """While retrievals keep coming the feeder sends at most every this often (a batch each):
 at 20 a second that is 5 wake-ups instead of 20, and scoring starts at most 0.2 s later."""
 _KILL_GRACE_SECONDS = 2.0
-_CHILD_CLOSE_GRACE_SECONDS = STOP_GRACE_SECONDS + SINK_GRACE_SECONDS + 1.0
-"""How far past ``close``'s timeout the child may take to close (its own two graces, and a
-second to answer and exit) before it is killed."""
+_CHILD_CLOSE_GRACE_SECONDS = STOP_GRACE_SECONDS + SINK_GRACE_SECONDS + _KILL_GRACE_SECONDS
+"""How far past ``close``'s timeout the child may take to close (its own two graces, and as
+long again as a kill may take, to answer and exit) before it is killed."""
 _IDLE_EXIT_CLOSE_SECONDS = 30.0
 
 

@@ -134,10 +134,15 @@ class SinkOutbox:
             self._delivered = self._errors = self._dropped = self._skipped = 0
 
     def request(self, fn: Callable[[], object]) -> Future[object]:
-        """Run ``fn`` on the delivery thread after the results queued so far."""
+        """Run ``fn`` on the delivery thread after the results queued so far.
+
+        A sink that was never given a result gets its thread now: its ``close`` must still
+        run (it may hold a client or a file it opened when it was built).
+        """
         future: Future[object] = Future()
-        if self._thread is None or not self._queue.put(_Call(fn, future), counted=False):
-            future.set_result(None)  # nothing was ever delivered, or already closed
+        running = self._thread is not None or (not self._queue.closed and self._start())
+        if not running or not self._queue.put(_Call(fn, future), counted=False):
+            future.set_result(None)  # no thread can start (interpreter exit), or closed
         return future
 
     def stop(self) -> None:

@@ -157,6 +157,8 @@ class IdleScoring:
         self._last: dict[int, tuple[int, int]] = {}
         self._looked = clock()
         self._boosted_for = 0  # periods left under the normal policy
+        self._lock = threading.Lock()
+        self._ended = False
 
     @staticmethod
     def supported(read: Reader = read_schedstat) -> bool:
@@ -183,13 +185,31 @@ class IdleScoring:
         self._last = {} if counters is None else {me: counters}
         self._looked = self._clock()
 
+    def end(self) -> None:
+        """Put the scoring threads under the normal policy for good; the guard stops looking.
+
+        For the child's close: the application waits for it (within its timeout), so it must
+        not wait at the back of a saturated machine's run queue.
+        """
+        with self._lock:
+            self._ended = True
+            _set_policy(self._scoring(), os.SCHED_OTHER)
+
     def step(self) -> None:
         """One look: boost starved scoring threads, or put boosted ones back once held enough.
 
         Starved: together they waited at least half the time since the last look, and twenty
-        times as long as they ran (see :func:`starved`).
+        times as long as they ran (see :func:`starved`). Nothing after :meth:`end`.
         """
-        scoring = [tid for tid in self._tasks() if tid not in self._exempt]
+        with self._lock:
+            if not self._ended:
+                self._step()
+
+    def _scoring(self) -> list[int]:
+        return [tid for tid in self._tasks() if tid not in self._exempt]
+
+    def _step(self) -> None:
+        scoring = self._scoring()
         run = wait = 0
         now: dict[int, tuple[int, int]] = {}
         for tid in scoring:

@@ -32,6 +32,7 @@ from langchain_ragmetrics.evaluation._workers import (
     AUTO_MIN_JOBS_FORKED,
     Workers,
     available_cores,
+    method_now,
     needs_main,
     score_in_processes,
     start_method,
@@ -170,9 +171,11 @@ class _Run:
         self.workers = 1
         """Processes scoring the jobs, this one included."""
         self.recipe: ScoringRecipe | None = None
+        """Set when worker processes share the jobs (``workers > 1``)."""
         self.start_method: str | None = None
         """How workers start, when ``workers="auto"`` decided it (None: decided later)."""
-        """Set when worker processes share the jobs (``workers > 1``)."""
+        self._asked: tuple[Workers, float | None] = (1, None)
+        """``workers`` and ``rate_limit_per_minute`` as given (to decide again)."""
 
     def use_workers(self, workers: Workers, *, rate_limit_per_minute: float | None) -> None:
         """Decide how many processes score the jobs and, for more than one, make the recipe.
@@ -184,10 +187,33 @@ class _Run:
         has the class already); an explicit number raises in the first case and relies on
         the guard in the second.
         """
-        engine = self.engine
+        self._asked = (workers, rate_limit_per_minute)
         jobs = len(self.data.samples) * len(self.metrics)
         if workers == "auto" and jobs >= 2 * AUTO_MIN_JOBS_FORKED and available_cores() > 1:
             self.start_method = start_method()  # forked workers pay off on shorter runs
+        self._decide()
+
+    def recheck_workers(self) -> None:
+        """Decide again if a thread started since ``"auto"`` chose to fork (the pre-flight's).
+
+        Workers would then be spawned: a spawned worker pays off only on longer runs, and it
+        re-runs the caller's script when a metric class is defined there, which ``"auto"``
+        never lets happen (see :meth:`use_workers`).
+        """
+        if self.start_method != "fork" or self.recipe is None:
+            return
+        method = method_now(self.start_method)
+        if method == self.start_method:
+            return
+        self.start_method = method
+        self.workers, self.recipe = 1, None
+        self._decide()
+
+    def _decide(self) -> None:
+        """Set ``workers`` and ``recipe`` from what was asked and ``start_method``."""
+        workers, rate_limit_per_minute = self._asked
+        engine = self.engine
+        jobs = len(self.data.samples) * len(self.metrics)
         count = worker_count(
             workers,
             jobs=jobs,
@@ -533,6 +559,7 @@ def evaluate(
     run.use_workers(workers, rate_limit_per_minute=rate_limit_per_minute)
     if preflight:
         _preflight(run)
+        run.recheck_workers()  # the pre-flight request may have started a thread
     completed = run.execute()
     return run.result(interrupted=not completed)
 

@@ -93,6 +93,7 @@ __all__ = [
     "WORKER_RESTARTS",
     "Workers",
     "available_cores",
+    "method_now",
     "needs_main",
     "score_in_processes",
     "start_method",
@@ -262,6 +263,18 @@ def _start(process: BaseProcess, *, keep_main: bool) -> None:
             stack.enter_context(_main_left_alone())
         stack.enter_context(_sigint_ignored())
         process.start()
+
+
+def method_now(method: str | None) -> str | None:
+    """``method``, but a fork chosen earlier is a spawn if a thread has started since.
+
+    A pre-flight request's thread, or a tracer's, may start between the choice and the
+    workers' start; forking then could copy a lock another thread holds. A fork the user
+    forced stays a fork.
+    """
+    if method == "fork" and not _method_forced() and not _single_threaded():
+        return "spawn"
+    return method
 
 
 def start_method() -> str:
@@ -793,6 +806,7 @@ class _Pool:
         if kind == "results":
             for row, col, result in message[1]:
                 self.feed.finished(worker, (row, col))
+                self._count_lookups(col, result)
                 self.events.put(("result", row, col, result))
         elif kind == "more":
             self._send_jobs(worker, message[1])
@@ -825,6 +839,17 @@ class _Pool:
             worker.done = True
         elif kind == "raise":
             self.events.put(("raise", message[1]))
+
+    def _count_lookups(self, col: int, result: MetricResult) -> None:
+        """A worker's verdict-cache lookups, counted on the caller's cache object too.
+
+        The worker looked up in its own copy; without this, ``cache.hits`` / ``misses``
+        would count only this process's share of the run.
+        """
+        cache = getattr(self.metrics[col], "cache", None)
+        usage = result.usage
+        if cache is not None and (usage.cache_hits or usage.cache_misses):
+            cache.record(hits=usage.cache_hits, misses=usage.cache_misses)
 
     def _send_jobs(self, worker: _Worker, count: int) -> None:
         """Up to ``count`` jobs for ``worker``, or ``end`` when none is left for it.
@@ -985,8 +1010,7 @@ def score_in_processes(
     when the caller decided it already (None: :func:`start_method` decides now); a fork
     chosen then is checked again here, and becomes a spawn if a thread started since.
     """
-    if method == "fork" and not _method_forced() and not _single_threaded():
-        method = "spawn"  # a thread started since fork was chosen (a pre-flight request's)
+    method = method_now(method)
     pool = _Pool(
         samples=samples,
         metrics=metrics,

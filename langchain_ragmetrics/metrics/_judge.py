@@ -684,7 +684,7 @@ class CachedCall:
                 parsed = None
             if parsed is not None:
                 hit = JudgeOutcome(parsed=parsed, usage=Usage(cache_hits=1))
-                cache.record(hit=True)
+                cache.record(hits=1)
         return cls(cache, key, hit)
 
     def store(self, outcome: JudgeOutcome) -> JudgeOutcome:
@@ -698,7 +698,7 @@ class CachedCall:
             data = parsed.model_dump(mode="json") if hasattr(parsed, "model_dump") else parsed
             self.cache.put(self.key, data)
         outcome.usage = outcome.usage + Usage(cache_misses=1)
-        self.cache.record(hit=False)
+        self.cache.record(misses=1)
         return outcome
 
 

@@ -259,37 +259,32 @@ def test_this_processs_sinks_get_their_grace_however_long_the_child_took(
     assert isinstance(handler._background, ProcessRuntime)
     app.chain.invoke(question(0), config={"callbacks": [handler]})
     assert handler.flush(START)
-    sink.until = time.monotonic() + 0.6  # past the deadline of the close below
-    assert handler.close(timeout=0.5)
+    sink.until = time.monotonic() + 2.1  # past the deadline of the close below
+    assert handler.close(timeout=2.0)
     assert sink.closed.is_set()
     assert [r.score for r in sink.results] == [0.5]
     assert handler.stats.sinks["_SlowToClose"].delivered == 1
 
 
-def test_a_child_whose_judge_used_the_whole_budget_closes_before_it_is_killed(
-    default_judge: JudgeServer,
-    make_judge: JudgeFactory,
-    release: threading.Event,
-    caplog: pytest.LogCaptureFixture,
+def test_this_processs_sinks_are_closed_after_a_child_that_used_the_whole_budget(
+    default_judge: JudgeServer, make_judge: JudgeFactory, release: threading.Event
 ) -> None:
-    """The child closes as the thread runtime does (its judge calls get 2 s past the
-    timeout, its sinks 2 s more); before, it was killed at the timeout, and the sinks here
-    were abandoned with no time left."""
+    """With the judge held, the child uses its whole budget and its graces (or is killed
+    past them, on a loaded machine); either way the sinks here then get their own grace.
+    Before, they were abandoned with no time left: their ``close`` never ran."""
     app = rag_app(default_judge, make_judge)
     sink = _SlowToClose()
     handler = RagMetricsCallbackHandler(metrics=[ContextRelevance()], sinks=[sink])
     app.chain.invoke(question(0), config={"callbacks": [handler]})
-    assert handler.flush(START)  # the sink has a result (a sink given none is not closed)
+    assert handler.flush(START)  # one scored, then one held
     default_judge.script = rag_router(RelevantSentences=lambda req: reply_hold(release, VERDICT))
     app.chain.invoke(question(1), config={"callbacks": [handler]})
     wait_until(lambda: default_judge.count("RelevantSentences") == 2, "the held request")
-    with caplog.at_level(logging.WARNING, logger="langchain_ragmetrics"):
-        assert handler.close(timeout=0.5) is False  # the held retrieval could not be scored
+    assert handler.close(timeout=0.5) is False  # the held retrieval could not be scored
     stats = handler.stats
     assert (stats.abandoned, stats.processed) == (1, 1)
     assert sink.closed.is_set()  # closed in time, not left to its thread
-    warned = [r.getMessage() for r in caplog.records]
-    assert not [m for m in warned if "did not finish closing in time" in m], warned
+    assert stats.sinks["_SlowToClose"].delivered == 1
 
 
 SCRIPT = """

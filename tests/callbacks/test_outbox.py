@@ -8,9 +8,17 @@ from collections.abc import Callable, Hashable
 
 import pytest
 from langchain_openai import ChatOpenAI
+from pydantic import SecretStr
 
-from langchain_ragmetrics import CallableSink, HandlerStats, InMemorySink, OnlineResult
-from langchain_ragmetrics.callbacks._outbox import SinkOutbox
+from langchain_ragmetrics import (
+    CallableSink,
+    ContextRelevance,
+    HandlerStats,
+    InMemorySink,
+    OnlineResult,
+    RagMetricsCallbackHandler,
+)
+from langchain_ragmetrics.callbacks._outbox import SinkOutbox, close_all
 from langchain_ragmetrics.callbacks._stats import FailureLog
 from langchain_ragmetrics.callbacks.sinks import BaseSink, SinkSkipError, SinkUnavailableError
 from tests._support.concurrency import wait_until
@@ -356,3 +364,35 @@ def test_a_sink_raising_a_base_exception_is_counted_and_its_thread_lives_on(
     assert sink.emitted == ["cancelled", "b", "c"]
     assert any("CancelledError" in r.getMessage() for r in caplog.records)
     box.stop()
+
+
+class _Closable(InMemorySink):
+    """Records that its ``close`` ran, and on which thread."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.closed_on: list[str] = []
+
+    def close(self, timeout: float | None = None) -> None:
+        self.closed_on.append(threading.current_thread().name)
+
+
+def test_a_sink_given_no_result_is_still_closed_on_its_own_thread() -> None:
+    """Before, close_all skipped a sink whose outbox never started: a client or file it
+    opened when it was built was never released."""
+    sink = _Closable()
+    box = _outbox(sink)
+    assert box.thread is None
+    assert close_all([box], WAIT_S, FailureLog())
+    assert sink.closed_on == ["test"]  # the outbox's thread, not the caller's
+
+
+def test_a_handler_that_scored_nothing_closes_its_sinks() -> None:
+    sink = _Closable()
+    handler = RagMetricsCallbackHandler(
+        metrics=[ContextRelevance(llm=ChatOpenAI(model="unused", api_key=SecretStr("unused")))],
+        sinks=[sink],
+        isolation="thread",
+    )
+    assert handler.close(WAIT_S)
+    assert len(sink.closed_on) == 1

@@ -227,6 +227,29 @@ def test_starved_scoring_threads_run_under_the_normal_policy_for_hold_periods_th
     assert "waited 480 ms for a CPU and ran 4 ms in 0.5 s" in reports[0].getMessage()
 
 
+def test_end_puts_the_scoring_threads_under_the_normal_policy_for_good() -> None:
+    """The child's close: the application waits for it, so no idle priority from then on,
+    and a later look that finds them unstarved does not lower them again."""
+    script = _Script()
+    with _lowered(period=0.5, hold=1, read=script, clock=script.clock) as (
+        guard,
+        (exempt, lowered, later),
+    ):
+
+        def now() -> list[int]:
+            return [os.sched_getscheduler(tid) for tid in (exempt, lowered, later)]
+
+        guard.step()
+        guard.end()
+        assert now() == [os.SCHED_BATCH, os.SCHED_OTHER, os.SCHED_OTHER]
+        script.advance(run_ms=2, wait_ms=240)  # starved, then held, then idle again before
+        guard.step()
+        guard.step()
+        guard.step()
+        assert now() == [os.SCHED_BATCH, os.SCHED_OTHER, os.SCHED_OTHER]
+    assert guard.boosts == 0
+
+
 def test_a_thread_that_ended_between_two_looks_is_left_out() -> None:
     """Its counters are gone and setting its policy fails: the look goes on with the rest."""
     ended = threading.Thread(target=lambda: None)

@@ -267,17 +267,21 @@ def test_the_verdict_cache_is_shared_across_processes(
     judge_server.script = lexical_judge()
     path = tmp_path / "verdicts.sqlite3"
     data = rows(6)
+    mine = VerdictCache(path)
     with monkeypatch.context() as patch:
         hold_parent(patch, None)  # the worker scores every job and fills the file
         first = evaluate(
-            data, METRICS, llm=make_judge(), cache=path, workers=2, show_progress=False
+            data, METRICS, llm=make_judge(), cache=mine, workers=2, show_progress=False
         )
     assert first.usage.cache_misses == judge_server.count() == 12
+    # The worker's lookups count on the caller's object too (before: 0 and 0).
+    assert (mine.hits, mine.misses) == (0, 12)
     here = evaluate(data, METRICS, llm=make_judge(), cache=VerdictCache(path), workers=1)
     assert here.usage.cache_hits == 12  # this process reads what the worker wrote
     hold_parent(monkeypatch, None)
-    again = evaluate(data, METRICS, llm=make_judge(), cache=path, workers=2, show_progress=False)
+    again = evaluate(data, METRICS, llm=make_judge(), cache=mine, workers=2, show_progress=False)
     assert again.usage.cache_hits == 12
+    assert (mine.hits, mine.misses) == (12, 12)
     assert judge_server.count() == 12  # every later answer came from the shared file
     assert scores(again, "context_recall") == scores(first, "context_recall")
 
@@ -901,6 +905,36 @@ def test_a_fork_chosen_before_a_thread_started_becomes_a_spawn(
     assert threading.active_count() > 1  # the judge server's threads, at least
     result = evaluate(rows(100), METRICS, llm=make_judge(), show_progress=False)
     assert methods == [used]
+    assert all(r.status("context_recall") == "scored" for r in result.rows)
+
+
+@pytest.mark.parametrize("defined_in_script", [True, False])
+def test_auto_decides_again_when_the_preflight_turned_its_fork_into_a_spawn(
+    judge_server: JudgeServer,
+    make_judge: Callable[..., Any],
+    monkeypatch: pytest.MonkeyPatch,
+    defined_in_script: bool,
+) -> None:
+    """``"auto"`` chose to fork (single-threaded then); the pre-flight request left a thread,
+    so the workers would be spawned. Before, they were: a metric class defined in the
+    caller's script made the spawned worker re-run the script, and 200 jobs are too few for
+    a spawned worker to pay off. Now ``"auto"`` decides again as for a spawn: one process."""
+    judge_server.script = lexical_judge()
+    monkeypatch.setattr(workers_module, "available_cores", lambda: 2)
+    monkeypatch.setattr(run_module, "available_cores", lambda: 2)
+    monkeypatch.setattr(run_module, "start_method", lambda: "fork")  # single-threaded then
+    monkeypatch.delenv(START_METHOD_ENV, raising=False)
+    monkeypatch.setattr(run_module, "needs_main", lambda recipe: defined_in_script)
+    preflights: list[int] = []
+    monkeypatch.setattr(run_module, "_preflight", lambda run: preflights.append(run.workers))
+    started: list[str] = []
+    monkeypatch.setattr(
+        workers_module._Pool, "start_workers", lambda self: started.append(self.method)
+    )
+    assert threading.active_count() > 1  # as the pre-flight's would: the judge server's
+    result = evaluate(rows(100), METRICS, llm=make_judge(), show_progress=False, preflight=True)
+    assert preflights == [2]  # a fork was chosen: two processes
+    assert started == []  # decided again after it: no worker
     assert all(r.status("context_recall") == "scored" for r in result.rows)
 
 
