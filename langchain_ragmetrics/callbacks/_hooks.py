@@ -4,7 +4,7 @@ Both runtimes turn a live trace into plain data off the caller's thread, and tha
 the user's functions run. A function that blocks (a lock, a network call without a timeout)
 must not hold the thread that every other retrieval needs: the thread runtime's loop (it
 schedules the judge calls) or the isolated mode's feeder (it sends the child its work). So a
-user's function runs on a thread of another, and the per-job ``timeout`` bounds the wait for
+user's function runs on another thread, and the per-job ``timeout`` bounds the wait for
 it; past it, the retrieval's metrics fail with an error that names the function, as when it
 raises. The feeder hands it to a helper (:class:`HookRunner`); the thread runtime to a judge
 thread (:class:`~langchain_ragmetrics._user_calls.UserCalls`). Each bounds the threads that
