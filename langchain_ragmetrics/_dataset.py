@@ -23,6 +23,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from langchain_ragmetrics._errors import DatasetError, MissingFieldError, RowProblem, RowRef
+from langchain_ragmetrics._plain import unwrap_numpy
 from langchain_ragmetrics._schema import _ALIASES, RagSample
 
 __all__ = [
@@ -228,7 +229,7 @@ def _dataframe_records(frame: Any) -> Iterator[_Record]:
     for row, (label, values) in enumerate(
         zip(frame.index, frame.itertuples(index=False, name=None), strict=True), start=1
     ):
-        ref = RowRef(row, index=_plain(label))
+        ref = RowRef(row, index=unwrap_numpy(label))
         record, problems = _cells_to_record("DataFrame", ref, zip(columns, values, strict=True))
         yield ref, record, problems
 
@@ -259,16 +260,6 @@ def _enumerate_records(items: Iterable[Any]) -> Iterator[_Record]:
 # --------------------------------------------------------------------------- cells
 
 
-def _plain(value: Any) -> Any:
-    """Unwrap numpy scalars and arrays into plain Python values."""
-    module = type(value).__module__
-    if module == "numpy" or module.startswith("numpy."):
-        tolist = getattr(value, "tolist", None)
-        if callable(tolist):
-            return tolist()
-    return value
-
-
 def _is_missing(value: Any) -> bool:
     if value is None:
         return True
@@ -279,7 +270,7 @@ def _is_missing(value: Any) -> bool:
 
 def _cell(column: str, value: Any) -> Any:
     """Normalise one CSV or DataFrame cell; None means "absent"."""
-    value = _plain(value)
+    value = unwrap_numpy(value)
     if _is_missing(value):
         return None
     if isinstance(value, str):

@@ -31,6 +31,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "_loops",
         "_options",
         "_otel",
+        "_plain",
         "_progress",
         "_prompts",
         "_redact",

@@ -827,7 +827,7 @@ class _Pool:
                     self.converted.add(name)
                     logger.warning(
                         "metric %r returned details that cannot be pickled: they were "
-                        "converted to plain data (other values as their repr()) to send them "
+                        "converted to plain data (other values as their text) to send them "
                         "from a worker process; scores and reasons are unchanged",
                         name,
                     )

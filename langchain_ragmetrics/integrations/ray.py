@@ -47,14 +47,15 @@ import threading
 import time
 import uuid
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from langchain_core.rate_limiters import BaseRateLimiter
 
-from langchain_ragmetrics._dataset import _cells_to_record, _plain, _to_sample
+from langchain_ragmetrics._dataset import _cells_to_record, _to_sample
 from langchain_ragmetrics._errors import JudgeSetupError, RowProblem, RowRef
 from langchain_ragmetrics._options import number_above_zero, number_at_least_zero, whole_number
+from langchain_ragmetrics._plain import plain_json, text_of
 from langchain_ragmetrics._schema import _ALIASES, MetricResult, RagSample
 from langchain_ragmetrics.evaluation._model import SAMPLE_FIELDS, json_text
 from langchain_ragmetrics.evaluation._recipe import JudgeRecipe, ScoringRecipe
@@ -85,8 +86,6 @@ _TEXT_COLUMNS = frozenset(SAMPLE_FIELDS) | frozenset(
 )
 """Input columns ``evaluate()`` reads as text (a list column: its items): the sample's fields
 but ``metadata``, under their own names and their RAGAS names."""
-_MAX_DEPTH = 64
-"""Nesting beyond which :func:`_jsonable` cuts a value (a cycle is cut where it closes)."""
 LEDGER_TIMEOUT_S = 60.0
 """Seconds an actor waits for the ledger before it scores a batch without it."""
 
@@ -106,23 +105,15 @@ def _import_ray() -> Any:
 # --------------------------------------------------------------------------- cells
 
 
-def _text(value: Any) -> str:
-    """``str(value)``; an object whose text raises is named by its type. Never raises."""
-    try:
-        return str(value)
-    except Exception:  # any cell, whatever its __str__ does
-        return f"<{type(value).__name__} object>"
-
-
 def _location(row: Mapping[str, Any]) -> str:
     """Where a row came from: its ``row`` number, else its question (Ray has no row index)."""
     number = row.get(ROW_COLUMN)
     if number is not None:
-        return f"{SOURCE}, row {_text(number)}"
+        return f"{SOURCE}, row {text_of(number)}"
     question = row.get("question")
     if question is None or (isinstance(question, str) and not question):
         question = row.get("user_input")
-    text = "" if question is None else _text(question)
+    text = "" if question is None else text_of(question)
     short = text if len(text) <= 60 else text[:57] + "..."
     return f"{SOURCE}, row with question {short!r}"
 
@@ -180,37 +171,6 @@ def _read_row(row: Mapping[str, Any]) -> RagSample:
 # --------------------------------------------------------------------------- records
 
 
-def _jsonable(value: Any, leaf: Callable[[Any], str] = _text, seen: tuple[int, ...] = ()) -> Any:
-    """``value`` as plain JSON data, whatever it holds. Never raises.
-
-    Dict keys become text, tuples and sets lists (a set sorted, so that its form does not
-    depend on the process's hash seed), NumPy values plain ones, any other object
-    ``leaf(value)``; a cycle, or nesting deeper than :data:`_MAX_DEPTH`, is cut to ``"..."``.
-    """
-    if value is None or isinstance(value, (str, bool, int, float)):
-        return value
-    if id(value) in seen or len(seen) >= _MAX_DEPTH:
-        return "..."
-    inner = (*seen, id(value))
-    try:
-        plain = _plain(value)
-        if plain is not value:
-            return _jsonable(plain, leaf, inner)
-        if isinstance(value, Mapping):
-            return {
-                k if isinstance(k, str) else _text(k): _jsonable(v, leaf, inner)
-                for k, v in value.items()
-            }
-        if isinstance(value, (set, frozenset)):
-            items = [_jsonable(v, leaf, inner) for v in value]
-            return sorted(items, key=lambda item: json.dumps(item, sort_keys=True))
-        if isinstance(value, (list, tuple)):
-            return [_jsonable(v, leaf, inner) for v in value]
-    except Exception:  # a container that cannot be walked: its leaf form below
-        logger.debug("a cell could not be walked; kept as text", exc_info=True)
-    return leaf(value)
-
-
 def _fingerprint(value: Any) -> str:
     """An object's stable stand-in in the ledger key: a hash of its pickle, else its text.
 
@@ -220,7 +180,7 @@ def _fingerprint(value: Any) -> str:
     try:
         digest = hashlib.sha256(pickle.dumps(value)).hexdigest()
     except Exception:  # an object pickle refuses (Ray pickled it, so rare): its text
-        return _text(value)
+        return text_of(value)
     return f"{type(value).__qualname__}:{digest}"
 
 
@@ -232,8 +192,8 @@ def _content_key(rows: Sequence[Mapping[str, Any]]) -> str:
     it is scored goes unnoticed (Ray re-runs it whole).
     """
     try:
-        text = json.dumps(_jsonable(rows, _fingerprint), sort_keys=True, ensure_ascii=False)
-    except Exception:  # not expected: _jsonable's output is plain JSON data
+        text = json.dumps(plain_json(rows, leaf=_fingerprint), sort_keys=True, ensure_ascii=False)
+    except Exception:  # not expected: plain_json's output is plain JSON data
         logger.warning("a batch could not be keyed for the ledger", exc_info=True)
         text = uuid.uuid4().hex
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
@@ -271,7 +231,7 @@ def _failed_row(row: Mapping[str, Any], columns: Sequence[str], error: str) -> d
         cells = {k: v for k, v in row.items() if k != ROW_COLUMN}
     fields: dict[str, Any] = {}
     given = cells.get("metadata")
-    metadata = {_text(k): v for k, v in given.items()} if isinstance(given, Mapping) else {}
+    metadata = {text_of(k): v for k, v in given.items()} if isinstance(given, Mapping) else {}
     for key, value in cells.items():
         target = _ALIASES.get(key, key)
         if target in SAMPLE_FIELDS and target not in fields:
@@ -301,12 +261,13 @@ def _failed_row(row: Mapping[str, Any], columns: Sequence[str], error: str) -> d
 def _record_text(record: Mapping[str, Any]) -> str:
     """A record as ``to_jsonl`` writes it, else with its values made plain JSON.
 
-    ``to_jsonl``'s form fails on a key that is not text or on a cycle: :func:`_jsonable`.
+    ``to_jsonl``'s form fails on a key that is not text or on a cycle
+    (:func:`~langchain_ragmetrics._plain.plain_json`).
     """
     try:
         return json_text(record)
     except (TypeError, ValueError, RecursionError):
-        return json.dumps(_jsonable(record), ensure_ascii=False)
+        return json.dumps(plain_json(record), ensure_ascii=False)
 
 
 def _columns(records: Sequence[Mapping[str, Any]], metrics: Sequence[str]) -> dict[str, Any]:
@@ -574,14 +535,14 @@ class _Scorer:
             except ValueError as exc:
                 records[index] = _failed_row(row, self.columns, f"invalid row: {exc}")
             except Exception as exc:  # not a field's error: the row fails alone, named
-                error = f"invalid row: {_location(row)}: {type(exc).__name__}: {_text(exc)}"
+                error = f"invalid row: {_location(row)}: {type(exc).__name__}: {text_of(exc)}"
                 records[index] = _failed_row(row, self.columns, error)
         jobs = [Job(sample, metric, (i, col)) for i, sample in scored for col, metric in
                 enumerate(self.metrics)]  # fmt: skip
         try:
             results: list[MetricResult | None] = self.engine.run(jobs)
         except Exception as exc:  # a bug must not fail the whole dataset: its rows say so
-            error = f"{type(exc).__name__}: {_text(exc)}"
+            error = f"{type(exc).__name__}: {text_of(exc)}"
             for i, _ in scored:
                 records[i] = _failed_row(rows[i], self.columns, error)
             return [r for r in records if r is not None]
@@ -595,7 +556,7 @@ class _Scorer:
             except Exception as exc:  # its record cannot be made: the row fails alone, named
                 error = (
                     f"{_location(rows[i])}: its result cannot be written: "
-                    f"{type(exc).__name__}: {_text(exc)}"
+                    f"{type(exc).__name__}: {text_of(exc)}"
                 )
                 records[i] = _failed_row(rows[i], self.columns, error)
         return [r for r in records if r is not None]

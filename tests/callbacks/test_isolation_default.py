@@ -252,7 +252,9 @@ def test_this_processs_sinks_get_their_grace_however_long_the_child_took(
     default_judge: JudgeServer, make_judge: JudgeFactory
 ) -> None:
     """Before, the sinks here got what the child had left of ``timeout``: a sink whose
-    close needs to run past the deadline was abandoned, as a hung one is."""
+    close needs to run past the deadline was abandoned, as a hung one is. (``close``
+    returns True only if the child, with nothing left to score, also answers within its
+    graces, 6 s past the deadline: on a machine too loaded for that the test fails.)"""
     app = rag_app(default_judge, make_judge)
     sink = _SlowToClose()
     handler = RagMetricsCallbackHandler(metrics=[ContextRelevance()], sinks=[sink])
