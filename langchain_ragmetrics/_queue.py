@@ -122,6 +122,12 @@ class BoundedQueue(Generic[T]):
             return len(self._entries) + len(self._active)
 
     @property
+    def last_seq(self) -> int:
+        """The position of the last entry put (0: none yet); an :class:`Entry` has its own."""
+        with self._cond:
+            return self._seq
+
+    @property
     def closed(self) -> bool:
         """Whether :meth:`close` (or :meth:`abandon`) was called."""
         return self._closed

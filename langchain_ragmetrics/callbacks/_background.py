@@ -113,9 +113,19 @@ class ThreadRuntime:
         return {box.key: box.stats() for box in self.outboxes}
 
     def reset_sink_stats(self) -> None:
-        """Zero every sink's counts."""
+        """Start a new period of every sink's figures (see ``SinkOutbox.reset``)."""
         for box in self.outboxes:
             box.reset()
+
+    def reset_stats(self) -> None:
+        """Start a new period of the counters and the sinks' figures, at one moment.
+
+        Under ``Counters.hold``: no result is counted on one side of the reset and queued
+        for a sink on the other. What is in flight is carried (see ``Counters.reset``).
+        """
+        with self._counters.hold():
+            self._counters.reset()
+            self.reset_sink_stats()
 
     # ------------------------------------------------------------------ work
 

@@ -41,8 +41,10 @@ from langchain_ragmetrics.callbacks._messages import (
     LogRecordData,
     Ready,
     Report,
+    ResetRequest,
     Results,
     ScoreItems,
+    WasReset,
     picklable,
 )
 from langchain_ragmetrics.callbacks._priority import IdleScoring
@@ -80,48 +82,84 @@ class _Channel:
 
 
 class _ResultBuffer:
-    """Results waiting to go up to the parent: appended by scoring, sent in batches."""
+    """Results waiting to go up to the parent: appended by scoring, sent in batches.
+
+    Taken together with the counters that count them (see ``_Reading``) and sent with the
+    channel's ``in_order`` lock held, so batches go up in the order they were taken.
+    """
 
     def __init__(self, channel: _Channel, counters: Counters) -> None:
         self._channel = channel
         self._counters = counters
         self._items: list[OnlineResult] = []
         self._lock = threading.Lock()
-        self._send_lock = threading.Lock()
-        """Held from taking a batch to having sent it: a flush answer sent after
-        :meth:`send` returns follows every batch taken before."""
 
     def add(self, items: list[OnlineResult]) -> None:
         """Keep one retrieval's results for the next batch (scoring's side: an append)."""
         with self._lock:
             self._items.extend(items)
 
-    def send(self, stats: HandlerStats | None = None) -> bool:
-        """Send what is waiting as one :class:`Results` message, with ``stats`` if given.
+    def take(self) -> list[OnlineResult]:
+        """What is waiting, emptied."""
+        with self._lock:
+            items, self._items = self._items, []
+        return items
 
-        Returns:
-            Whether a message was sent (False: nothing was waiting).
-        """
-        with self._send_lock:
-            with self._lock:
-                items, self._items = self._items, []
-            if not items:
-                return False
-            try:
-                self._channel.send(Results(items, stats))
-            except Exception as exc:  # a result that does not pickle: send the others
-                kept = [item for item in items if picklable(item)]
-                lost = len(items) - len(kept)
-                self._counters.add(handler_errors=lost)
-                logger.warning(
-                    "ragmetrics: %d results could not be sent to the application's sinks "
-                    "(%r); they are lost",
-                    lost,
-                    exc,
-                )
-                if kept or stats is not None:
-                    self._channel.send(Results(kept, stats))
-            return True
+    def send(self, items: list[OnlineResult], stats: HandlerStats) -> None:
+        """Send ``items`` and the counters that count them as one :class:`Results` message."""
+        try:
+            self._channel.send(Results(items, stats))
+        except Exception as exc:  # a result that does not pickle: send the others
+            kept = [item for item in items if picklable(item)]
+            lost = len(items) - len(kept)
+            self._counters.add(handler_errors=lost)
+            logger.warning(
+                "ragmetrics: %d results could not be sent to the application's sinks "
+                "(%r); they are lost",
+                lost,
+                exc,
+            )
+            self._channel.send(Results(kept, stats))
+
+
+class _Reading:
+    """Reads the child's counters, its sinks' figures and the results not yet sent up.
+
+    All at one moment (under ``Counters.hold``, which scoring holds from counting a
+    retrieval's results to queueing them): a reading never counts a result that no sink
+    bucket holds and that has not gone up, so the last report before a kill is exact too.
+    """
+
+    def __init__(
+        self,
+        channel: _Channel,
+        counters: Counters,
+        background: ThreadRuntime,
+        results: _ResultBuffer | None,
+    ) -> None:
+        self._channel = channel
+        self._counters = counters
+        self._background = background
+        self._results = results
+
+    def __call__(self, *, reset: bool = False) -> tuple[HandlerStats, list[OnlineResult]]:
+        """The figures and the results to send with them; ``reset``: then zero the sinks'."""
+        with self._counters.hold():
+            stats = self._counters.snapshot(
+                queued=0, open_traces=0, sinks=self._background.sink_stats()
+            )
+            items = [] if self._results is None else self._results.take()
+            if reset:  # the parent starts its new period at this reading (``WasReset``)
+                self._background.reset_sink_stats()
+        return stats, items
+
+    def answer(self, make: Callable[[HandlerStats], ChildMessage], *, reset: bool = False) -> None:
+        """Send ``make(figures)`` once every result they count has gone up, in order."""
+        with self._channel.in_order:
+            stats, items = self(reset=reset)
+            if self._results is not None and items:
+                self._results.send(items, stats)
+            self._channel.send(make(stats))
 
 
 class _ForwardLogs(logging.Handler):
@@ -166,23 +204,24 @@ def _forward_logging(channel: _Channel, levels: dict[str, int]) -> None:
 
 def _report(
     channel: _Channel,
-    totals: Callable[[], HandlerStats],
+    read: Callable[[], tuple[HandlerStats, list[OnlineResult]]],
     stop: threading.Event,
     heartbeat: float,
     results: _ResultBuffer | None,
 ) -> None:
     """Send the results waiting, then the counters when changed (or every ``heartbeat`` s).
 
-    The counters are read before the results are taken, so every result they count has
-    gone up first, and in order with every other message that carries counters.
+    The counters and the results they count are read at one moment and go up in one
+    message, in order with every other message that carries counters.
     """
     last: HandlerStats | None = None
     quiet = 0.0
     while not stop.wait(_REPORT_EVERY_SECONDS):
         quiet += _REPORT_EVERY_SECONDS
         with channel.in_order:
-            current = totals()
-            if results is not None and results.send(current):
+            current, items = read()
+            if results is not None and items:
+                results.send(items, current)
                 last, quiet = current, 0.0  # the results carried the counters
             elif current != last or quiet >= heartbeat:
                 channel.send(Report(current))
@@ -259,31 +298,21 @@ def main(recv: Connection, send: Connection, start: ChildStart) -> None:
         channel.send(Fatal(text))
         return
     channel.send(Ready())
-
-    def _totals() -> HandlerStats:
-        return counters.snapshot(queued=0, open_traces=0, sinks=background.sink_stats())
+    read = _Reading(channel, counters, background, results)
 
     stop = threading.Event()
     reporter = threading.Thread(
         target=_report,
-        args=(channel, _totals, stop, isolation.heartbeat, results),
+        args=(channel, read, stop, isolation.heartbeat, results),
         name=f"{settings.name}-reporter",
         daemon=True,
     )
     reporter.start()  # before the next line: the heartbeat keeps its priority
     idle = _go_idle(isolation, settings.name, stop)
 
-    def answer(make: Callable[[HandlerStats], ChildMessage]) -> None:
-        """Send ``make(counters)`` once every result they count has gone up, in order."""
-        with channel.in_order:
-            stats = _totals()
-            if results is not None:
-                results.send()
-            channel.send(make(stats))
-
     def flush(request: FlushRequest) -> None:
         ok = background.flush(request.timeout)
-        answer(partial(Flushed, request.token, ok))
+        read.answer(partial(Flushed, request.token, ok))
 
     while True:
         try:
@@ -294,6 +323,8 @@ def main(recv: Connection, send: Connection, start: ChildStart) -> None:
         if isinstance(message, ScoreItems):
             for item in message.items:
                 background.submit(item)
+        elif isinstance(message, ResetRequest):
+            read.answer(partial(WasReset, message.token), reset=True)
         elif isinstance(message, FlushRequest):
             threading.Thread(
                 target=flush, args=(message,), name=f"{settings.name}-flush", daemon=True
@@ -302,6 +333,6 @@ def main(recv: Connection, send: Connection, start: ChildStart) -> None:
             if idle is not None:  # the application waits for this close: no idle priority
                 idle.end()
             ok = background.close(message.timeout)
-            answer(partial(Closed, ok))
+            read.answer(partial(Closed, ok))
             break
     stop.set()

@@ -43,7 +43,7 @@ from langchain_ragmetrics._retrieval import Capture, Retrieval
 from langchain_ragmetrics._schema import Usage
 from langchain_ragmetrics.callbacks import _exit
 from langchain_ragmetrics.callbacks._background import SINK_GRACE_SECONDS, STOP_GRACE_SECONDS
-from langchain_ragmetrics.callbacks._hooks import HookRunner, convert, hook_names
+from langchain_ragmetrics.callbacks._hooks import HookRunner, Outcome, convert_batch, hook_names
 from langchain_ragmetrics.callbacks._isolation import (
     ProcessIsolation,
     ScoringSetup,
@@ -63,8 +63,10 @@ from langchain_ragmetrics.callbacks._messages import (
     ParentMessage,
     Ready,
     Report,
+    ResetRequest,
     Results,
     ScoreItems,
+    WasReset,
     picklable,
 )
 from langchain_ragmetrics.callbacks._outbox import (
@@ -109,6 +111,9 @@ _CHILD_CLOSE_GRACE_SECONDS = STOP_GRACE_SECONDS + SINK_GRACE_SECONDS + _KILL_GRA
 """How far past ``close``'s timeout the child may take to close (its own two graces, and as
 long again as a kill may take, to answer and exit) before it is killed."""
 _IDLE_EXIT_CLOSE_SECONDS = 30.0
+_RESET_WAIT_SECONDS = 5.0
+"""How long ``reset_stats`` waits for the child to start its new period (past that, the
+reset happens when the child's answer comes, or when it exits)."""
 
 
 @dataclass(eq=False)
@@ -133,15 +138,17 @@ class _Child:
     usage: dict[str, int] = field(default_factory=dict)
     sinks: dict[str, dict[str, int]] = field(default_factory=dict)
     tokens: set[int] = field(default_factory=set)
+    resets: set[int] = field(default_factory=set)
+    """Tokens of the resets sent to it and not yet done (done at its answer, or its death)."""
     listener: threading.Thread | None = None
     greeting: ChildStart | None = None
     """The first message to send (a script child's :class:`ChildStart`), sent by the feeder."""
 
 
-_Entry = Capture | FlushRequest | CloseRequest
+_Entry = Capture | FlushRequest | ResetRequest | CloseRequest
 """What waits for the feeder: finished retrievals as recorded, and controls."""
 
-_Outgoing = Retrieval | FlushRequest | CloseRequest
+_Outgoing = Retrieval | FlushRequest | ResetRequest | CloseRequest
 """What the feeder sends: retrievals (in runs, as one :class:`ScoreItems`) and controls."""
 
 
@@ -501,12 +508,48 @@ class ProcessRuntime:
             return {**here, **there}
         return {key: here[key] if key in here else there[key] for key in self._order}
 
-    def reset_sink_stats(self) -> None:
-        """Zero the sinks' counts (``pending`` stays live)."""
+    def reset_stats(self) -> None:
+        """Start a new period of every figure, here and the child's, at one moment.
+
+        With a child at work that moment is its answer (:class:`WasReset`): the child zeroes
+        its sinks' figures between two consistent readings of them and of its counters, and
+        this process starts the new period of all its figures as it reads that answer, in
+        order with the child's reports. This call waits for it, within
+        ``_RESET_WAIT_SECONDS`` (past that the reset happens when the answer comes); a
+        child that is closing is reset when it has exited.
+        """
+        with self._cond:
+            child = self._child
+            if child is None or child.dead:
+                self._reset_figures()
+                return
+            token = next(self._tokens)
+            if self._stopping:  # no request reaches it any more: at its exit (_on_death)
+                child.resets.add(token)
+                return
+            if not self._queue.put(ResetRequest(token), counted=False):
+                self._reset_figures()
+                return
+            self._waiting.add(token)
+            try:
+                self._hurry.set()
+                self._cond.wait_for(lambda: token in self._flushed, _RESET_WAIT_SECONDS)
+            finally:
+                self._waiting.discard(token)
+                self._flushed.pop(token, None)
+
+    def _reset_figures(self) -> None:
+        """Start the new period of every figure kept here (lock held).
+
+        The counters carry what is in flight (``Counters.reset``); this process's outboxes
+        leave out the results they hold, which the child counted before; the child's sinks
+        count from zero (it zeroed them at its answer, or it is gone).
+        """
+        self._counters.reset()
         for box in self._outboxes or ():
             box.reset()
-        with self._cond:
-            self._sinks = {key: dict.fromkeys(totals, 0) for key, totals in self._sinks.items()}
+        self._sinks = {key: dict.fromkeys(totals, 0) for key, totals in self._sinks.items()}
+        self._sink_pending = dict.fromkeys(self._sink_pending, 0)
 
     # ------------------------------------------------------------------ feeder thread
 
@@ -545,6 +588,7 @@ class ProcessRuntime:
                     if child is not None:
                         child.sent += sum(isinstance(e, Retrieval) for e in entries)
                         child.tokens.update(e.token for e in entries if isinstance(e, FlushRequest))
+                        child.resets.update(e.token for e in entries if isinstance(e, ResetRequest))
                 finally:
                     for entry in batch:  # in the child's count now: outstanding stays exact
                         self._queue.done(entry)
@@ -573,28 +617,36 @@ class ProcessRuntime:
 
         Off the caller's thread on purpose: the conversion reads every document and the
         metadata, and runs the user's hooks (what they raise is the result's ``error``).
+        With hooks, the whole batch goes to their helper at once (one handoff, not one per
+        retrieval), which still bounds each retrieval by ``timeout``.
         """
-        settings = self.settings
+        captures = [entry for entry in taken if isinstance(entry, Capture)]
+        hooks = self._hooks
+        outcomes: list[Outcome] = []
+        if captures:
+            try:
+                if hooks is None:
+                    outcomes = convert_batch(captures, self.settings)
+                else:
+                    outcomes = hooks.convert_batch(captures)
+            except Exception as exc:  # the runner's own failure: each retrieval's, as before
+                outcomes = [exc] * len(captures)
+        converted = iter(outcomes)
         plain: list[_Outgoing] = []
         for entry in taken:
             if not isinstance(entry, Capture):
                 plain.append(entry)
                 continue
-            if plain:
-                # Between two retrievals, hand the GIL to an application thread waiting for
-                # it: it waits one conversion at most, not a whole batch's (or the 5 ms
-                # switch interval).
-                time.sleep(0)
-            try:
-                hooks = self._hooks
-                plain.append(convert(entry, settings) if hooks is None else hooks.convert(entry))
-            except Exception as exc:  # e.g. a document type we cannot read
+            outcome = next(converted)
+            if isinstance(outcome, Exception):  # e.g. a document type we cannot read
                 self._counters.add(handler_errors=1, processed=1)
                 self._failures.report(
-                    f"isolated:convert:{type(exc).__name__}",
-                    f"a retrieval could not be turned into plain data: {exc!r}",
-                    exc,
+                    f"isolated:convert:{type(outcome).__name__}",
+                    f"a retrieval could not be turned into plain data: {outcome!r}",
+                    outcome,
                 )
+                continue
+            plain.append(outcome)
         return plain
 
     def _answer(self, token: int, *, ok: bool) -> None:
@@ -618,6 +670,9 @@ class ProcessRuntime:
         for entry in dropped:
             if isinstance(entry, FlushRequest):
                 self._answer(entry.token, ok=False)
+            elif isinstance(entry, ResetRequest):  # no child: nothing to reset but here
+                self._reset_figures()
+                self._answer(entry.token, ok=True)
         lost = sum(isinstance(entry, Retrieval | Capture) for entry in dropped)
         if lost:
             self._counters.add(abandoned=lost)
@@ -750,16 +805,21 @@ class ProcessRuntime:
         if isinstance(message, LogRecordData):
             _relog(message.fields)
             return
-        if isinstance(message, Results):
-            for box in self._outboxes or ():
-                box.put(message.items)  # never blocks: a full outbox drops (counted)
-            if message.stats is None:
-                return
-        with self._cond:
+        with self._cond:  # queued and counted at one moment, as a reset sees them
+            if isinstance(message, Results):
+                for box in self._outboxes or ():
+                    box.put(message.items)  # never blocks: a full outbox drops (counted)
             if isinstance(message, Ready):
                 child.ready = True
             elif isinstance(message, Report | Results) and message.stats is not None:
                 self._apply(child, message.stats)
+            elif isinstance(message, WasReset):
+                self._apply(child, message.stats)  # the last figures of the period
+                if message.token in child.resets:  # else it was reset at the child's death
+                    child.resets.discard(message.token)
+                    child.sinks.clear()  # its sinks count from zero again
+                    self._reset_figures()
+                    self._answer(message.token, ok=True)
             elif isinstance(message, Flushed):
                 self._apply(child, message.stats)
                 if message.token in child.tokens:  # else its waiter was answered already
@@ -791,11 +851,14 @@ class ProcessRuntime:
         done = stats.processed + stats.dropped + stats.abandoned
         if done > child.done and not child.dead:
             self._crashes = 0
-        if done > child.done and child.lost and child.lost_in == self._counters.generation:
+        if done > child.done and child.lost:
             # Read after its death: these were counted abandoned, and are not.
             recovered = min(child.lost, done - child.done)
             child.lost -= recovered
-            delta["abandoned"] -= recovered
+            if child.lost_in == self._counters.generation:
+                delta["abandoned"] -= recovered
+            else:  # abandoned before a reset: they end in this period, carried into it
+                delta["seen"] = delta["sampled"] = recovered
         child.done = done
         if any(delta.values()):
             self._counters.add(**delta)
@@ -843,6 +906,11 @@ class ProcessRuntime:
             disabled, stopping = self._disabled, self._stopping
             if lost:  # counted before a waiting flush wakes: its caller sees the figure
                 self._counters.add(abandoned=lost)
+            if child.resets:  # what it held is counted: its figures are final, reset here
+                self._reset_figures()
+                for token in child.resets:
+                    self._answer(token, ok=True)
+                child.resets.clear()
             self._cond.notify_all()
         with contextlib.suppress(OSError):
             child.send.close()

@@ -1,10 +1,10 @@
 """The typed messages the isolated mode's parent and child process exchange over their pipes.
 
 Both sides import these classes, so a message is read by attribute, never by position. The
-parent sends :class:`ScoreItems`, :class:`FlushRequest` and :class:`CloseRequest`; the child
-answers with :class:`Ready`, :class:`Report`, :class:`Results`, :class:`Flushed`,
-:class:`Closed`, :class:`Fatal` and :class:`LogRecordData`. All are frozen dataclasses:
-cheap to build and to pickle.
+parent sends :class:`ScoreItems`, :class:`FlushRequest`, :class:`ResetRequest` and
+:class:`CloseRequest`; the child answers with :class:`Ready`, :class:`Report`,
+:class:`Results`, :class:`Flushed`, :class:`WasReset`, :class:`Closed`, :class:`Fatal` and
+:class:`LogRecordData`. All are frozen dataclasses: cheap to build and to pickle.
 """
 
 from __future__ import annotations
@@ -29,8 +29,10 @@ __all__ = [
     "ParentMessage",
     "Ready",
     "Report",
+    "ResetRequest",
     "Results",
     "ScoreItems",
+    "WasReset",
     "picklable",
 ]
 
@@ -66,13 +68,20 @@ class FlushRequest:
 
 
 @dataclass(frozen=True)
+class ResetRequest:
+    """Start a new period of the sinks' figures now; answer with :class:`WasReset`."""
+
+    token: int
+
+
+@dataclass(frozen=True)
 class CloseRequest:
     """Flush, close the sinks within ``timeout``, answer with :class:`Closed`, and exit."""
 
     timeout: float | None
 
 
-ParentMessage = ScoreItems | FlushRequest | CloseRequest
+ParentMessage = ScoreItems | FlushRequest | ResetRequest | CloseRequest
 """Anything the parent sends."""
 
 # --------------------------------------------------------------------------- child -> parent
@@ -96,8 +105,9 @@ class Results:
 
     Sent before the :class:`Flushed` or :class:`Closed` that counts them, so a parent that
     has read an answer has every result it covers. While results flow they carry the
-    counters too (``stats``, read before the results were taken), in place of a
-    :class:`Report`: one message, one wake-up of the parent's listener per interval.
+    counters too (``stats``, read at the moment the results were taken: they count these
+    and every result sent before, no other), in place of a :class:`Report`: one message,
+    one wake-up of the parent's listener per interval.
     """
 
     items: list[OnlineResult]
@@ -110,6 +120,19 @@ class Flushed:
 
     token: int
     ok: bool
+    stats: HandlerStats
+
+
+@dataclass(frozen=True)
+class WasReset:
+    """The answer to a :class:`ResetRequest`: the child's sinks count from zero again.
+
+    ``stats`` are its counters and sinks' figures just before, and every result they count
+    went up before this message: the parent starts the new period of every figure here,
+    between two consistent readings.
+    """
+
+    token: int
     stats: HandlerStats
 
 
@@ -135,7 +158,7 @@ class LogRecordData:
     fields: dict[str, Any]
 
 
-ChildMessage = Ready | Report | Results | Flushed | Closed | Fatal | LogRecordData
+ChildMessage = Ready | Report | Results | Flushed | WasReset | Closed | Fatal | LogRecordData
 """Anything the child sends."""
 
 

@@ -87,6 +87,11 @@ class SinkOutbox:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._delivered = self._errors = self._dropped = self._skipped = 0
+        self._stale_upto = 0
+        """Results queued up to this position came before the last :meth:`reset`: their
+        outcome belongs to the period before it and is not counted."""
+        self._stale = 0
+        """How many of those are still waiting or being delivered."""
         self.max_concurrency = sink_concurrency(sink)
         """How many results are handed to ``sink.emit`` at once."""
         self._lanes: DaemonThreadPool | None = None
@@ -106,10 +111,10 @@ class SinkOutbox:
     def put(self, items: Sequence[OnlineResult]) -> None:
         """Queue results for the sink without ever blocking; what does not fit is dropped."""
         open_ = not self._queue.closed and (self._thread is not None or self._start())
-        taken = self._queue.put_many(items) if open_ else 0
+        with self._lock:  # queued and counted together: stats() sees them pending or dropped
+            taken = self._queue.put_many(items) if open_ else 0
+            self._dropped += len(items) - taken
         if taken < len(items):
-            with self._lock:
-                self._dropped += len(items) - taken
             self._failures.report(
                 f"outbox-full:{self.key}",
                 f"sink {self.key} is not keeping up (its outbox of {self.max_size} is full "
@@ -117,9 +122,9 @@ class SinkOutbox:
             )
 
     def stats(self) -> SinkStats:
-        """A snapshot of this sink's figures."""
+        """A snapshot of this sink's figures (of the results queued since the last reset)."""
         with self._lock:
-            pending = self._queue.size
+            pending = self._queue.size - self._stale
             return SinkStats(
                 delivered=self._delivered,
                 skipped=self._skipped,
@@ -129,9 +134,17 @@ class SinkOutbox:
             )
 
     def reset(self) -> None:
-        """Zero the counts (``pending`` is live and stays)."""
+        """Start a new period: zero the counts, and leave the results queued so far out of it.
+
+        Those were counted (``scored`` ...) before the reset: where they end is not counted
+        after it, and ``pending`` no longer shows them, so the sink's figures add up to the
+        results produced since the reset. The caller holds still whatever queues results
+        and counts them (``Counters.hold``), so no result is counted on one side only.
+        """
         with self._lock:
             self._delivered = self._errors = self._dropped = self._skipped = 0
+            self._stale = self._queue.size
+            self._stale_upto = self._queue.last_seq
 
     def request(self, fn: Callable[[], object]) -> Future[object]:
         """Run ``fn`` on the delivery thread after the results queued so far.
@@ -151,15 +164,16 @@ class SinkOutbox:
 
     def abandon(self) -> int:
         """Drop what is still queued (counted), after a deadline passed; returns how many."""
-        busy = self._queue.busy
-        left = 0
-        for entry in self._queue.abandon():
+        with self._lock:  # taken off and counted together, as in stats()
+            busy = self._queue.busy
+            entries = self._queue.abandon()
+            left = sum(not isinstance(entry.item, _Call) for entry in entries)
+            stale = sum(self._is_stale(entry) for entry in entries)
+            self._stale -= stale
+            self._dropped += left - stale
+        for entry in entries:
             if isinstance(entry.item, _Call):
                 entry.item.future.cancel()
-            else:
-                left += 1
-        with self._lock:
-            self._dropped += left
         return left + busy
 
     # ------------------------------------------------------------------ delivery thread
@@ -213,7 +227,9 @@ class SinkOutbox:
                 outcome = self._deliver(entry.item)
         finally:
             with self._lock:  # counted and released together: stats() never sees it twice
-                if not isinstance(entry.item, _Call):
+                if self._is_stale(entry):
+                    self._stale -= 1  # counted before the last reset: not in these figures
+                elif not isinstance(entry.item, _Call):
                     self._count(outcome)
                 self._queue.done(entry)
 
@@ -282,6 +298,10 @@ class SinkOutbox:
             )
             return "errors"
         return "delivered"
+
+    def _is_stale(self, entry: Entry[OnlineResult | _Call]) -> bool:
+        """Whether ``entry`` is a result queued before the last reset (lock held)."""
+        return entry.seq <= self._stale_upto and not isinstance(entry.item, _Call)
 
     def _count(self, outcome: str) -> None:
         if outcome == "delivered":

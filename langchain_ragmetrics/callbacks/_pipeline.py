@@ -85,11 +85,18 @@ class ScoringPipeline:
             reference_provider=self.settings.reference_provider,
             on_error=self._mapping_failed,
         )
-        self._count([item.result for item in items])
-        for outbox in self.outboxes:
-            outbox.put(items)
-        if self.forward is not None:
-            self.forward(items)
+        results = [item.result for item in items]
+        # Counted and queued at one moment: a reading of the counters with the sinks'
+        # figures (a report of the child, a reset) sees both or neither.
+        with self._counters.hold():
+            self._count(results)
+            for outbox in self.outboxes:
+                outbox.put(items)
+            if self.forward is not None:
+                self.forward(items)
+        for result in results:
+            if result.failed:
+                self._failures.report(*failure_report(result))
 
     def _mapping_failed(self, exc: Exception) -> None:
         kind = f"mapping:{type(exc).__name__}"
@@ -101,7 +108,6 @@ class ScoringPipeline:
             self._counters.add_usage(result.usage)
             if result.failed:
                 failed += 1
-                self._failures.report(*failure_report(result))
             elif result.skipped:
                 skipped += 1
             else:

@@ -67,8 +67,8 @@ class Runtime(Protocol):
     def sink_stats(self) -> dict[str, SinkStats]:
         """Each sink's figures, by key."""
 
-    def reset_sink_stats(self) -> None:
-        """Zero every sink's counts."""
+    def reset_stats(self) -> None:
+        """Start a new period of the counters and every sink's figures, at one moment."""
 
 
 def start_runtime(

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -20,7 +21,8 @@ class SinkStats(BaseModel):
     """What one sink did with the results it was given.
 
     Every result handed to a sink ends up in exactly one bucket:
-    ``delivered + skipped + errors + dropped + pending`` = results produced since the start.
+    ``delivered + skipped + errors + dropped + pending`` = results produced since the start
+    (or the last reset: results produced before it are left out, wherever they end).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -35,7 +37,8 @@ class SinkStats(BaseModel):
     """Results never delivered: the outbox was full, the sink refused them without trying
     (``SinkUnavailableError``: LangSmith's circuit open or no API key), or ``close`` gave up."""
     pending: int = 0
-    """Results waiting in the outbox or being delivered right now."""
+    """Results waiting in the outbox or being delivered right now (of those produced since
+    the last reset)."""
 
 
 class HandlerStats(BaseModel):
@@ -43,7 +46,9 @@ class HandlerStats(BaseModel):
 
     Retrieval counts: ``seen >= sampled = dropped + processed + queued + abandoned``.
     Result counts (one per metric per processed retrieval): ``scored + failed + skipped``,
-    and for every sink ``scored + failed + skipped = delivered + errors + dropped + pending``.
+    and for every sink ``scored + failed + skipped = delivered + skipped + errors + dropped +
+    pending``. Both hold exactly once nothing is in flight, also after a reset (see
+    :meth:`Counters.reset`).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -98,11 +103,21 @@ class Counters:
     """Thread-safe running totals shared by the handler's parts (the fields of HandlerStats)."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # re-entrant: counted inside :meth:`hold` too
         self._totals = dict.fromkeys(_COUNTERS, 0)
         self._usage = Usage()
         self.generation = 0
         """How many times :meth:`reset` zeroed the totals (a count taken before is gone)."""
+
+    @contextlib.contextmanager
+    def hold(self) -> Iterator[None]:
+        """Hold the counters still: no count, snapshot or reset in another thread meanwhile.
+
+        A step that counts results and queues them for the sinks runs under it, and so does a
+        reading of the counters with the sinks' figures: the reading sees both or neither.
+        """
+        with self._lock:
+            yield
 
     def add(self, **increments: int) -> None:
         """Add to named counters (unknown names raise KeyError)."""
@@ -151,9 +166,20 @@ class Counters:
         )
 
     def reset(self) -> None:
-        """Zero every counter."""
+        """Zero every counter, but carry the retrievals in flight over (``seen``, ``sampled``).
+
+        A retrieval sampled and not yet dropped, processed or abandoned is counted as seen
+        and sampled in the new period too: it ends there (processed ...), wherever it is
+        now (queued, or between two counts), so ``seen >= sampled = dropped + processed +
+        queued + abandoned`` holds again once it has.
+        """
         with self._lock:
+            totals = self._totals
+            in_flight = (
+                totals["sampled"] - totals["dropped"] - totals["processed"] - totals["abandoned"]
+            )
             self._totals = dict.fromkeys(_COUNTERS, 0)
+            self._totals["seen"] = self._totals["sampled"] = max(0, in_flight)
             self._usage = Usage()
             self.generation += 1
 

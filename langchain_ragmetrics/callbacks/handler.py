@@ -256,14 +256,17 @@ class RagMetricsCallbackHandler(BaseCallbackHandler):
         return self._closed
 
     def reset_stats(self) -> None:
-        """Zero the counters and log every failure kind once again.
+        """Start a new period of the counters and log every failure kind once again.
 
-        Call it with nothing in flight (after :meth:`flush`) for counts that add up: a
-        retrieval sampled before the reset and scored after it is counted as processed,
-        not as sampled, so the identities of :class:`HandlerStats` would not hold.
+        Safe at any moment, work in flight or not: once what was in flight at the reset has
+        finished, both identities of :class:`HandlerStats` hold exactly. A retrieval
+        sampled before the reset and not finished is carried over (``seen`` and ``sampled``
+        start at their number; each ends as processed, dropped or abandoned after it); results
+        produced before the reset are left out of every sink's figures, wherever they end.
+        With a scoring process, the reset is taken at one moment there too: this call waits
+        briefly for its answer.
         """
-        self._counters.reset()
-        self._background.reset_sink_stats()
+        self._background.reset_stats()
         self._failures.reset()
 
     def flush(self, timeout: float | None = DEFAULT_CLOSE_TIMEOUT) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from langchain_ragmetrics.metrics import RetryPolicy
 __all__ = [
     "BrokenInChild",
     "FileInChild",
+    "HeldInChild",
     "crashing_setup",
     "jsonl_setup",
     "kill_on_emit_setup",
@@ -136,3 +138,23 @@ class BrokenInChild(BaseSink):
 
     def for_child_process(self) -> Any:
         return _no_backend
+
+
+def _hold_until_exists(gate: str, item: OnlineResult) -> None:
+    while not Path(gate).exists():  # the test creates it: a gate across the processes
+        time.sleep(0.005)
+
+
+class HeldInChild(BaseSink):
+    """Built again in the default child as a sink whose ``emit`` waits until the file
+    ``gate`` exists (the test creates it to let the results through)."""
+
+    def __init__(self, gate: Path) -> None:
+        self.gate = gate
+
+    def emit(self, item: OnlineResult) -> None:
+        msg = "HeldInChild delivers from the child only"
+        raise AssertionError(msg)
+
+    def for_child_process(self) -> Any:
+        return partial(CallableSink, partial(_hold_until_exists, str(self.gate)))

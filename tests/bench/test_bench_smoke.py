@@ -508,12 +508,14 @@ def test_saturated_scoring_scores_every_retrieval_beside_busy_processes() -> Non
 
 
 def test_hook_handoff_prices_both_sides() -> None:
-    """``hook_handoff.py`` runs end to end: both sides timed, the handoff's CPU printed."""
-    lines = script_lines("hook_handoff.py", "--calls", "30", "--seed", "2")
-    assert lines[-1] == "command: python bench/hook_handoff.py --calls 30 --seed 2"
+    """``hook_handoff.py`` runs end to end: both sides timed in feeder batches, the handoff's
+    CPU per retrieval printed."""
+    lines = script_lines("hook_handoff.py", "--calls", "30", "--batch", "3", "--seed", "2")
+    assert lines[-1] == "command: python bench/hook_handoff.py --calls 30 --batch 3 --seed 2"
     rows = {row[1].strip(): row for row in (line.split("|") for line in lines[2:-2])}
     assert set(rows) == {"inline", "helper"}
-    assert all(int(row[2]) == 30 and float(row[3]) > 0 for row in rows.values())
+    assert all((int(row[2]), int(row[3])) == (30, 10) for row in rows.values())
+    assert all(float(row[4]) > 0 and float(row[6]) > 0 for row in rows.values())
     assert re.fullmatch(
         r"the helper thread adds -?[\d.]+ us of process CPU per retrieval", lines[-2]
     )

@@ -28,17 +28,21 @@ from langchain_core.callbacks import BaseCallbackHandler
 from langchain_openai import ChatOpenAI
 
 from langchain_ragmetrics import (
+    CallableSink,
     ContextRelevance,
     InMemorySink,
     LoggingSink,
+    OnlineResult,
     RagMetricsCallbackHandler,
 )
-from langchain_ragmetrics.callbacks import _auto
+from langchain_ragmetrics.callbacks import SinkStats, _auto
 from langchain_ragmetrics.callbacks._isolated import ProcessRuntime
 from langchain_ragmetrics.callbacks._settings import DEFAULT_MAX_CONCURRENCY
 from tests._support.concurrency import wait_until
+from tests._support.isolated_setups import FileInChild, HeldInChild
 from tests._support.openai_server import JudgeServer, reply_hold
 from tests._support.rag import question, rag_app, rag_router
+from tests._support.stats_checks import assert_identities
 
 JudgeFactory = Callable[..., ChatOpenAI]
 START = 120.0
@@ -330,3 +334,84 @@ def test_a_short_script_without_close_delivers_its_results_and_runs_once(
     results = [line for line in done.stderr.splitlines() if "ragmetrics context_" in line]
     assert len(results) == 2, done.stderr  # both default metrics, delivered at exit
     assert default_judge.count("RelevantSentences") == 1
+
+
+def test_a_reset_with_retrievals_held_at_the_judge_adds_up_here_and_in_the_child(
+    judge_server: JudgeServer, make_judge: JudgeFactory, release: threading.Event, tmp_path: Path
+) -> None:
+    """Reset while the child holds two retrievals at the judge: they are carried over, and
+    the sinks here and in the child count the results produced after the reset only.
+    Before, the carried retrievals counted processed and not sampled, for ever."""
+    app = rag_app(judge_server, make_judge)
+    judge_server.script = rag_router(RelevantSentences=lambda req: reply_hold(release, VERDICT))
+    memory = InMemorySink()
+    handler = RagMetricsCallbackHandler(
+        metrics=[ContextRelevance(llm=make_judge())],
+        sinks=[memory, FileInChild(tmp_path / "child.jsonl")],
+    )
+    try:
+        assert isinstance(handler._background, ProcessRuntime)
+        for i in range(2):
+            app.chain.invoke(question(i), config={"callbacks": [handler]})
+        wait_until(
+            lambda: judge_server.count("RelevantSentences") == 2, "both requests", timeout=START
+        )
+        handler.reset_stats()
+        app.chain.invoke(question(2), config={"callbacks": [handler]})
+        release.set()
+        assert handler.flush(START)
+        stats = handler.stats
+    finally:
+        release.set()
+        handler.close(START)
+    assert (stats.seen, stats.sampled, stats.processed, stats.scored) == (3, 3, 3, 3)
+    assert stats.sinks["InMemorySink"] == stats.sinks["FileInChild"] == SinkStats(delivered=3)
+    assert_identities(stats)
+
+
+def test_a_reset_with_results_pending_in_sinks_here_and_in_the_child_adds_up(
+    judge_server: JudgeServer, make_judge: JudgeFactory, release: threading.Event, tmp_path: Path
+) -> None:
+    """Reset while a sink here and one in the child hold two results each: those are left
+    out of both sinks' figures (the child zeroes its own at the same moment as this process,
+    see ``WasReset``). Before, their delivery after the reset counted in the sinks' figures
+    and not in the results: the sinks' identity never held again."""
+    app = rag_app(judge_server, make_judge)
+    gate = tmp_path / "gate"
+    entered = threading.Event()
+
+    def held(item: OnlineResult) -> None:
+        entered.set()
+        release.wait()
+
+    handler = RagMetricsCallbackHandler(
+        metrics=[ContextRelevance(llm=make_judge())],
+        sinks=[CallableSink(held), HeldInChild(gate)],
+    )
+    keys = ("CallableSink", "HeldInChild")
+
+    def both_hold_two() -> bool:
+        sinks = handler.stats.sinks
+        return all(sinks[key].pending == 2 for key in keys)
+
+    try:
+        assert isinstance(handler._background, ProcessRuntime)
+        for i in range(2):
+            app.chain.invoke(question(i), config={"callbacks": [handler]})
+        wait_until(both_hold_two, "both sinks to hold both results", timeout=START)
+        assert entered.is_set()
+        handler.reset_stats()
+        stats = handler.stats
+        assert [stats.sinks[key] for key in keys] == [SinkStats(), SinkStats()]
+        app.chain.invoke(question(2), config={"callbacks": [handler]})
+        release.set()
+        gate.touch()
+        assert handler.flush(START)
+        stats = handler.stats
+    finally:
+        release.set()
+        gate.touch()
+        handler.close(START)
+    assert (stats.seen, stats.sampled, stats.processed, stats.scored) == (1, 1, 1, 1)
+    assert [stats.sinks[key] for key in keys] == [SinkStats(delivered=1)] * 2
+    assert_identities(stats)

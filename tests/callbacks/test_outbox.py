@@ -18,13 +18,14 @@ from langchain_ragmetrics import (
     OnlineResult,
     RagMetricsCallbackHandler,
 )
-from langchain_ragmetrics.callbacks._outbox import SinkOutbox, close_all
+from langchain_ragmetrics.callbacks import SinkStats
+from langchain_ragmetrics.callbacks._outbox import SinkOutbox, close_all, flush_all
 from langchain_ragmetrics.callbacks._stats import FailureLog
 from langchain_ragmetrics.callbacks.sinks import BaseSink, SinkSkipError, SinkUnavailableError
 from tests._support.concurrency import wait_until
 from tests._support.openai_server import JudgeServer
 from tests._support.rag import online_handler, question, rag_app
-from tests._support.sink_checks import linked_item
+from tests._support.sink_checks import linked_item, run_item
 
 JudgeFactory = Callable[..., ChatOpenAI]
 TRACES = 6
@@ -396,3 +397,40 @@ def test_a_handler_that_scored_nothing_closes_its_sinks() -> None:
     )
     assert handler.close(WAIT_S)
     assert len(sink.closed_on) == 1
+
+
+@pytest.mark.parametrize("end", ["delivered", "abandoned"])
+def test_a_reset_leaves_the_results_queued_before_it_out_of_the_sinks_figures(
+    end: str, release: threading.Event
+) -> None:
+    """Three results wait behind a held sink at the reset (one in ``emit``); two come after.
+    The sink's figures count the two only, whether all are delivered or ``close`` gives up
+    on them. Before, the three counted too (pending, then delivered or dropped)."""
+    entered = threading.Event()
+
+    def held(item: OnlineResult) -> None:
+        entered.set()
+        release.wait()
+
+    failures = FailureLog()
+    box = SinkOutbox(
+        CallableSink(held), key="CallableSink", max_size=10, thread_name="reset", failures=failures
+    )
+    box.put([run_item(uuid.uuid4()) for _ in range(3)])
+    assert entered.wait(30)
+    box.reset()
+    assert box.stats() == SinkStats()
+    box.put([run_item(uuid.uuid4()) for _ in range(2)])
+    assert box.stats() == SinkStats(pending=2)
+    if end == "delivered":
+        release.set()
+        assert flush_all([box], 30, failures) == []
+        assert close_all([box], 30, failures)
+        expected = SinkStats(delivered=2)
+    else:
+        assert close_all([box], 0, failures) is False  # held: the queue is given up
+        release.set()
+        expected = SinkStats(dropped=2)
+    assert box.thread is not None
+    box.thread.join(30)
+    assert box.stats() == expected

@@ -305,3 +305,54 @@ def test_a_hook_returning_a_non_string_fails_with_a_clear_error(
         assert handler.flush(10)
         item = by_metric(handler)["context_relevance"]
     assert "answer_from must return a str or None, got int" in (item.result.error or "")
+
+
+def test_a_reading_of_the_childs_figures_never_counts_a_result_that_no_sink_holds(
+    monkeypatch: pytest.MonkeyPatch, release: threading.Event
+) -> None:
+    """The child reads its counters and its sinks' figures for a report while a result is
+    between its count and its outbox (held there): the reading waits, and counts it and
+    holds it pending, or neither. Before, it counted it with no sink holding it; sent just
+    before a kill, that report left the sink's identity off by it for ever."""
+    from langchain_ragmetrics.callbacks import _child
+    from langchain_ragmetrics.callbacks._background import ThreadRuntime
+    from langchain_ragmetrics.callbacks._settings import HandlerSettings
+    from langchain_ragmetrics.callbacks._stats import Counters, FailureLog
+    from tests._support.captures import make_capture
+    from tests._support.concurrency import wait_until
+    from tests._support.stats_checks import ContendedLock
+
+    counters = Counters()
+    lock = ContendedLock()
+    monkeypatch.setattr(counters, "_lock", lock)  # says when the reading has to wait
+    settings = HandlerSettings(
+        metrics=[IDBasedContextRecall()], sinks=[InMemorySink()], name="reading-test"
+    )
+    runtime = ThreadRuntime(settings, counters=counters, failures=FailureLog())
+    (box,) = runtime.outboxes
+    put, entered = box.put, threading.Event()
+
+    def held_put(items: Any) -> None:  # the step from the count to the outbox, held open
+        entered.set()
+        release.wait()
+        put(items)
+
+    monkeypatch.setattr(box, "put", held_put)
+    read = _child._Reading(None, counters, runtime, None)  # type: ignore[arg-type]
+    readings: list[Any] = []
+    try:
+        assert runtime.submit(make_capture("q", ("doc",)))
+        assert entered.wait(30)
+        reader = threading.Thread(target=lambda: readings.append(read()[0]))
+        reader.start()
+        wait_until(lambda: lock.waited.is_set() or bool(readings), "the reading to wait or end")
+        release.set()
+        reader.join(30)
+        (stats,) = readings
+        produced = stats.scored + stats.failed + stats.skipped
+        sink = stats.sinks["InMemorySink"]
+        assert produced == sink.delivered + sink.skipped + sink.errors + sink.dropped + sink.pending
+        assert produced == 1
+    finally:
+        release.set()
+        assert runtime.close(30)

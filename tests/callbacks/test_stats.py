@@ -1,10 +1,20 @@
 import logging
 import threading
+from collections.abc import Callable
 
 import pytest
+from langchain_openai import ChatOpenAI
 
-from langchain_ragmetrics import HandlerStats, Usage
+from langchain_ragmetrics import CallableSink, HandlerStats, InMemorySink, OnlineResult, Usage
+from langchain_ragmetrics.callbacks import SinkStats
 from langchain_ragmetrics.callbacks._stats import Counters, FailureLog
+from tests._support.concurrency import wait_until
+from tests._support.openai_server import JudgeServer, reply_hold
+from tests._support.rag import online_handler, question, rag_app, rag_router
+from tests._support.stats_checks import assert_identities
+
+JudgeFactory = Callable[..., ChatOpenAI]
+VERDICT = {"relevant_sentence_indices": [0], "reason": "held"}
 
 
 def test_counters_add_snapshot_and_reset() -> None:
@@ -29,7 +39,8 @@ def test_counters_add_snapshot_and_reset() -> None:
     with pytest.raises(KeyError):
         counters.set("queued", 1)  # a gauge, not a counter
     counters.reset()
-    assert counters.snapshot(queued=0, open_traces=0) == HandlerStats()
+    # One of the two sampled retrievals was dropped; the other is in flight: carried over.
+    assert counters.snapshot(queued=0, open_traces=0) == HandlerStats(seen=1, sampled=1)
 
 
 def test_counters_are_thread_safe() -> None:
@@ -68,3 +79,59 @@ def test_failure_log_warns_once_per_kind(caplog: pytest.LogCaptureFixture) -> No
         (logging.WARNING, "judge failed again"),
     ]
     assert caplog.records[3].exc_info is not None
+
+
+def test_a_reset_with_retrievals_held_at_the_judge_adds_up_once_they_are_done(
+    judge_server: JudgeServer, make_judge: JudgeFactory, release: threading.Event
+) -> None:
+    """Two retrievals sampled before the reset are scored after it: they are carried over
+    (``seen`` and ``sampled`` start at 2). Before, they counted processed and not sampled,
+    for ever."""
+    app = rag_app(judge_server, make_judge)
+    judge_server.script = rag_router(RelevantSentences=lambda req: reply_hold(release, VERDICT))
+    with online_handler(app.llm) as handler:
+        config: dict[str, object] = {"callbacks": [handler]}
+        for i in range(2):
+            app.chain.invoke(question(i), config=config)  # type: ignore[arg-type]
+        wait_until(lambda: judge_server.count("RelevantSentences") == 2, "both requests held")
+        handler.reset_stats()
+        assert (handler.stats.seen, handler.stats.sampled, handler.stats.queued) == (2, 2, 2)
+        app.chain.invoke(question(2), config=config)  # type: ignore[arg-type]
+        release.set()
+        assert handler.flush(30)
+        stats = handler.stats
+    assert (stats.traces, stats.seen, stats.sampled, stats.processed) == (1, 3, 3, 3)
+    assert stats.scored == 3
+    assert stats.sinks["InMemorySink"].delivered == 3
+    assert_identities(stats)
+
+
+def test_a_reset_with_results_pending_in_a_sink_adds_up_once_they_are_delivered(
+    judge_server: JudgeServer, make_judge: JudgeFactory, release: threading.Event
+) -> None:
+    """Results produced before the reset and still in a held sink's outbox are left out of
+    its figures (they were counted before). Before, their delivery after the reset counted,
+    and the sink's figures exceeded the results for ever."""
+    app = rag_app(judge_server, make_judge)
+    entered = threading.Event()
+
+    def held(item: OnlineResult) -> None:
+        entered.set()
+        release.wait()
+
+    with online_handler(app.llm, sinks=[CallableSink(held), InMemorySink()]) as handler:
+        config: dict[str, object] = {"callbacks": [handler]}
+        for i in range(2):
+            app.chain.invoke(question(i), config=config)  # type: ignore[arg-type]
+        wait_until(lambda: handler.stats.processed == 2, "both retrievals scored")
+        assert entered.wait(30)
+        assert handler.stats.sinks["CallableSink"].pending == 2
+        handler.reset_stats()
+        assert handler.stats.sinks["CallableSink"] == SinkStats()
+        app.chain.invoke(question(2), config=config)  # type: ignore[arg-type]
+        release.set()
+        assert handler.flush(30)
+        stats = handler.stats
+    assert (stats.sampled, stats.processed, stats.scored) == (1, 1, 1)
+    assert stats.sinks["CallableSink"] == stats.sinks["InMemorySink"] == SinkStats(delivered=1)
+    assert_identities(stats)
