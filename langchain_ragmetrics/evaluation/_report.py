@@ -63,6 +63,8 @@ def render_summary(result: ResultData) -> str:
             f"Judge calls: {usage.judge_calls}{judge_note}; tokens: "
             f"{usage.input_tokens:,} in + {usage.output_tokens:,} out"
         )
+    elif result.interrupted:  # judged jobs may have been at work: none finished
+        lines.append("Judge calls: 0 counted (no job finished before the interruption)")
     else:
         lines.append("Judge calls: 0 (no LLM-judged metric)")
     if usage.cache_hits or usage.cache_misses:

@@ -42,9 +42,10 @@ back to the feed (once; a job whose second holder dies too fails with the cause)
 slots and rate share go back to the parent. A worker the system refuses to start (a process
 limit, no memory) is one fewer: the run goes on without it. Ctrl-C asks every worker to stop,
 collects what they finished, and ends them; workers ignore SIGINT (forked or spawned from
-the main thread, from their first instant: :func:`_sigint_ignored`), so a terminal's Ctrl-C
-reaches the parent only. A worker does not re-run the caller's script when nothing it needs
-is defined there (the usual case), so no ``if __name__ == "__main__":`` guard is needed then.
+the main thread, a Ctrl-C is held back from their first instant: :func:`_sigint_deferred`),
+so a terminal's Ctrl-C reaches the parent only, even while a worker starts. A worker does
+not re-run the caller's script when nothing it needs is defined there (the usual case), so
+no ``if __name__ == "__main__":`` guard is needed then.
 
 What cannot be pickled never stops a run: a row the parent cannot send is scored by the
 parent, and a result whose details a worker cannot send goes with plain details
@@ -68,6 +69,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from multiprocessing import resource_tracker
 from multiprocessing.connection import Connection, wait
 from multiprocessing.reduction import ForkingPickler
 from typing import TYPE_CHECKING, Any, Literal
@@ -143,6 +145,12 @@ _RESULT_TICK_S = 0.02
 """... and no later than this after they finished."""
 _STOP_GRACE_S = 5.0  # how long stopping workers may take to hand over what they finished
 _JOIN_S = 5.0
+_KILL_AFTER_S = 1.0
+"""How long a terminated worker may take to exit before it is killed (a stopped process
+never acts on SIGTERM)."""
+_STALL_GRACE_S = 10.0
+"""With a ``timeout``, a worker that holds jobs and sends nothing for ``timeout`` plus
+``max(this, timeout)`` seconds is taken for frozen and ended (see ``_Pool._end_stalled``)."""
 _SPAWN_LOCK = threading.Lock()
 
 Key = tuple[int, int]
@@ -233,35 +241,63 @@ def _main_left_alone() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _sigint_ignored() -> Iterator[None]:
-    """Ignore SIGINT here for the moment a worker is started, so it ignores it from birth.
+def _sigint_deferred() -> Iterator[None]:
+    """Hold a Ctrl-C back while a worker starts: the worker never gets it, this process does.
 
-    A terminal's Ctrl-C goes to the whole process group. A worker sets ``SIG_IGN`` itself,
-    but a spawned one does so only after its imports (a second or two), and a Ctrl-C in
-    that time printed a ``KeyboardInterrupt`` traceback from it. An ignored disposition is
-    inherited across fork and exec, and Python keeps it at start-up, so the child ignores
-    SIGINT from its first instant; the previous handler is back right after ``start()``
-    (a Ctrl-C in those milliseconds is lost). Only on the main thread, where
-    ``signal.signal`` works, and when the handler was set from Python (else it could not
-    be put back): otherwise nothing changes and the worker ignores SIGINT once it runs.
+    A terminal's Ctrl-C goes to the whole process group. A worker ignores SIGINT once its
+    code runs (:func:`_ignore_sigint`), but a spawned one gets there only after its imports,
+    and a Ctrl-C in that time printed a ``KeyboardInterrupt`` traceback from it. So SIGINT
+    is blocked on this thread while ``start()`` runs: a signal mask is inherited across
+    fork and exec, so the worker holds a Ctrl-C pending from its first instant until it
+    ignores SIGINT, which discards it. Here, a Ctrl-C held back (pending on this thread, or
+    noted by a stand-in handler when another thread took it) is raised right after
+    ``start()``, under the handler that was there before: nothing is lost. Only on the main
+    thread, where ``signal.signal`` works, and when the handler was set from Python (else
+    it could not be put back); otherwise nothing changes.
     """
     previous = signal.getsignal(signal.SIGINT)
-    if threading.current_thread() is not threading.main_thread() or previous is None:
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or previous is None
+        or not hasattr(signal, "pthread_sigmask")
+    ):
         yield
         return
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    noted: list[int] = []
+    signal.signal(signal.SIGINT, lambda signum, _frame: noted.append(signum))
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # one pending here is raised now
+        if noted:  # another thread took it: raise it again, for ``previous``
+            signal.raise_signal(signal.SIGINT)
+
+
+def _ignore_sigint() -> None:
+    """A worker's first act: ignore Ctrl-C (the parent decides when to stop), then let it in.
+
+    SIGINT was blocked since the worker's birth (:func:`_sigint_deferred`); ignoring it
+    first discards a Ctrl-C held pending meanwhile.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def _start(process: BaseProcess, *, keep_main: bool) -> None:
-    """Start ``process`` ignoring SIGINT, re-running ``__main__`` in it only if ``keep_main``."""
+    """Start ``process`` with Ctrl-C held back, re-running ``__main__`` only if ``keep_main``.
+
+    A spawned or forkserver worker needs multiprocessing's resource tracker, whose first
+    start unblocks SIGINT on this thread: it is started first, so the block holds.
+    """
+    if getattr(process, "_start_method", None) != "fork":
+        resource_tracker.ensure_running()
     with contextlib.ExitStack() as stack:
         if not keep_main:
             stack.enter_context(_main_left_alone())
-        stack.enter_context(_sigint_ignored())
+        stack.enter_context(_sigint_deferred())
         process.start()
 
 
@@ -360,7 +396,7 @@ def _forked_main(
     closed here so that each pipe's end of file still means its peer is gone. The recipe
     arrives pickled, so judges, metrics and verdict-cache connections are built anew.
     """
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _ignore_sigint()
     for connection in inherited:
         with contextlib.suppress(OSError):
             connection.close()
@@ -499,7 +535,7 @@ def _worker_main(recipe: ScoringRecipe, conn: Connection, control: Connection) -
     From the parent (``control``): ``grant`` (one more slot), ``jobs [...]``, ``end`` (no
     more jobs), ``stop``; end of file means stop too.
     """
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
+    _ignore_sigint()  # the parent decides when to stop
     side: _WorkerSide | None = None
     try:
         side = _WorkerSide(recipe, conn, control)
@@ -542,6 +578,10 @@ class _Worker:
     sending: threading.Lock = field(default_factory=threading.Lock)
     loans: threading.Lock = field(default_factory=threading.Lock)
     """Guards ``granted`` against the worker's exit while a slot is being lent."""
+    heard: float = field(default_factory=time.monotonic)
+    """When it last sent a message or was sent jobs (monotonic seconds)."""
+    ended: bool = False
+    """Killed for its silence (once)."""
 
     def send(self, *message: Any) -> bool:
         """Send a message to the worker: False when it is gone (its pipe is closed).
@@ -677,6 +717,9 @@ class _Pool:
         self.limiter = engine.limiter
         self.own: JobFeed | None = None
         self.unsendable = False  # a row could not be sent to a worker (warned once)
+        timeout = engine.timeout
+        self.stall_s = None if timeout is None else timeout + max(_STALL_GRACE_S, timeout)
+        """Silence after which a worker holding jobs is taken for frozen (None: never)."""
         self.converted: set[str] = set()  # metrics whose details a worker converted (warned)
 
     # ------------------------------------------------------------ start
@@ -785,11 +828,40 @@ class _Pool:
                     if not worker.done:
                         self._read(worker)
                     self._retire(worker)
+            self._end_stalled()
+
+    def _end_stalled(self) -> None:
+        """Kill a worker that holds jobs and has sent nothing for far longer than a job may take.
+
+        With a ``timeout``, each job a worker holds ends (scored, or failed at its timeout)
+        within it, and the worker sends its results at once: one that holds jobs and sends
+        nothing for :attr:`stall_s` is frozen (stopped, or stuck in code that never lets
+        its threads run). Its death then returns its jobs to the feed, as any worker's does.
+        Without a timeout a job may take any time, and silence proves nothing.
+        """
+        if self.stall_s is None:
+            return
+        now = time.monotonic()
+        for worker in self.workers:
+            silent = now - worker.heard
+            if worker.holding and not worker.done and not worker.ended and silent > self.stall_s:
+                worker.ended = True
+                logger.warning(
+                    "a worker process (pid %s) holds %d jobs and has sent nothing for %.1f s, "
+                    "longer than a job may take (timeout %gs): it was ended, and its jobs go "
+                    "to the other processes",
+                    worker.process.pid,
+                    len(worker.holding),
+                    silent,
+                    self.engine.timeout,
+                )
+                worker.process.kill()
 
     def _read(self, worker: _Worker) -> None:
         try:
             while worker.conn.poll():
                 data = worker.conn.recv_bytes()
+                worker.heard = time.monotonic()
                 try:
                     message = pickle.loads(data)  # noqa: S301 (our own worker's message)
                 except Exception as exc:
@@ -885,6 +957,8 @@ class _Pool:
                 continue
             if not sent:  # the worker is gone: nobody will read these
                 self.feed.keep_for_parent(worker, (), keys)
+            else:  # its time to show progress on them starts now
+                worker.heard = time.monotonic()
             return
 
     def _rate_to(self, worker: _Worker) -> None:
@@ -959,7 +1033,7 @@ class _Pool:
             if worker.process.is_alive():
                 worker.process.terminate()
         for worker in workers:
-            worker.process.join(_JOIN_S)
+            worker.process.join(_KILL_AFTER_S)
             if worker.process.is_alive():
                 worker.process.kill()
                 worker.process.join(_JOIN_S)

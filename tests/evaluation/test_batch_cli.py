@@ -208,6 +208,8 @@ def test_ctrl_c_while_polling_leaves_the_batch_running_for_the_next_run(
     assert proc.returncode == ExitCode.INTERRUPTED, stderr
     assert "the batches keep running at the service" in stderr, (stdout, stderr)
     assert "Interrupted: 0 of 4 jobs finished" in stdout
+    # context_recall is judged: the summary no longer says there is no judged metric
+    assert "Judge calls: 0 counted (no job finished before the interruption)" in stdout
     assert server.cancels == 0
 
     server.release()
