@@ -206,6 +206,7 @@ class GuardedRequests:
         classify: Callable[[Exception], Failure],
         landed: Callable[[], T | None] | None = None,
         tells_breaker: bool = False,
+        retry_after: Callable[[Exception], float | None] | None = None,
     ) -> T:
         """``request()``'s result, tried under this object's rules.
 
@@ -223,6 +224,9 @@ class GuardedRequests:
                 under the same bounds and retries as the request. A try that got no answer
                 and still runs is waited for first (each wait a try of its own): a look
                 while it runs could miss what it is about to store.
+            retry_after: The wait the server asked for with a failed try's error
+                (``Retry-After``), or None: the retry after it waits at least that long, at
+                most ``MAX_BACKOFF_SECONDS`` (the breaker and ``max_retries`` bound the rest).
 
         Raises:
             SinkUnavailableError: The breaker is open, or :meth:`close` cut a wait short.
@@ -270,7 +274,11 @@ class GuardedRequests:
                 if kind == "refused" or opened or failures >= self.max_retries:
                     raise
                 uncertain = True
-                self._pause(_jitter(self.delay(failures)), exc)
+                wait = _jitter(self.delay(failures))
+                asked = None if retry_after is None else retry_after(exc)
+                if asked is not None:
+                    wait = max(wait, min(asked, MAX_BACKOFF_SECONDS))
+                self._pause(wait, exc)
                 failures += 1
                 continue
             if not tells_breaker:
@@ -301,11 +309,17 @@ class GuardedRequests:
         """The wait before retry ``attempt`` (0-based), before jitter."""
         return float(min(MAX_BACKOFF_SECONDS, self.backoff * 2**attempt))
 
-    def close(self) -> None:
-        """Stop waiting and retrying; a request still running is left to its own timeout."""
+    def close(self, wait: float = 0.0) -> bool:
+        """Stop waiting and retrying; no request starts from now on.
+
+        A request still running on a helper thread is left to its own timeout; this waits
+        for such requests up to ``wait`` seconds. Returns whether none still runs (always
+        True for inline requests: they run on the callers' threads).
+        """
         self.closing.set()
-        if self._pool is not None:
-            self._pool.stop(0, cancel_pending=True)
+        if self._pool is None:
+            return True
+        return self._pool.stop(wait, cancel_pending=True)
 
     def answered(self) -> None:
         """Record that the server answered (closes the breaker, with one warning if open)."""
@@ -366,6 +380,8 @@ class GuardedRequests:
         try:
             return future.result(self.request_timeout)
         except futures.TimeoutError:
+            if future.done():  # it ended meanwhile, or raised a TimeoutError of its own
+                return future.result()  # (futures.TimeoutError is TimeoutError since 3.11)
             msg = f"{self.label}: no answer within {self.request_timeout} s"
             error = _NoAnswerError(msg)
             error.running = future

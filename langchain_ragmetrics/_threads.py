@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextvars
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from typing import Any, TypeVar
@@ -79,7 +80,10 @@ class DaemonThreadPool(Executor):
         return future
 
     def stop(self, timeout: float | None = None, *, cancel_pending: bool = False) -> bool:
-        """Let the threads finish (queued calls first, unless cancelled); False if still busy."""
+        """Let the threads finish (queued calls first, unless cancelled); False if still busy.
+
+        ``timeout`` bounds the whole wait, for all the threads together (None: no bound).
+        """
         with self._lock:
             if self._stopped:
                 return True
@@ -89,8 +93,9 @@ class DaemonThreadPool(Executor):
                     entry.item[3].cancel()
             self._queue.close()
             threads = [t for t in self._threads if t is not threading.current_thread()]
+        deadline = None if timeout is None else time.monotonic() + timeout
         for thread in threads:
-            thread.join(timeout)
+            thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
         return not any(t.is_alive() for t in threads)
 
     @override

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -12,6 +13,7 @@ import pytest
 
 from langchain_ragmetrics._errors import SinkUnavailableError
 from langchain_ragmetrics._guarded import (
+    MAX_BACKOFF_SECONDS,
     Failure,
     GuardedRequests,
     classify_status,
@@ -394,6 +396,63 @@ def test_a_request_that_never_answers_costs_one_bounded_wait_then_no_pile_up() -
     finally:
         release.set()
         guard.close()
+
+
+def test_a_request_that_times_out_itself_is_a_failed_try_not_one_without_answer() -> None:
+    """A request whose own client gives up raises TimeoutError, which is
+    ``concurrent.futures.TimeoutError`` since Python 3.11: it was taken for the helper's
+    wait running out, and each retry waited again on the finished try instead of sending."""
+    request, tries = _failing(TimeoutError("client timeout"), TimeoutError("client timeout"))
+    guard = _guard(request_timeout=WAIT_S, max_retries=2)
+    try:
+        assert guard.call(request, classify=_classify, landed=lambda: None) == "ok"
+    finally:
+        guard.close()
+    assert len(tries) == 3  # each retry sent again (after looking), none waited on a try
+
+
+def test_a_retry_waits_at_least_what_the_server_asked_for() -> None:
+    request, tries = _failing(ConnectionResetError("429"), ConnectionResetError("429"))
+    guard = _guard(request_timeout=None, max_retries=2, backoff=0.0)
+    asked = {"429": 0.3}
+    started = time.monotonic()
+    value = guard.call(request, classify=_classify, retry_after=lambda exc: asked.get(str(exc)))
+    assert value == "ok"
+    assert len(tries) == 3
+    assert time.monotonic() - started >= 0.6  # two waits of the 0.3 s asked (backoff 0)
+
+
+def test_a_retry_after_is_cut_to_the_longest_backoff() -> None:
+    guard = _guard(request_timeout=None, max_retries=1, backoff=0.0)
+    request, _ = _failing(ConnectionResetError("429"))
+    waits: list[float] = []
+    guard._pause = lambda seconds, cause: waits.append(seconds)  # type: ignore[method-assign]
+    assert guard.call(request, classify=_classify, retry_after=lambda exc: 3600.0) == "ok"
+    assert waits == [MAX_BACKOFF_SECONDS]
+
+
+def test_close_waits_for_a_request_still_running_within_its_bound() -> None:
+    guard = _guard(request_timeout=0.1, max_retries=0)
+    release = threading.Event()
+
+    def held() -> str:
+        release.wait(WAIT_S)
+        return "late"
+
+    with pytest.raises(TimeoutError):
+        guard.call(held, classify=_classify)
+    assert guard.close(wait=0.1) is False  # still held: close gave up waiting after 0.1 s
+    release.set()
+    guard2 = _guard(request_timeout=0.1, max_retries=0)
+    done = threading.Event()
+
+    def quick() -> str:
+        done.wait(0.3)
+        return "late"
+
+    with pytest.raises(TimeoutError):
+        guard2.call(quick, classify=_classify)
+    assert guard2.close(wait=WAIT_S) is True  # it ended by itself, and close saw it end
 
 
 def test_bounded_requests_run_side_by_side_up_to_the_concurrency_then_refuse() -> None:

@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from functools import partial
 from typing import Any
@@ -41,7 +42,7 @@ from tests._support.mlflow_setup import (  # noqa: E402
 from tests._support.openai_server import JudgeServer  # noqa: E402
 from tests._support.proxy import LossyProxy  # noqa: E402
 from tests._support.rag import online_handler, question, rag_app  # noqa: E402
-from tests._support.servers import ServerProcess  # noqa: E402
+from tests._support.servers import ServerProcess, free_port  # noqa: E402
 from tests._support.sink_checks import (  # noqa: E402
     HoldUntil,
     deliver,
@@ -50,7 +51,7 @@ from tests._support.sink_checks import (  # noqa: E402
     one_scored_item,
     outage_mid_run,
 )
-from tests._support.status_server import StatusServer  # noqa: E402
+from tests._support.status_server import SilentServer, StatusServer  # noqa: E402
 
 __all__ = ["mlflow_server"]
 
@@ -223,7 +224,6 @@ def test_a_reply_lost_after_mlflow_stored_the_assessment_is_not_stored_twice(
             return lost  # stored by MLflow, reported to the client as failed
         return None
 
-    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # retries are the sink's
     with LossyProxy(tracking, answer) as proxy:
         mlflow.set_tracking_uri(proxy.url)
         sink = MlflowSink(backoff=0.01, max_retries=2)
@@ -270,7 +270,6 @@ def test_a_look_mlflow_holds_without_answering_is_bounded_and_sends_nothing_agai
             release.wait(CEILING_S)  # accepted, not answered (until the test ends)
         return None
 
-    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     with LossyProxy(tracking, answer) as proxy:
         mlflow.set_tracking_uri(proxy.url)
         sink = MlflowSink(request_timeout=1, backoff=0.01, max_retries=2)
@@ -300,9 +299,8 @@ def test_a_retry_sends_again_when_the_first_try_was_not_stored(
 ) -> None:
     """Refused before MLflow stored it: the sink looks, finds nothing, and sends again."""
     item, trace_id = _exported_item(judge_server, make_judge, 4)
-    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     sink = MlflowSink(backoff=0.01, max_retries=2)
-    original = MlflowSink._log
+    original = sink._log
     tries: list[str] = []
 
     def refused_once(trace: str, feedback: Any) -> Any:
@@ -352,7 +350,7 @@ def test_a_trace_not_stored_yet_is_retried_then_counted(tracking: str) -> None:
         links={"mlflow": ("tr-" + "0" * 32, None)},
     )
     calls: list[float] = []
-    original = MlflowSink._log
+    original = sink._log
 
     def counted(trace_id: str, feedback: Any) -> Any:
         calls.append(time.monotonic())
@@ -408,8 +406,9 @@ def test_server_killed_mid_run_nothing_raised_everything_counted(
     try:
         for name, value in MLFLOW_CLIENT_ENV.items():
             monkeypatch.setenv(name, value)
-        # A refused connection fails at once, not after MLflow's own retries; the timeout
-        # is long so a slow answer of the fresh server before the kill is not a failure.
+        # The app's own MLflow requests (its trace export) fail at once once the server is
+        # gone (the sink's never take MLflow's retries); the sink's timeout is long so a
+        # slow answer of the fresh server before the kill is not a failure.
         monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
         mlflow.set_tracking_uri(server.url)
         mlflow.set_experiment("killed")
@@ -488,69 +487,333 @@ def _linked_item() -> OnlineResult:
 
 _PAGE = "<html><body><h1>{}</h1></body></html>"
 
+_MLFLOW_RETRIES_OF_THE_APP = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "4",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "30",
+}
+"""MLflow's client told to retry much and wait long: the application's choice for its own
+MLflow requests, which the sink's requests must not follow (nor change)."""
+
+
+@contextmanager
+def _tracking_to(url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """MLflow's client pointed at ``url`` with the application's retry settings; the
+    environment checked unchanged afterwards (the sink sets nothing process-wide)."""
+    for name, value in {**MLFLOW_CLIENT_ENV, **_MLFLOW_RETRIES_OF_THE_APP}.items():
+        monkeypatch.setenv(name, value)
+    previous = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri(url)  # MLflow puts it in os.environ too
+    before = dict(os.environ)
+    try:
+        yield
+        assert dict(os.environ) == before
+    finally:
+        mlflow.set_tracking_uri(previous)
+
+
+def _request_threads(sink: MlflowSink) -> list[threading.Thread]:
+    """The sink's request threads still alive."""
+    pool = sink.delivery._pool
+    return [] if pool is None else [t for t in pool.threads if t.is_alive()]
+
+
+_REFUSED_OR_REJECTED = [
+    # (status, body, message, counts toward the breaker)
+    # refused: every request would meet it
+    (403, {"error_code": "PERMISSION_DENIED", "message": "m"}, "PERMISSION_DENIED", True),
+    (401, {"error_code": "UNAUTHENTICATED", "message": "m"}, "UNAUTHENTICATED", True),
+    # a route this server lacks, answered by the web server or a proxy as a page ...
+    (404, _PAGE.format("Not Found"), "error code 404", True),
+    (405, _PAGE.format("Method Not Allowed"), "error code 405", True),
+    (410, _PAGE.format("Gone"), "error code 410", True),
+    (415, _PAGE.format("Unsupported Media Type"), "error code 415", True),
+    # ... or with a JSON body: MLflow's client then keeps no status, only the body's code
+    # (INTERNAL_ERROR when it has none), and the sink read a 405 as a 500 and retried it
+    (404, {"detail": "Not Found"}, "HTTP 404", True),
+    (405, {"error": "method not allowed"}, "HTTP 405", True),
+    (405, {"error_code": "RESOURCE_DOES_NOT_EXIST", "message": "no route"}, "HTTP 405", True),
+    (410, {"message": "this API is gone"}, "HTTP 410", True),
+    (415, {"error_code": "INVALID_PARAMETER_VALUE", "message": "media"}, "HTTP 415", True),
+    (415, ["unsupported", "media", "type"], "error code 415", True),
+    # rejected: MLflow (or what is in front of it) is up, this one request is wrong
+    (400, {"error_code": "INVALID_PARAMETER_VALUE", "message": "m"}, "INVALID_PARAM", False),
+    (413, _PAGE.format("Request Entity Too Large"), "error code 413", False),
+    (413, {"error": "payload too large"}, "HTTP 413", False),
+    (413, {"error_code": "TEMPORARILY_UNAVAILABLE", "message": "too big"}, "HTTP 413", False),
+]
+
 
 @pytest.mark.parametrize(
     ("status", "payload", "match", "opens"),
-    [
-        # refused: every request would meet it
-        (403, {"error_code": "PERMISSION_DENIED", "message": "m"}, "PERMISSION_DENIED", True),
-        (401, {"error_code": "UNAUTHENTICATED", "message": "m"}, "UNAUTHENTICATED", True),
-        # a route this server lacks, answered by the web server or a proxy (no JSON body)
-        (404, _PAGE.format("Not Found"), "error code 404", True),
-        (405, _PAGE.format("Method Not Allowed"), "error code 405", True),
-        (410, _PAGE.format("Gone"), "error code 410", True),
-        # rejected: MLflow (or what is in front of it) is up, this one request is wrong
-        (400, {"error_code": "INVALID_PARAMETER_VALUE", "message": "m"}, "INVALID_PARAM", False),
-        (413, _PAGE.format("Request Entity Too Large"), "error code 413", False),
+    _REFUSED_OR_REJECTED,
+    ids=[
+        "403",
+        "401",
+        "404-page",
+        "405-page",
+        "410-page",
+        "415-page",
+        "404-json-detail",
+        "405-json-error",
+        "405-json-not-found-code",
+        "410-json-message",
+        "415-json-invalid-code",
+        "415-json-list",
+        "400",
+        "413-page",
+        "413-json-error",
+        "413-json-unavailable-code",
     ],
-    ids=["403", "401", "404-page", "405-page", "410-page", "400", "413-page"],
 )
 def test_a_refused_or_rejected_assessment_fails_at_once(
     status: int, payload: object, match: str, opens: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """No retry for an answer retrying cannot change; only a refusal counts as an outage."""
-    for name, value in MLFLOW_CLIENT_ENV.items():
-        monkeypatch.setenv(name, value)
-    with StatusServer(status, payload) as server:
-        previous = mlflow.get_tracking_uri()
-        mlflow.set_tracking_uri(server.url)
+    """No retry for an answer retrying cannot change; only a refusal counts as an outage.
+
+    The status decides, whatever the body says: a code in a JSON body may contradict it
+    (a proxy's 405 that says RESOURCE_DOES_NOT_EXIST was retried for ``not_found_wait``).
+    """
+    with StatusServer(status, payload) as server, _tracking_to(server.url, monkeypatch):
         sink = MlflowSink(max_retries=3, backoff=0.01, failure_threshold=2, cooldown=60)
         try:
             with pytest.raises(Exception, match=match):
                 sink.emit(_linked_item())
             assert _posts(server) == 1  # not retried
+            assert len(server.requests) == 1  # nor looked for
             assert not sink.delivery.breaker.is_open  # one of the two in a row
             with pytest.raises(Exception, match=match):
                 sink.emit(_linked_item())
             assert _posts(server) == 2
             assert sink.delivery.breaker.is_open is opens
         finally:
-            mlflow.set_tracking_uri(previous)
             sink.close()
 
 
-def test_a_bare_server_error_is_still_retried(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A 502 page (no JSON body) reads like a 405 page to MLflow's client: it stays retried."""
-    for name, value in MLFLOW_CLIENT_ENV.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # count the sink's tries only
-    with StatusServer(502, _PAGE.format("Bad Gateway")) as server:
-        previous = mlflow.get_tracking_uri()
-        mlflow.set_tracking_uri(server.url)
+@pytest.mark.parametrize(
+    ("status", "payload"),
+    [
+        (502, _PAGE.format("Bad Gateway")),
+        (500, {"error_code": "INTERNAL_ERROR", "message": "m"}),
+        (503, {"error": "upstream unavailable"}),
+        (504, {"error_code": "PERMISSION_DENIED", "message": "a code no retry could fix"}),
+        (429, {"error_code": "RESOURCE_DOES_NOT_EXIST", "message": "a code that waits"}),
+        (500, ["not", "an", "object"]),
+    ],
+    ids=["502-page", "500-json", "503-json-error", "504-json-denied-code", "429-json", "500-list"],
+)
+def test_a_server_error_or_429_is_retried_whatever_its_body(
+    status: int, payload: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Retried by the sink alone (MLflow is told to retry 4 times: not for these requests),
+    each retry looking first whether the try was stored (a 5xx may come after MLflow took
+    it); every try counts toward the breaker."""
+    with StatusServer(status, payload) as server, _tracking_to(server.url, monkeypatch):
         sink = MlflowSink(max_retries=2, backoff=0.01, failure_threshold=5, cooldown=60)
         try:
-            with pytest.raises(Exception, match="502"):
+            with pytest.raises(Exception, match=str(status)):
                 sink.emit(_linked_item())
-            # the try, then two retries; each retry first looks whether the try was stored
-            # (a 502 may come after MLflow took it), and that look meets the 502 too
+            # the try, then two retries; each looks for the try first, and the look meets
+            # the same answer
             assert [method for method, _ in server.requests] == ["POST", "GET", "GET"]
+            assert not sink.delivery.breaker.is_open  # 3 failures of the 5
+            with pytest.raises(Exception, match=r"\b(HTTP|error code) \d{3}"):
+                sink.emit(_linked_item())
+            assert len(server.requests) == 5  # the 5th failure opened the breaker
+            assert sink.delivery.breaker.is_open
         finally:
-            mlflow.set_tracking_uri(previous)
             sink.close()
 
 
 def _posts(server: StatusServer) -> int:
     return sum(m == "POST" and "assessments" in p for m, p in server.requests)
+
+
+class _ConnectionAttempts:
+    """Counts the connections MLflow's HTTP client tries to ``port`` (urllib3's connect)."""
+
+    def __init__(self, port: int, monkeypatch: pytest.MonkeyPatch) -> None:
+        import urllib3.connection
+
+        self.times: list[float] = []
+        original = urllib3.connection.HTTPConnection.connect
+        attempts = self
+
+        def connect(conn: Any) -> None:
+            if conn.port == port:
+                attempts.times.append(time.monotonic())
+            original(conn)
+
+        monkeypatch.setattr(urllib3.connection.HTTPConnection, "connect", connect)
+
+    def count_since(self, moment: float) -> int:
+        return sum(t > moment for t in self.times)
+
+
+@contextmanager
+def _failing(kind: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, Any]]:
+    """A server that fails every request one way: its URL and what counts its requests."""
+    if kind == "refused":
+        port = free_port()  # nothing listens there
+        yield f"http://127.0.0.1:{port}", _ConnectionAttempts(port, monkeypatch)
+    elif kind == "silent":
+        with SilentServer() as silent:
+            yield silent.url, silent
+    else:
+        status, payload, headers = {
+            "500": (500, {"error_code": "INTERNAL_ERROR", "message": "down"}, {}),
+            "429-retry-after": (
+                429,
+                {"error_code": "REQUEST_LIMIT_EXCEEDED"},
+                {"Retry-After": "1"},
+            ),
+            "malformed-json": (200, b'{"assessment": {"assessment_id": ', {}),
+        }[kind]
+        with StatusServer(status, payload, headers) as server:
+            yield server.url, server
+
+
+@pytest.mark.parametrize(
+    ("kind", "match"),
+    [
+        ("refused", "Connection refused|Failed to establish"),
+        ("500", "HTTP 500"),
+        ("429-retry-after", "HTTP 429"),
+        ("silent", "no answer within 0.5 s"),
+        ("malformed-json", "not JSON"),
+    ],
+)
+def test_one_result_costs_at_most_one_request_per_try_and_nothing_after_close(
+    kind: str, match: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sink owns retrying: ``max_retries=2`` is three requests per result, whatever
+    MLflow's client is told for the application's requests (4 retries, 30 s timeout).
+
+    Before, each try of the sink was a whole retry loop of MLflow's (here five requests
+    over 14 s, or a 30 s wait for a silent server): the sink stopped waiting after
+    ``request_timeout`` and reported "no answer" whatever the server had said, and the loop
+    went on on its thread, sending after ``close()``. Now each try is one request bounded
+    by ``request_timeout``, and ``close()`` returns with none left running.
+    """
+    with _failing(kind, monkeypatch) as (url, counter), _tracking_to(url, monkeypatch):
+        sink = MlflowSink(request_timeout=0.5, max_retries=2, backoff=0.01, failure_threshold=9)
+        started = time.monotonic()
+        try:
+            with pytest.raises(Exception, match=match):
+                sink.emit(_linked_item())
+            elapsed = time.monotonic() - started
+        finally:
+            sink.close()
+        closed = time.monotonic()
+        assert _request_threads(sink) == []  # nothing left running
+        assert counter.count_since(started) == 3  # the try and two retries, one request each
+        if kind == "429-retry-after":
+            assert elapsed >= 2  # each retry waited the second the server asked for
+        assert elapsed < CEILING_S
+        time.sleep(1.5)  # MLflow's own retry loop would send again within this (backoff 1)
+        assert counter.count_since(closed) == 0
+
+
+def test_an_outage_costs_a_bounded_number_of_requests_and_threads(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Twenty results against a server that answers 500: the breaker stops the sends after
+    ``failure_threshold`` failures, at most ``max_concurrency`` tries are out at once, each
+    one request, and nothing is sent or running after close."""
+    with StatusServer(500, {"error": "down"}) as server, _tracking_to(server.url, monkeypatch):
+        sink = MlflowSink(
+            request_timeout=2,
+            max_retries=2,
+            backoff=0.01,
+            failure_threshold=5,
+            cooldown=60,
+            max_concurrency=4,
+        )
+        started = time.monotonic()
+        try:
+            stats = deliver(sink, [_linked_item() for _ in range(20)])
+        finally:
+            sink.close()
+        closed = time.monotonic()
+        assert stats.delivered == 0
+        assert stats.errors + stats.dropped == 20
+        assert sink.delivery.breaker.is_open
+        # the 5 failures that open it, and at most one per other send already under way
+        assert len(server.requests) <= 5 + 3
+        assert _request_threads(sink) == []
+        assert time.monotonic() - started < CEILING_S
+        time.sleep(1.5)
+        assert server.count_since(closed) == 0
+
+
+def test_a_store_without_http_still_gets_the_assessment(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tracking URI that is no MLflow server (here a local database; Databricks too) is
+    written through MLflow's API, as before: the sink's own requests are for http(s)."""
+    for name, value in MLFLOW_CLIENT_ENV.items():
+        monkeypatch.setenv(name, value)
+    previous = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'local.db'}")
+    sink = MlflowSink(request_timeout=5)
+    try:  # its artifacts (the traces) in tmp_path: the default is ./mlruns, here the checkout
+        artifacts = (tmp_path / "artifacts").as_uri()
+        mlflow.set_experiment(experiment_id=mlflow.create_experiment("local", artifacts))
+        with mlflow.start_span("request") as span:
+            trace_id, span_id = span.trace_id, span.span_id
+        mlflow.flush_trace_async_logging(terminate=False)
+        sink.emit(linked_item("mlflow", trace_id, span_id))
+        (stored,) = mlflow.MlflowClient().get_trace(trace_id).info.assessments
+    finally:
+        sink.close()
+        mlflow.set_tracking_uri(previous)
+    assert stored.value == 0.5
+    assert stored.span_id == span_id
+
+
+def test_an_mlflow_without_the_pieces_of_the_sinks_requests_still_gets_the_assessment(
+    tracking: str,
+    judge_server: JudgeServer,
+    make_judge: JudgeFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The sink's own requests use MLflow's HTTP helper, which is not public API: an MLflow
+    whose helper takes other options (here one without ``retry_codes``) is written through
+    ``mlflow.log_assessment`` instead, with one INFO line, rather than fail every result."""
+    import mlflow.utils.rest_utils as rest_utils
+
+    from langchain_ragmetrics.integrations import mlflow as sink_module
+
+    real = rest_utils.http_request
+
+    def older(host_creds: Any, endpoint: str, method: str, **kwargs: Any) -> Any:
+        if "retry_codes" in kwargs:  # what an older helper would do with it
+            raise TypeError("http_request() got an unexpected keyword argument 'retry_codes'")
+        return real(host_creds, endpoint, method, **kwargs)
+
+    sink_module._can_send_itself.cache_clear()
+    try:
+        with monkeypatch.context() as patch:
+            patch.setattr(rest_utils, "http_request", older)
+            with caplog.at_level(logging.INFO, logger="langchain_ragmetrics"):
+                assert sink_module._rest_store() is None
+            item = one_scored_item(rag_app(judge_server, make_judge, max_retries=2), 2)
+            sink = MlflowSink()
+            sink.emit(item)
+            sink.close()
+    finally:
+        sink_module._can_send_itself.cache_clear()
+    (stored,) = assessments(item.links["mlflow"][0])
+    assert stored.value == item.result.score
+    said = [r.getMessage() for r in caplog.records if "lacks what the sink" in r.getMessage()]
+    assert said == [
+        "MlflowSink: this MLflow lacks what the sink's own requests use (http_request takes "
+        "no ['backoff_factor', 'max_retries', 'raise_on_status', 'retry_codes', 'timeout']); "
+        "assessments go through mlflow.log_assessment, with MLflow's HTTP retries inside "
+        "each try"
+    ]
+    assert sink_module._rest_store() is not None  # the real helper: the sink's own requests
 
 
 def test_assessments_go_out_several_at_a_time_and_each_lands_once(
@@ -562,7 +825,6 @@ def test_assessments_go_out_several_at_a_time_and_each_lands_once(
     """Four results, ``max_concurrency=4``: MLflow holds four POSTs at once, then all land."""
     items = [_exported_item(judge_server, make_judge, 20 + i)[0] for i in range(4)]
     hold = HoldUntil(4, "assessments", CEILING_S)
-    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     with LossyProxy(tracking, hold) as proxy:
         mlflow.set_tracking_uri(proxy.url)
         sink = MlflowSink(max_concurrency=4, request_timeout=CEILING_S + 10)
