@@ -1000,8 +1000,20 @@ class _Pool:
             self._rate_to(worker)
         if self.closing.is_set():
             return
+        held = len(worker.holding)
         failed = self.feed.reclaim(worker, WORKER_RESTARTS)
         why = _exit_cause(worker.process.exitcode)
+        if worker.process.exitcode != 0 and not worker.ended:  # ended: said when it was
+            logger.warning(
+                "a worker process (pid %s) %s; the results it sent are kept, its %d "
+                "unfinished jobs go back to the other processes%s",
+                worker.process.pid,
+                why,
+                held,
+                f" ({len(failed)} of them fail: every process that held them died)"
+                if failed
+                else "",
+            )
         for row, col in failed:
             error = (
                 f"WorkerDiedError: the worker process scoring this job {why} before finishing "

@@ -289,6 +289,7 @@ def test_a_dead_workers_jobs_go_back_to_the_feed_and_are_scored_once(
     judge_server: JudgeServer,
     make_judge: Callable[..., Any],
     monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
     start_method_used: str,
 ) -> None:
     judge_server.script = lexical_judge()
@@ -296,16 +297,21 @@ def test_a_dead_workers_jobs_go_back_to_the_feed_and_are_scored_once(
     seen = watch_workers(monkeypatch)
     hold_parent(monkeypatch, seen["retired"])  # the parent starts once the worker is dead
     delivered: list[tuple[int, str]] = []
-    result = evaluate(
-        rows(10),
-        [ContextRecall()],
-        llm=make_judge(),
-        workers=2,
-        max_concurrency=4,
-        show_progress=False,
-        on_result=lambda r, n, _: delivered.append((r, n)),
-    )
+    with caplog.at_level(logging.WARNING, logger="langchain_ragmetrics"):
+        result = evaluate(
+            rows(10),
+            [ContextRecall()],
+            llm=make_judge(),
+            workers=2,
+            max_concurrency=4,
+            show_progress=False,
+            on_result=lambda r, n, _: delivered.append((r, n)),
+        )
     assert seen["exit_codes"] == [-signal.SIGKILL]  # it died holding jobs
+    said = [r.getMessage() for r in caplog.records if "a worker process (pid" in r.getMessage()]
+    assert len(said) == 1, said  # before, a death went unsaid
+    assert " was killed by SIGKILL; the results it sent are kept, its " in said[0]
+    assert said[0].endswith("unfinished jobs go back to the other processes")
     assert sorted(delivered) == [(r, "context_recall") for r in range(10)]  # once each
     assert all(r.status("context_recall") == "scored" for r in result.rows)
     assert judge_server.count() == 10  # the dead worker sent nothing, the parent the rest
