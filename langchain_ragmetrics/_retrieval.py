@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import math
+import threading
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -688,10 +689,20 @@ def _from_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _hook(fn: Callable[[Any], Any], value: Any, name: str) -> str | None:
-    """``fn(value)``, which must be a string or None; anything else is a :class:`HookError`."""
+    """``fn(value)``, which must be a string or None; anything else is a :class:`HookError`.
+
+    Whatever ``fn`` raises is the retrieval's error, ``SystemExit`` and the like too: it
+    runs on one of the handler's threads, which must go on (only a Ctrl-C on the main
+    thread goes through).
+    """
     try:
         found = fn(value)
-    except Exception as exc:
+    except BaseException as exc:
+        if (
+            isinstance(exc, KeyboardInterrupt)
+            and threading.current_thread() is threading.main_thread()
+        ):
+            raise
         msg = f"{name} raised {type(exc).__name__}: {exc}"
         raise HookError(msg) from exc
     if found is not None and not isinstance(found, str):

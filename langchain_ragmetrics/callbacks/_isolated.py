@@ -182,11 +182,10 @@ class ProcessRuntime:
         in_child: Sequence[int] = (),
     ) -> None:
         self._child_start = settings.for_child()  # checks trace_judge now, not in the child
-        max_queue_size = settings.max_queue_size
         name = settings.name
         self.settings = settings
         self.isolation = isolation
-        self.max_queue_size = max_queue_size
+        self.max_queue_size = settings.max_queue_size
         self.name = name
         self._counters = counters
         self._failures = failures
@@ -205,6 +204,7 @@ class ProcessRuntime:
         self._disabled = False
         # close() passed its deadline: no child starts again, what is queued is abandoned.
         self._gave_up = False
+        self._resets_queued: set[int] = set()  # queued, not yet sent with a child's batch
         # stop_when_idle() asked the child to finish: the handler was collected.
         self._idle_exit = False
         # A close is under way: close()'s, or the idle exit's (which sets _shut when done).
@@ -299,19 +299,23 @@ class ProcessRuntime:
 
     def owns_current_thread(self, action: str) -> bool:
         """True (and logged once) when called from this object's own threads."""
-        current = threading.current_thread()
-        with self._cond:
-            child = self._child
-            own = [self._feeder, None if child is None else child.listener]
-        own.extend(box.thread for box in self._outboxes or ())
-        own.extend(self._hooks.threads if self._hooks is not None else ())
-        if not any(current is thread for thread in own):
+        if not self._on_own_thread():
             return False
         self._failures.report(
             f"{action}-from-worker",
             f"{action}() called from the handler's own background thread; ignored",
         )
         return True
+
+    def _on_own_thread(self) -> bool:
+        """Whether the calling thread is one of this object's (which must never wait on it)."""
+        current = threading.current_thread()
+        with self._cond:
+            child = self._child
+            own = [self._feeder, None if child is None else child.listener]
+        own.extend(box.thread for box in self._outboxes or ())
+        own.extend(self._hooks.threads if self._hooks is not None else ())
+        return any(current is thread for thread in own)
 
     def flush(self, timeout: float | None) -> bool:
         """Wait until the retrievals submitted so far are scored and delivered.
@@ -402,6 +406,11 @@ class ProcessRuntime:
         That is what waits in the queue and what the feeder holds (a user's hook that never
         returns keeps it there): the feeder drops its batch uncounted when it comes back.
         """
+        if self._resets_queued:  # queued, or in the feeder's batch: they reach no child now
+            self._reset_figures()  # first: what is abandoned below ends in the new period
+            for token in self._resets_queued:
+                self._answer(token, ok=True)
+            self._resets_queued.clear()
         lost = self._queue.size
         for entry in self._queue.abandon():
             if isinstance(entry.item, FlushRequest):
@@ -515,9 +524,12 @@ class ProcessRuntime:
         its sinks' figures between two consistent readings of them and of its counters, and
         this process starts the new period of all its figures as it reads that answer, in
         order with the child's reports. This call waits for it, within
-        ``_RESET_WAIT_SECONDS`` (past that the reset happens when the answer comes); a
-        child that is closing is reset when it has exited.
+        ``_RESET_WAIT_SECONDS`` (past that the reset happens when the answer comes; called
+        from one of the handler's own threads, a sink's or a hook's, it does not wait, since
+        the answer may need that thread); a child that is closing is reset when it has
+        exited, and a reset still queued when a close gives up is done then.
         """
+        wait = not self._on_own_thread()
         with self._cond:
             child = self._child
             if child is None or child.dead:
@@ -529,6 +541,10 @@ class ProcessRuntime:
                 return
             if not self._queue.put(ResetRequest(token), counted=False):
                 self._reset_figures()
+                return
+            self._resets_queued.add(token)
+            if not wait:
+                self._hurry.set()
                 return
             self._waiting.add(token)
             try:
@@ -588,7 +604,9 @@ class ProcessRuntime:
                     if child is not None:
                         child.sent += sum(isinstance(e, Retrieval) for e in entries)
                         child.tokens.update(e.token for e in entries if isinstance(e, FlushRequest))
-                        child.resets.update(e.token for e in entries if isinstance(e, ResetRequest))
+                        resets = {e.token for e in entries if isinstance(e, ResetRequest)}
+                        child.resets.update(resets)
+                        self._resets_queued.difference_update(resets)
                 finally:
                     for entry in batch:  # in the child's count now: outstanding stays exact
                         self._queue.done(entry)
@@ -671,6 +689,7 @@ class ProcessRuntime:
             if isinstance(entry, FlushRequest):
                 self._answer(entry.token, ok=False)
             elif isinstance(entry, ResetRequest):  # no child: nothing to reset but here
+                self._resets_queued.discard(entry.token)
                 self._reset_figures()
                 self._answer(entry.token, ok=True)
         lost = sum(isinstance(entry, Retrieval | Capture) for entry in dropped)
@@ -805,10 +824,11 @@ class ProcessRuntime:
         if isinstance(message, LogRecordData):
             _relog(message.fields)
             return
+        dropped: list[tuple[SinkOutbox, int]] = []
         with self._cond:  # queued and counted at one moment, as a reset sees them
             if isinstance(message, Results):
-                for box in self._outboxes or ():
-                    box.put(message.items)  # never blocks: a full outbox drops (counted)
+                for box in self._outboxes or ():  # never blocks: a full one drops (counted)
+                    dropped.append((box, box.put(message.items)))
             if isinstance(message, Ready):
                 child.ready = True
             elif isinstance(message, Report | Results) and message.stats is not None:
@@ -832,6 +852,8 @@ class ProcessRuntime:
                 child.fatal = True
                 self._disabled = True
             self._cond.notify_all()
+        for box, count in dropped:  # logged with no lock held: a log handler may stall
+            box.report_dropped(count)
         if isinstance(message, Fatal):
             self._failures.report(
                 "isolated:setup",

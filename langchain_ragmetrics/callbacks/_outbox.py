@@ -108,13 +108,23 @@ class SinkOutbox:
         """The delivery thread, once started."""
         return self._thread
 
-    def put(self, items: Sequence[OnlineResult]) -> None:
-        """Queue results for the sink without ever blocking; what does not fit is dropped."""
+    def put(self, items: Sequence[OnlineResult]) -> int:
+        """Queue results for the sink without ever blocking; what does not fit is dropped.
+
+        Returns:
+            How many were dropped (counted here): the caller reports them with
+            :meth:`report_dropped` once it holds no lock, since a report logs, and a log
+            handler may take its time (a full pipe, a log shipper that is down).
+        """
         open_ = not self._queue.closed and (self._thread is not None or self._start())
         with self._lock:  # queued and counted together: stats() sees them pending or dropped
             taken = self._queue.put_many(items) if open_ else 0
             self._dropped += len(items) - taken
-        if taken < len(items):
+        return len(items) - taken
+
+    def report_dropped(self, count: int) -> None:
+        """Log (once per kind, see ``FailureLog``) that :meth:`put` dropped ``count`` results."""
+        if count:
             self._failures.report(
                 f"outbox-full:{self.key}",
                 f"sink {self.key} is not keeping up (its outbox of {self.max_size} is full "

@@ -87,13 +87,15 @@ class ScoringPipeline:
         )
         results = [item.result for item in items]
         # Counted and queued at one moment: a reading of the counters with the sinks'
-        # figures (a report of the child, a reset) sees both or neither.
+        # figures (a report of the child, a reset) sees both or neither. Nothing under it
+        # logs (a log handler may stall, and the application's threads count under it too).
         with self._counters.hold():
             self._count(results)
-            for outbox in self.outboxes:
-                outbox.put(items)
+            dropped = [outbox.put(items) for outbox in self.outboxes]
             if self.forward is not None:
                 self.forward(items)
+        for outbox, count in zip(self.outboxes, dropped, strict=True):
+            outbox.report_dropped(count)
         for result in results:
             if result.failed:
                 self._failures.report(*failure_report(result))

@@ -264,7 +264,8 @@ class RagMetricsCallbackHandler(BaseCallbackHandler):
         start at their number; each ends as processed, dropped or abandoned after it); results
         produced before the reset are left out of every sink's figures, wherever they end.
         With a scoring process, the reset is taken at one moment there too: this call waits
-        briefly for its answer.
+        for its answer, 5 s at most, and not at all from the handler's own threads (a sink's
+        ``emit``, a ``question_from``), which that answer may need.
         """
         self._background.reset_stats()
         self._failures.reset()

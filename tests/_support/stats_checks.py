@@ -3,12 +3,15 @@ says when a thread has to wait for it (to hold a window open without timing)."""
 
 from __future__ import annotations
 
+import logging
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import TracebackType
 
 from langchain_ragmetrics import HandlerStats
 
-__all__ = ["ContendedLock", "assert_identities"]
+__all__ = ["ContendedLock", "assert_identities", "stalled_log"]
 
 
 def assert_identities(stats: HandlerStats) -> None:
@@ -45,3 +48,28 @@ class ContendedLock:
         tb: TracebackType | None,
     ) -> None:
         self._lock.release()
+
+
+@contextmanager
+def stalled_log(phrase: str, release: threading.Event) -> Iterator[threading.Event]:
+    """The package's log handlers stall on a record saying ``phrase`` until ``release``.
+
+    As a full stderr pipe or a log shipper that is down would: the thread that logs it
+    waits. Yields an event set when a thread has begun to wait there.
+    """
+    entered = threading.Event()
+
+    class _Stalling(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if phrase in record.getMessage():
+                entered.set()
+                release.wait()
+
+    logger = logging.getLogger("langchain_ragmetrics")
+    handler = _Stalling(logging.WARNING)
+    logger.addHandler(handler)
+    try:
+        yield entered
+    finally:
+        release.set()
+        logger.removeHandler(handler)

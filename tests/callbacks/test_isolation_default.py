@@ -35,14 +35,14 @@ from langchain_ragmetrics import (
     OnlineResult,
     RagMetricsCallbackHandler,
 )
-from langchain_ragmetrics.callbacks import SinkStats, _auto
+from langchain_ragmetrics.callbacks import SinkStats, _auto, _isolated
 from langchain_ragmetrics.callbacks._isolated import ProcessRuntime
 from langchain_ragmetrics.callbacks._settings import DEFAULT_MAX_CONCURRENCY
 from tests._support.concurrency import wait_until
 from tests._support.isolated_setups import FileInChild, HeldInChild
 from tests._support.openai_server import JudgeServer, reply_hold
 from tests._support.rag import question, rag_app, rag_router
-from tests._support.stats_checks import assert_identities
+from tests._support.stats_checks import assert_identities, stalled_log
 
 JudgeFactory = Callable[..., ChatOpenAI]
 START = 120.0
@@ -399,7 +399,7 @@ def test_a_reset_with_results_pending_in_sinks_here_and_in_the_child_adds_up(
         for i in range(2):
             app.chain.invoke(question(i), config={"callbacks": [handler]})
         wait_until(both_hold_two, "both sinks to hold both results", timeout=START)
-        assert entered.is_set()
+        assert entered.wait(START)  # pending counts the results before the sink's thread
         handler.reset_stats()
         stats = handler.stats
         assert [stats.sinks[key] for key in keys] == [SinkStats(), SinkStats()]
@@ -414,4 +414,153 @@ def test_a_reset_with_results_pending_in_sinks_here_and_in_the_child_adds_up(
         handler.close(START)
     assert (stats.seen, stats.sampled, stats.processed, stats.scored) == (1, 1, 1, 1)
     assert [stats.sinks[key] for key in keys] == [SinkStats(delivered=1)] * 2
+    assert_identities(stats)
+
+
+def test_a_log_handler_that_stalls_on_the_outbox_warning_holds_up_no_application_call(
+    judge_server: JudgeServer, make_judge: JudgeFactory, release: threading.Event
+) -> None:
+    """Results from the child were queued for this process's sinks, and the "not keeping
+    up" warning logged, under the runtime's lock, which every retrieval of the application
+    takes: a log handler that stalled stalled the application. Now it logs with no lock."""
+    app = rag_app(judge_server, make_judge)
+    held = threading.Event()
+    handler = RagMetricsCallbackHandler(
+        metrics=[ContextRelevance(llm=make_judge())],
+        sinks=[CallableSink(lambda item: held.wait())],
+        sink_queue_size=1,
+    )
+    done = threading.Event()
+
+    def call_and_read() -> None:
+        app.chain.invoke(question(7), config={"callbacks": [handler]})
+        assert handler.stats.traces == 7
+        done.set()
+
+    try:
+        assert isinstance(handler._background, ProcessRuntime)
+        with stalled_log("is not keeping up", release) as stalled:
+            try:
+                for i in range(6):  # one at the sink, one in its outbox of 1, the rest dropped
+                    app.chain.invoke(question(i), config={"callbacks": [handler]})
+                assert stalled.wait(START), "no result was dropped"
+                threading.Thread(target=call_and_read, daemon=True).start()
+                assert done.wait(START), "the application's call waited for the log handler"
+            finally:
+                release.set()
+                held.set()
+        assert handler.flush(START)
+        stats = handler.stats
+    finally:
+        held.set()
+        handler.close(START)
+    assert stats.sinks["CallableSink"].dropped >= 1
+    assert_identities(stats)
+
+
+def test_a_reset_still_queued_when_a_close_gives_up_is_done(
+    judge_server: JudgeServer,
+    make_judge: JudgeFactory,
+    release: threading.Event,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A reset queued behind the feeder, held in a user's hook that never returns, never
+    reached the child; when close gave up on it, it was dropped: the figures of the period
+    before it stayed. Now it is done then, before what close abandons is counted."""
+    monkeypatch.setattr(_isolated, "_RESET_WAIT_SECONDS", 0.1)  # reset_stats waits no more
+    app = rag_app(judge_server, make_judge)
+    in_hook = threading.Event()
+
+    def question_from(inputs: Any) -> str:
+        if "item009" in str(inputs):
+            in_hook.set()
+            release.wait()  # no timeout bounds it: timeout=None
+        return str(inputs)
+
+    handler = RagMetricsCallbackHandler(
+        metrics=[ContextRelevance(llm=make_judge())], question_from=question_from, timeout=None
+    )
+    try:
+        assert isinstance(handler._background, ProcessRuntime)
+        for i in range(3):
+            app.chain.invoke(question(i), config={"callbacks": [handler]})
+        assert handler.flush(START)
+        app.chain.invoke(question(9), config={"callbacks": [handler]})
+        assert in_hook.wait(START)
+        handler.reset_stats()  # queued behind the held feeder; it does not wait for it
+        assert handler.stats.processed == 3  # not done yet
+        assert not handler.close(1)
+        stats = handler.stats
+    finally:
+        release.set()
+        handler.close(START)
+    assert (stats.traces, stats.processed, stats.scored) == (0, 0, 0)  # the new period
+    assert (stats.seen, stats.sampled, stats.abandoned) == (1, 1, 1)  # the held retrieval
+    assert_identities(stats)
+
+
+def test_a_reset_from_a_users_hook_does_not_wait_on_the_thread_that_runs_it(
+    judge_server: JudgeServer, make_judge: JudgeFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``reset_stats()`` waits for the child's answer, which the feeder sends: called from
+    a hook the feeder waits on, it waited its whole bound each time (5 s). Now, on the
+    handler's own threads, it queues the reset and returns."""
+    monkeypatch.setattr(_isolated, "_RESET_WAIT_SECONDS", 600.0)  # waiting would show
+    app = rag_app(judge_server, make_judge)
+    handler: RagMetricsCallbackHandler | None = None
+    resets: list[str] = []
+
+    def question_from(inputs: Any) -> str:
+        assert handler is not None
+        handler.reset_stats()
+        resets.append(threading.current_thread().name)
+        return str(inputs)
+
+    handler = RagMetricsCallbackHandler(
+        metrics=[ContextRelevance(llm=make_judge())],
+        sinks=[InMemorySink()],
+        question_from=question_from,
+    )
+    try:
+        assert isinstance(handler._background, ProcessRuntime)
+        for i in range(3):
+            app.chain.invoke(question(i), config={"callbacks": [handler]})
+        assert handler.flush(START)
+        stats = handler.stats
+    finally:
+        handler.close(START)
+    assert len(resets) == 3
+    assert stats.processed + stats.abandoned <= 3
+    assert_identities(stats)
+
+
+def test_a_hook_that_raises_system_exit_fails_only_its_retrieval(
+    judge_server: JudgeServer, make_judge: JudgeFactory
+) -> None:
+    """A ``question_from`` that raised ``SystemExit`` (a ``sys.exit()`` deep in a user's
+    code) ended the feeder thread silently: every later retrieval was stranded. Now it is
+    that retrieval's error, as any exception of the user's is."""
+    app = rag_app(judge_server, make_judge)
+
+    def question_from(inputs: Any) -> str:
+        if "item001" in str(inputs):
+            raise SystemExit("user code called sys.exit()")
+        return str(inputs)
+
+    memory = InMemorySink()
+    handler = RagMetricsCallbackHandler(
+        metrics=[ContextRelevance(llm=make_judge())], sinks=[memory], question_from=question_from
+    )
+    try:
+        assert isinstance(handler._background, ProcessRuntime)
+        for i in range(4):
+            app.chain.invoke(question(i), config={"callbacks": [handler]})
+        assert handler.flush(START)
+        stats = handler.stats
+    finally:
+        handler.close(START)
+    assert (stats.processed, stats.scored, stats.failed) == (4, 3, 1)
+    (failed,) = [r for r in memory.results if r.result.failed]
+    assert failed.result.error is not None
+    assert "question_from raised SystemExit: user code called sys.exit()" in failed.result.error
     assert_identities(stats)

@@ -11,7 +11,7 @@ from langchain_ragmetrics.callbacks._stats import Counters, FailureLog
 from tests._support.concurrency import wait_until
 from tests._support.openai_server import JudgeServer, reply_hold
 from tests._support.rag import online_handler, question, rag_app, rag_router
-from tests._support.stats_checks import assert_identities
+from tests._support.stats_checks import assert_identities, stalled_log
 
 JudgeFactory = Callable[..., ChatOpenAI]
 VERDICT = {"relevant_sentence_indices": [0], "reason": "held"}
@@ -134,4 +134,41 @@ def test_a_reset_with_results_pending_in_a_sink_adds_up_once_they_are_delivered(
         stats = handler.stats
     assert (stats.sampled, stats.processed, stats.scored) == (1, 1, 1)
     assert stats.sinks["CallableSink"] == stats.sinks["InMemorySink"] == SinkStats(delivered=1)
+    assert_identities(stats)
+
+
+def test_a_log_handler_that_stalls_on_the_outbox_warning_holds_up_no_application_call(
+    judge_server: JudgeServer, make_judge: JudgeFactory, release: threading.Event
+) -> None:
+    """The "not keeping up" warning was logged under the counters' lock, which the
+    application's threads take in the callbacks: a log handler that stalled (a full pipe, a
+    log shipper down) stalled the application's chain calls and ``stats``. Now nothing is
+    logged under it."""
+    app = rag_app(judge_server, make_judge)
+    held = threading.Event()
+    sink = CallableSink(lambda item: held.wait())
+    with (
+        online_handler(app.llm, sinks=[sink], sink_queue_size=1) as handler,
+        stalled_log("is not keeping up", release) as stalled,
+    ):
+        config: dict[str, object] = {"callbacks": [handler]}
+        done = threading.Event()
+
+        def call_and_read() -> None:
+            app.chain.invoke(question(7), config=config)  # type: ignore[arg-type]
+            assert handler.stats.traces == 7
+            done.set()
+
+        try:
+            for i in range(6):  # one at the sink, one in its outbox of 1, the rest dropped
+                app.chain.invoke(question(i), config=config)  # type: ignore[arg-type]
+            assert stalled.wait(30), "no result was dropped"
+            threading.Thread(target=call_and_read, daemon=True).start()
+            assert done.wait(30), "the application's call waited for the log handler"
+        finally:
+            release.set()
+            held.set()
+        assert handler.flush(30)
+        stats = handler.stats
+    assert stats.sinks["CallableSink"].dropped >= 1
     assert_identities(stats)
