@@ -472,3 +472,27 @@ def test_reset_stats_zeroes_counters_and_logs_again(
         assert handler.stats == HandlerStats(sinks={"InMemorySink": SinkStats()})
     failures = [r for r in caplog.records if "context_relevance failed" in r.getMessage()]
     assert len(failures) == 2  # once per kind, again after the reset
+
+
+def test_a_hook_that_raises_system_exit_fails_only_its_retrieval(
+    judge_server: JudgeServer, make_judge: JudgeFactory
+) -> None:
+    """On isolation="thread" too, a ``SystemExit`` from a user's hook (a ``sys.exit()`` deep
+    in its code) is that retrieval's error; the others are scored."""
+    app = rag_app(judge_server, make_judge)
+
+    def question_from(inputs: Any) -> str:
+        if inputs == question(1):
+            raise SystemExit("user code called sys.exit()")
+        return str(inputs)
+
+    with online_handler(app.llm, question_from=question_from) as handler:
+        for i in range(3):
+            assert app.chain.invoke(question(i), config={"callbacks": [handler]})
+        assert handler.flush(30)
+        stats = handler.stats
+        scored = results(handler)
+    assert (stats.processed, stats.scored, stats.failed) == (3, 2, 1)
+    (failed,) = [item for item in scored if item.result.failed]
+    assert failed.result.error is not None
+    assert "question_from raised SystemExit: user code called sys.exit()" in failed.result.error
