@@ -269,9 +269,12 @@ def _sigint_deferred() -> Iterator[None]:
     try:
         yield
     finally:
+        # The mask first: one pending on this thread is then taken by the stand-in. Were the
+        # handler put back first, a Ctrl-C taken meanwhile could raise KeyboardInterrupt
+        # between the two calls and leave SIGINT blocked on this thread for good.
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         signal.signal(signal.SIGINT, previous)
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # one pending here is raised now
-        if noted:  # another thread took it: raise it again, for ``previous``
+        if noted:  # raise it again, for ``previous``
             signal.raise_signal(signal.SIGINT)
 
 
