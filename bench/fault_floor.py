@@ -28,7 +28,7 @@ than this floor lost the difference to its own CPU and scheduling; a target belo
 floor's median is out of reach for every client that keeps these retry rules.
 
 Usage: ``python bench/fault_floor.py [--seeds 1000] [--samples 200] [--metrics all|NAME,...]
-[--concurrency 16] [--latency 0.1] [--order resumed-first|new-first]``
+[--concurrency 16] [--latency 0.1] [--order resumed-first|new-first] [--initial-backoff S]``
 """
 
 from __future__ import annotations
@@ -157,6 +157,7 @@ def simulate(
     kinds: tuple[str, ...],
     slow_errors: bool,
     resumed_first: bool,
+    policy: RetryPolicy,
 ) -> tuple[float, int, int]:
     """One run of the ideal client: (seconds to the last answer, calls failed, requests)."""
     calls = samples * sum(CALLS_PER_METRIC[name] for name in metrics)
@@ -167,7 +168,7 @@ def simulate(
         slow_errors=slow_errors,
         slots=concurrency,
         latency=latency,
-        policy=RetryPolicy(),
+        policy=policy,
         resumed_first=resumed_first,
     )
     return run.run(calls)
@@ -186,7 +187,19 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--latency", type=float, default=0.1)
     parser.add_argument("--order", choices=("resumed-first", "new-first"), default="resumed-first")
+    parser.add_argument(
+        "--initial-backoff",
+        type=float,
+        default=None,
+        help="ceiling of a 500's first backoff in seconds (default: the package's "
+        "RetryPolicy); 0 retries every 500 at once, the most a client may do",
+    )
     args = parser.parse_args()
+    policy = (
+        RetryPolicy()
+        if args.initial_backoff is None
+        else RetryPolicy(initial_backoff=args.initial_backoff)
+    )
     seeds = 20 if args.tiny else args.seeds
     metrics = tuple(CALLS_PER_METRIC) if args.metrics == "all" else tuple(args.metrics.split(","))
     unknown = sorted(set(metrics) - set(CALLS_PER_METRIC))
@@ -206,6 +219,7 @@ def main() -> None:
             kinds=kinds,
             slow_errors=slow,
             resumed_first=args.order == "resumed-first",
+            policy=policy,
         )
 
     base, _, _ = one(0, 0.0, ("500",), True)
@@ -242,11 +256,16 @@ def main() -> None:
                 ]
             )
     calls = args.samples * sum(CALLS_PER_METRIC[name] for name in metrics)
+    rules = (
+        "default RetryPolicy"
+        if args.initial_backoff is None
+        else f"RetryPolicy(initial_backoff={args.initial_backoff:g})"
+    )
     text = (
         f"An ideal client (no CPU; slots never idle while a call is ready; {args.order}) on "
         f"{args.samples} samples x {len(metrics)} metrics ({', '.join(metrics)}; {calls:,} "
         f"judge calls), {args.concurrency} "
-        f"slots, judge latency {args.latency * 1000:.0f} ms, default RetryPolicy; "
+        f"slots, judge latency {args.latency * 1000:.0f} ms, {rules}; "
         f"{seeds:,} fault draws per row. Without faults it takes {base:.2f} s.\n\n"
         + table(
             [
@@ -270,6 +289,7 @@ def main() -> None:
             "fault_free_s": base,
             "seeds": seeds,
             "order": args.order,
+            "retry_policy": policy.model_dump(),
             "metrics": list(metrics),
             "calls": calls,
             "scenarios": scenarios,
