@@ -1005,7 +1005,11 @@ class _Pool:
             return
         held = len(worker.holding)
         failed = self.feed.reclaim(worker, WORKER_RESTARTS)
-        why = _exit_cause(worker.process.exitcode)
+        why = (
+            f"was ended after sending nothing for over {self.stall_s:g} s (frozen)"
+            if worker.ended
+            else _exit_cause(worker.process.exitcode)
+        )
         if worker.process.exitcode != 0 and not worker.ended:  # ended: said when it was
             logger.warning(
                 "a worker process (pid %s) %s; the results it sent are kept, its %d "

@@ -359,6 +359,38 @@ def test_a_frozen_worker_is_ended_and_its_jobs_are_scored_by_the_others(
     assert not multiprocessing.active_children()
 
 
+def test_a_job_held_only_by_frozen_workers_fails_saying_so(
+    judge_server: JudgeServer,
+    make_judge: Callable[..., Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The job's error names the silence that ended its worker, not the SIGKILL it took."""
+    judge_server.script = lexical_judge()
+    monkeypatch.setenv(START_METHOD_ENV, "fork")
+    monkeypatch.setattr(workers_module, "_STALL_GRACE_S", 0.5)
+    monkeypatch.setattr(workers_module, "WORKER_RESTARTS", 0)
+    send_jobs = workers_module._Pool._send_jobs
+
+    def freeze_then_send(self: Any, worker: Any, count: int) -> None:
+        os.kill(worker.process.pid, signal.SIGSTOP)  # every worker is stopped on its jobs
+        send_jobs(self, worker, count)
+
+    monkeypatch.setattr(workers_module._Pool, "_send_jobs", freeze_then_send)
+    seen = watch_workers(monkeypatch)
+    hold_parent(monkeypatch, seen["retired"])
+    result = evaluate(
+        rows(6), [ContextRecall()], llm=make_judge(), workers=2, max_concurrency=4,
+        timeout=1, show_progress=False,
+    )  # fmt: skip
+    assert seen["exit_codes"] == [-signal.SIGKILL]
+    errors = [r.results["context_recall"].error for r in result.rows]
+    failed = [e for e in errors if e]
+    assert failed, errors
+    assert all("was ended after sending nothing for over 2 s (frozen)" in e for e in failed)
+    assert all("SIGKILL" not in e for e in failed)
+    assert not multiprocessing.active_children()
+
+
 def test_a_worker_is_not_ended_for_silence_without_a_timeout() -> None:
     """Without a timeout a job may take any time: silence says nothing, no worker is ended."""
     from langchain_ragmetrics.metrics import NonLLMContextRecall
