@@ -852,7 +852,8 @@ class _Pool:
                 logger.warning(
                     "a worker process (pid %s) holds %d jobs and has sent nothing for %.1f s, "
                     "longer than a job may take (timeout %gs): it was ended, and its jobs go "
-                    "to the other processes",
+                    "to the other processes (the judge calls it made for them are not in the "
+                    "run's usage)",
                     worker.process.pid,
                     len(worker.holding),
                     silent,
@@ -1013,13 +1014,14 @@ class _Pool:
         if worker.process.exitcode != 0 and not worker.ended:  # ended: said when it was
             logger.warning(
                 "a worker process (pid %s) %s; the results it sent are kept, its %d "
-                "unfinished jobs go back to the other processes%s",
+                "unfinished jobs go back to the other processes%s%s",
                 worker.process.pid,
                 why,
                 held,
                 f" ({len(failed)} of them fail: every process that held them died)"
                 if failed
                 else "",
+                "; the judge calls it made for them are not in the run's usage" if held else "",
             )
         for row, col in failed:
             error = (
