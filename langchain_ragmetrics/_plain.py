@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable, Mapping, Set, ValuesView
 from typing import Any
 
-__all__ = ["MAX_DEPTH", "plain_json", "text_of", "unwrap_numpy"]
+__all__ = ["MAX_DEPTH", "exact_scalar", "plain_json", "text_of", "unwrap_numpy"]
 
 logger = logging.getLogger(__name__)
 
@@ -21,6 +21,26 @@ MAX_DEPTH = 64
 """Nesting beyond which :func:`plain_json` cuts a value (a cycle is cut where it closes)."""
 _SCALARS = frozenset({str, int, float, bool, type(None)})
 """Exact types only: a subclass (an enum, a str with state) may not pickle where it goes."""
+
+
+def exact_scalar(value: Any) -> Any:
+    """A ``str``, ``int`` or ``float`` of a subclass as the exact built-in; anything else as is.
+
+    An enum member (``class Tier(str, Enum)``), NumPy's ``float64`` or a ``str`` carrying
+    state pickles as its class, which another process may not be able to import (one
+    defined in the user's ``__main__`` never is): its text or number alone crosses safely.
+    A ``str`` enum becomes its value, not its name.
+    """
+    kind = type(value)
+    if kind in _SCALARS:
+        return value
+    if isinstance(value, str):
+        return str.__str__(value)
+    if isinstance(value, int):  # bool cannot be subclassed: an exact bool returned above
+        return int.__index__(value)
+    if isinstance(value, float):
+        return float.__float__(value)
+    return value
 
 
 def text_of(value: Any) -> str:
@@ -44,11 +64,11 @@ def unwrap_numpy(value: Any) -> Any:
 def plain_json(value: Any, *, leaf: Callable[[Any], Any] = text_of) -> Any:
     """``value`` as plain JSON data, whatever it holds. Never raises.
 
-    Text, numbers, booleans and None of their exact types stay; a subclass of ``str``
-    becomes its plain text, NumPy values plain ones, dict keys text, tuples and dict values
-    lists, sets and dict keys lists (sorted, so that the form does not depend on the
-    process's hash seed). Any other
-    object becomes ``leaf(value)`` (its text by default); a cycle, or nesting deeper than
+    Text, numbers, booleans and None of their exact types stay; a subclass of ``str``,
+    ``int`` or ``float`` becomes the exact built-in (:func:`exact_scalar`), NumPy values
+    plain ones, dict keys text, tuples and dict values lists, sets and dict keys lists
+    (sorted, so that the form does not depend on the process's hash seed). Any other object
+    becomes ``leaf(value)`` (its text by default); a cycle, or nesting deeper than
     :data:`MAX_DEPTH`, is cut to ``"..."``.
 
     Args:
@@ -63,8 +83,8 @@ def _plain(value: Any, leaf: Callable[[Any], Any], seen: tuple[int, ...]) -> Any
     kind = type(value)
     if kind in _SCALARS:
         return value
-    if isinstance(value, str):  # a subclass: its characters, without the class
-        return str.__str__(value)
+    if isinstance(value, (str, int, float)):  # a subclass: its text or number, not its class
+        return exact_scalar(value)
     if id(value) in seen or len(seen) >= MAX_DEPTH:
         return "..."
     inner = (*seen, id(value))

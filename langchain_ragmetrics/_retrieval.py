@@ -32,6 +32,7 @@ from langchain_ragmetrics._engine import Job, ScoringEngine
 from langchain_ragmetrics._errors import HookError
 from langchain_ragmetrics._extract import ANSWER_KEYS, QUESTION_KEYS, answer_in, question_in
 from langchain_ragmetrics._otel import span_context_from_plain, span_context_in
+from langchain_ragmetrics._plain import exact_scalar
 from langchain_ragmetrics._schema import MetricResult, RagSample, _document_id
 from langchain_ragmetrics._user_calls import late_message
 
@@ -172,7 +173,7 @@ class RetrievedDocument(NamedTuple):
         if isinstance(item, Document):
             return cls(item.page_content, _document_id(item))
         if isinstance(item, str):
-            return cls(item)
+            return cls(exact_scalar(item))
         if isinstance(item, Mapping):
             data = item.get("kwargs", item) if item.get("lc") else item
             if "page_content" in data:
@@ -254,21 +255,25 @@ class Retrieval(NamedTuple):
         retrieval whose ``error`` fails every metric (the user's code is never interrupted).
         """
         metadata = _plain_mapping({**capture.root_metadata, **capture.metadata})
+        # Every text as an exact str: a subclass (an app's enum or its own str type) pickles
+        # as its class, which the scoring process may be unable to import.
+        query = exact_scalar(capture.query)
+        tags = capture.tags
         error = None
         try:
-            question = _question(question_from, capture.query, capture.root_inputs)
+            question = _question(question_from, query, capture.root_inputs)
             answer = None
             if capture.root_outputs is not None:
                 answer = _hook(answer_from or answer_in, capture.root_outputs, "answer_from")
         except HookError as exc:
-            question, answer, error = capture.query, None, str(exc)
+            question, answer, error = query, None, str(exc)
         found = _from_metadata(metadata)
         get = found.get
         # Positional, in field order (``_make``): one is built per retrieval, and keyword
         # construction of a 17-field named tuple costs twice as much.
         return cls._make(
             (
-                capture.query,
+                query,
                 _documents(capture.documents),
                 question,
                 answer or capture.streamed_answer or answer,
@@ -276,13 +281,13 @@ class Retrieval(NamedTuple):
                 get("reference"),
                 get("reference_contexts"),
                 get("reference_context_ids"),
-                tuple(capture.tags),
+                tuple(tags) if all(type(t) is str for t in tags) else _exact_all(tags),
                 metadata,
                 capture.run_id,
                 capture.root_run_id,
                 capture.trace_id,
                 capture.parent_run_id,
-                capture.retriever,
+                exact_scalar(capture.retriever),
                 span_context_in(capture.otel_context),
                 error,
                 capture.links or _NO_METADATA,
@@ -708,7 +713,7 @@ def _hook(fn: Callable[[Any], Any], value: Any, name: str) -> str | None:
     if found is not None and not isinstance(found, str):
         msg = f"{name} must return a str or None, got {type(found).__name__}"
         raise HookError(msg)
-    return found
+    return None if found is None else str.__str__(found)  # a subclass may not load elsewhere
 
 
 def _question(mode: QuestionFrom, query: str, root_inputs: Any) -> str:
@@ -745,14 +750,18 @@ def _strings(value: Any) -> Any:
     return tuple(item.page_content if isinstance(item, Document) else item for item in value)
 
 
+def _exact_all(values: Iterable[Any]) -> tuple[Any, ...]:
+    return tuple(exact_scalar(value) for value in values)
+
+
 def _list(value: Sequence[str] | None) -> list[str] | Sequence[str] | None:
     return list(value) if isinstance(value, tuple) else value
 
 
 def _plain(value: Any, depth: int = 0) -> tuple[bool, Any]:
     """``(True, value)`` when ``value`` is JSON-like data (picklable, no live objects)."""
-    if isinstance(value, _SCALARS):
-        return True, value
+    if isinstance(value, _SCALARS):  # a subclass (an enum) as its text or number
+        return True, exact_scalar(value)
     if depth >= _PLAIN_DEPTH:
         return False, None
     if isinstance(value, (list, tuple)):

@@ -10,6 +10,7 @@ forgets fails its own row.
 from __future__ import annotations
 
 import datetime as dt
+import enum
 import pickle
 import uuid
 from collections.abc import Callable, Iterator
@@ -246,6 +247,62 @@ def test_a_retrieval_is_frozen_and_survives_pickling() -> None:
         retrieval.query = "changed"  # type: ignore[misc]
     first, second = (RetrievedDocument(doc.page_content, doc.id) for doc in DOCS)
     assert retrieval.documents == (first, second)
+
+
+class _Tier(str, enum.Enum):
+    GOLD = "gold"
+
+
+class _Level(enum.IntEnum):
+    HIGH = 3
+
+
+class _Text(str):
+    """An app's own text type: it pickles as its class."""
+
+
+class _Ratio(float):
+    pass
+
+
+def _leaf_types(value: Any) -> Iterator[type]:
+    """The type of every value inside ``value`` (named tuples and containers walked)."""
+    yield type(value)
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from _leaf_types(key)
+            yield from _leaf_types(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _leaf_types(item)
+
+
+def test_a_live_retrieval_holds_only_built_in_types_whatever_the_app_passed() -> None:
+    """Subclasses of ``str``, ``int`` and ``float`` (enums, an app's text type) become the
+    built-in: another process (the isolated child) may be unable to import their class."""
+    capture = make_capture(
+        _Text("Where?"),
+        [_Text("plain text document"), Document(page_content=_Text("a"), id=_Text("d1"))],
+        retriever=_Text("docs"),
+        tags=(_Text("t"),),
+        metadata={"tier": _Tier.GOLD, "nested": [{"level": _Level.HIGH}], "ratio": _Ratio(0.5)},
+        root_metadata={"reference": _Text("ref")},
+        root_outputs={"answer": _Text("Here.")},
+    )
+    retrieval = Retrieval.from_trace(capture, question_from=lambda _inputs: _Text("Asked?"))
+    allowed = {str, int, float, bool, type(None), tuple, list, dict, uuid.UUID}
+    allowed |= {Retrieval, RetrievedDocument}
+    assert set(_leaf_types(retrieval)) <= allowed
+    assert (retrieval.query, retrieval.question, retrieval.answer) == ("Where?", "Asked?", "Here.")
+    assert retrieval.metadata == {
+        "reference": "ref", "tier": "gold", "nested": [{"level": 3}], "ratio": 0.5,
+    }  # fmt: skip
+    assert retrieval.documents == (
+        RetrievedDocument("plain text document"), RetrievedDocument("a", "d1"),
+    )  # fmt: skip
+    assert (retrieval.tags, retrieval.retriever, retrieval.reference) == (("t",), "docs", "ref")
+    data = pickle.dumps(retrieval)
+    assert all(name.encode() not in data for name in ("_Tier", "_Level", "_Text", "_Ratio"))
 
 
 def test_an_unsupported_language_fails_the_sample_naming_the_field() -> None:

@@ -7,6 +7,7 @@ against the loopback judge; the child builds its metrics and sinks from a setup 
 
 from __future__ import annotations
 
+import enum
 import json
 import logging
 import os
@@ -401,6 +402,60 @@ def test_a_retrieval_that_cannot_be_made_plain_is_counted_and_the_others_are_sco
     # Counted as processed, as the thread runtime counts a retrieval whose scoring raised:
     # before, it was in none of the buckets and the identity did not hold.
     assert (stats.sampled, stats.processed, stats.queued, stats.abandoned) == (2, 2, 0, 0)
+
+
+def test_values_of_classes_from_the_apps_main_are_scored_as_their_text(
+    judge_server: JudgeServer,
+    make_judge: JudgeFactory,
+    jsonl: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A ``str`` enum in the run metadata, a query and an answer of a ``str`` type, all from
+    the app's ``__main__`` (a script, a notebook): the child, a fresh interpreter, cannot
+    import them. Before, their pickles crashed it, 25 ordinary retrievals sent with them
+    were lost, and four such crashes turned scoring off for the process's life."""
+    from langchain_core.callbacks import CallbackManagerForRetrieverRun
+    from langchain_core.documents import Document
+    from langchain_core.retrievers import BaseRetriever
+    from langchain_core.runnables import RunnableLambda
+
+    main = sys.modules["__main__"]
+
+    class Tier(str, enum.Enum):
+        GOLD = "gold"
+
+    class Text(str):
+        pass
+
+    for cls in (Tier, Text):  # as if the app's script had defined them
+        cls.__module__, cls.__qualname__ = "__main__", cls.__name__
+        monkeypatch.setattr(main, cls.__name__, cls, raising=False)
+
+    class Facts(BaseRetriever):
+        def _get_relevant_documents(
+            self, query: str, *, run_manager: CallbackManagerForRetrieverRun
+        ) -> list[Document]:
+            return [Document(page_content=f"Facts about {query}.")]
+
+    chain = RunnableLambda(lambda q: Facts().invoke(q)) | RunnableLambda(
+        lambda docs: Text(f"Answer from {len(docs)} document.")
+    )
+    rag_app(judge_server, make_judge)  # scripts the judge
+    setup = partial(isolated_setups.jsonl_setup, judge_server.base_url, str(jsonl))
+    with isolated_handler(setup) as handler:
+        for i in range(3):
+            config = {"callbacks": [handler], "metadata": {"tier": Tier.GOLD}, "tags": [Text("t")]}
+            chain.invoke(Text(f"item00{i}"), config=config)
+        chain.invoke("item003", config={"callbacks": [handler]})  # an ordinary one after them
+        assert handler.flush(START)
+        stats = handler.stats
+        children = background(handler)._children
+    records = lines(jsonl)
+    assert sorted(r["question"] for r in records) == [f"item00{i}" for i in range(4)]
+    assert {r["answer"] for r in records} == {"Answer from 1 document."}
+    assert sorted(r["tags"] for r in records) == [[], ["t"], ["t"], ["t"]]
+    assert (stats.scored, stats.abandoned, stats.handler_errors) == (4, 0, 0)
+    assert children == 1  # one child served them all: none crashed
 
 
 def test_a_killed_child_is_counted_and_replaced(
