@@ -8,8 +8,9 @@ work is flushed at interpreter exit even when the user dropped every reference.
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from langchain_core.runnables import RunnableConfig
 
@@ -25,13 +26,42 @@ from langchain_ragmetrics.callbacks._setup import judge_callbacks, untraced
 from langchain_ragmetrics.callbacks._stats import Counters, FailureLog, SinkStats, logger
 from langchain_ragmetrics.callbacks._worker import BackgroundWorker
 
-__all__ = ["SINK_GRACE_SECONDS", "STOP_GRACE_SECONDS", "ThreadRuntime"]
+__all__ = ["SINK_GRACE_SECONDS", "STOP_GRACE_SECONDS", "ThreadRuntime", "reporting_abandoned"]
 
 STOP_GRACE_SECONDS = 2.0
 """What ``close`` gives the judge calls at work beyond its timeout, before it cancels them."""
 SINK_GRACE_SECONDS = 2.0
 """What ``close`` gives the sinks to deliver and close, at least, whatever scoring used."""
 _IDLE_EXIT_CLOSE_SECONDS = 5.0
+
+
+@contextlib.contextmanager
+def reporting_abandoned(counters: Counters, *, at_exit: bool) -> Iterator[None]:
+    """Warn once, after the block (a close), of the retrievals it counted ``abandoned``.
+
+    Both runtimes close inside it, so ``close`` and the exit hook say the same thing in
+    both modes. A reset meanwhile leaves what was counted since it (a lower bound).
+    """
+    with counters.hold():
+        generation = counters.generation
+        before = counters.snapshot(queued=0, open_traces=0).abandoned
+    yield
+    with counters.hold():
+        after = counters.snapshot(queued=0, open_traces=0).abandoned
+        lost = after - (before if counters.generation == generation else 0)
+    if lost <= 0:
+        return
+    if at_exit:
+        when, advice = "at interpreter exit", "raise exit_timeout or flush() before exiting"
+    else:
+        when, advice = "when close() gave up", "raise its timeout or flush() before closing"
+    logger.warning(
+        "ragmetrics: %d retrievals were still pending %s (not scored, counted in "
+        "stats.abandoned); %s",
+        lost,
+        when,
+        advice,
+    )
 
 
 class ThreadRuntime:
@@ -47,6 +77,10 @@ class ThreadRuntime:
         counters: Shared counters.
         failures: Shared log-once reporter.
         forward: Also called with each retrieval's results (see ``ScoringPipeline``).
+        in_child: It scores in the child process of the default mode, which exits after
+            ``close``: the application's process warns of the abandoned retrievals (it
+            also counts those the child's death leaves), and results a sink still holds
+            when ``close`` gives up are lost with the process (counted dropped there).
     """
 
     def __init__(
@@ -56,8 +90,10 @@ class ThreadRuntime:
         counters: Counters,
         failures: FailureLog,
         forward: Callable[[list[OnlineResult]], None] | None = None,
+        in_child: bool = False,
     ) -> None:
         name = settings.name
+        self._in_child = in_child
         judge_config: RunnableConfig = {"callbacks": judge_callbacks(settings.trace_judge)}
         self.settings = settings
         self.judges = DaemonThreadPool(name=f"{name}-judge", size=settings.max_concurrency)
@@ -163,6 +199,10 @@ class ThreadRuntime:
             and a warning says what was left. A close already under way (another caller's,
             or the idle exit of a collected handler) is waited for, within ``timeout``.
         """
+        return self._close(timeout, at_exit=False)
+
+    def _close(self, timeout: float | None, *, at_exit: bool) -> bool:
+        """:meth:`close`; ``at_exit``: the exit hook's, whose warning says so."""
         if self.owns_current_thread("close"):
             return False
         with self._close_lock:
@@ -170,13 +210,19 @@ class ThreadRuntime:
             self._closed = True
         if already:
             return self._shut.wait(timeout)
-        deadline = deadline_after(timeout)
-        self.worker.close_intake()
-        flushed = self.flush(timeout)
-        stopped = self.worker.stop(remaining_or(deadline, STOP_GRACE_SECONDS))
-        # The sinks get a grace of their own: a judge that used the whole budget must not
-        # leave idle sinks unflushed and unclosed (what they buffer would be lost).
-        shut = self._shutdown(remaining_or(deadline, SINK_GRACE_SECONDS))
+        report = (
+            contextlib.nullcontext()
+            if self._in_child
+            else reporting_abandoned(self._counters, at_exit=at_exit)
+        )
+        with report:
+            deadline = deadline_after(timeout)
+            self.worker.close_intake()
+            flushed = self.flush(timeout)
+            stopped = self.worker.stop(remaining_or(deadline, STOP_GRACE_SECONDS))
+            # The sinks get a grace of their own: a judge that used the whole budget must not
+            # leave idle sinks unflushed and unclosed (what they buffer would be lost).
+            shut = self._shutdown(remaining_or(deadline, SINK_GRACE_SECONDS))
         _exit.unregister(self)
         self._shut.set()
         return shut and stopped and flushed
@@ -211,7 +257,9 @@ class ThreadRuntime:
         deadline = deadline_after(timeout)
         self.judges.stop(0, cancel_pending=True)
         # The sinks first: a judge call stuck in its request must not eat their time.
-        closed = close_all(self.outboxes, remaining(deadline), self._failures)
+        closed = close_all(
+            self.outboxes, remaining(deadline), self._failures, process_ends=self._in_child
+        )
         for thread in self.judges.threads:
             if thread is not threading.current_thread():
                 thread.join(remaining(deadline))
@@ -224,14 +272,5 @@ class ThreadRuntime:
         Work still queued at the deadline is cancelled and reported. A judge request already
         in flight is not interrupted: give the judge a request timeout to bound it.
         """
-        try:
-            self.close(timeout)
-            left = self._counters.snapshot(queued=0, open_traces=0).pending_at_deadline
-            if left:
-                logger.warning(
-                    "ragmetrics: %d retrievals were still pending at interpreter exit "
-                    "(not scored); raise exit_timeout or flush() before exiting",
-                    left,
-                )
-        except Exception:  # noqa: S110 - the exit hook must never raise
-            pass
+        with contextlib.suppress(Exception):  # the exit hook must never raise
+            self._close(timeout, at_exit=True)

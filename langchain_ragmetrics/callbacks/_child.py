@@ -136,14 +136,20 @@ class _Reading:
         counters: Counters,
         background: ThreadRuntime,
         results: _ResultBuffer | None,
+        failures: FailureLog,
     ) -> None:
         self._channel = channel
         self._counters = counters
         self._background = background
         self._results = results
+        self._failures = failures
 
     def __call__(self, *, reset: bool = False) -> tuple[HandlerStats, list[OnlineResult]]:
-        """The figures and the results to send with them; ``reset``: then zero the sinks'."""
+        """The figures and the results to send with them; ``reset``: then start a new period.
+
+        That zeroes the sinks' figures and logs every failure kind once again (the child
+        logs its judges' and sinks' failures), at the moment the parent's period starts.
+        """
         with self._counters.hold():
             stats = self._counters.snapshot(
                 queued=0, open_traces=0, sinks=self._background.sink_stats()
@@ -151,6 +157,7 @@ class _Reading:
             items = [] if self._results is None else self._results.take()
             if reset:  # the parent starts its new period at this reading (``WasReset``)
                 self._background.reset_sink_stats()
+                self._failures.reset()
         return stats, items
 
     def answer(self, make: Callable[[HandlerStats], ChildMessage], *, reset: bool = False) -> None:
@@ -285,20 +292,22 @@ def main(recv: Connection, send: Connection, start: ChildStart) -> None:
     _forward_logging(channel, start.log_levels)
     try:
         counters = Counters()
+        failures = FailureLog()
         child_settings = settings.in_child(build_setup(isolation.setup))
         results = _ResultBuffer(channel, counters) if start.forward_results else None
         background = ThreadRuntime(
             child_settings,
             counters=counters,
-            failures=FailureLog(),
+            failures=failures,
             forward=None if results is None else results.add,
+            in_child=True,
         )
     except Exception as exc:
         text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
         channel.send(Fatal(text))
         return
     channel.send(Ready())
-    read = _Reading(channel, counters, background, results)
+    read = _Reading(channel, counters, background, results, failures)
 
     stop = threading.Event()
     reporter = threading.Thread(

@@ -9,7 +9,8 @@ can still be collected; its background then finishes the queue and leaves).
 The hook is installed with ``threading._register_atexit`` when available: it runs once the
 main thread is done but *before* thread-pool executors stop taking work, which judge calls
 need (asyncio resolves host names on an executor). ``atexit.register`` is the fallback.
-Several objects share one deadline: the largest of their ``exit_timeout`` values.
+Several objects are closed at once, each on a thread of its own within its ``exit_timeout``:
+the hook takes as long as the slowest close (its graces included), not their sum.
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ class ExitFlushable(Protocol):
         """Flush and close within ``timeout`` seconds; must not raise."""
 
 
+_SLACK_SECONDS = 30.0
+"""How long past its ``exit_timeout`` the hook waits for one close (whose graces take a few
+seconds) before it gives up on it: a net for a close that does not keep its bound."""
 _lock = threading.Lock()
 _live: dict[int, ExitFlushable] = {}
 _installed = False
@@ -86,18 +90,31 @@ def registered(obj: ExitFlushable) -> bool:
 
 
 def flush_all() -> None:
-    """Close every registered object (what the exit hook runs), within one shared budget.
+    """Close every registered object (what the exit hook runs), all at once.
 
-    Each object gets its own ``exit_timeout`` but never beyond the largest one counted
-    from the start, so the hook as a whole is bounded.
+    Each close has its own graces beyond its ``exit_timeout`` (to stop a worker, close the
+    sinks, kill a child): one after another, those would add up. An object whose thread
+    cannot start is closed here afterwards, within what is left of the largest budget.
     """
     with _lock:
         targets = list(_live.values())
-    budgets = [t.exit_timeout for t in targets if t.exit_timeout is not None]
-    deadline = time.monotonic() + max(budgets, default=0.0)
-    for target in targets:
-        own = target.exit_timeout
-        if own is None:
-            continue
+    budgets = [(t, t.exit_timeout) for t in targets]
+    closing = [(t, own) for t, own in budgets if own is not None]
+    deadline = time.monotonic() + max((own for _, own in closing), default=0.0)
+    threads: list[tuple[threading.Thread, float]] = []
+    inline: list[tuple[ExitFlushable, float]] = []
+    for target, own in closing:
+        thread = threading.Thread(
+            target=target._flush_at_exit, args=(own,), name="ragmetrics-exit", daemon=True
+        )
+        try:
+            thread.start()
+        except RuntimeError:  # no new thread at this point of the exit
+            inline.append((target, own))
+        else:
+            threads.append((thread, time.monotonic() + own + _SLACK_SECONDS))
+    for target, own in inline:
         # Out of time, a zero-second close still cancels and reports what was left.
         target._flush_at_exit(min(own, max(0.0, deadline - time.monotonic())))
+    for thread, give_up in threads:
+        thread.join(max(0.0, give_up - time.monotonic()))  # each close keeps its own bound

@@ -42,7 +42,11 @@ from langchain_ragmetrics._queue import BoundedQueue, deadline_after, remaining,
 from langchain_ragmetrics._retrieval import Capture, Retrieval
 from langchain_ragmetrics._schema import Usage
 from langchain_ragmetrics.callbacks import _exit
-from langchain_ragmetrics.callbacks._background import SINK_GRACE_SECONDS, STOP_GRACE_SECONDS
+from langchain_ragmetrics.callbacks._background import (
+    SINK_GRACE_SECONDS,
+    STOP_GRACE_SECONDS,
+    reporting_abandoned,
+)
 from langchain_ragmetrics.callbacks._hooks import HookRunner, Outcome, convert_batch, hook_names
 from langchain_ragmetrics.callbacks._isolation import (
     ProcessIsolation,
@@ -357,8 +361,12 @@ class ProcessRuntime:
         """Refuse new work, let the child flush and close its sinks within ``timeout``.
 
         A child still running at the deadline is terminated (then killed); what it held
-        counts as ``abandoned``.
+        counts as ``abandoned``, and a warning says how many retrievals were left.
         """
+        return self._close(timeout, at_exit=False)
+
+    def _close(self, timeout: float | None, *, at_exit: bool) -> bool:
+        """:meth:`close`; ``at_exit``: the exit hook's, whose warning says so."""
         if self.owns_current_thread("close"):
             return False
         deadline = deadline_after(timeout)
@@ -371,6 +379,13 @@ class ProcessRuntime:
             return self._shut.wait(timeout)
         if feeder is None:  # never started: nothing was scored, only the sinks to close
             return self._close_sinks(remaining(deadline))
+        with reporting_abandoned(self._counters, at_exit=at_exit):
+            return self._close_child(feeder, timeout, deadline)
+
+    def _close_child(
+        self, feeder: threading.Thread, timeout: float | None, deadline: float | None
+    ) -> bool:
+        """Close the child (killed past its graces), then this process's sinks."""
         # The child closes as the thread runtime does: scoring within ``timeout``, then the
         # graces to stop its judge calls and to close its sinks. It is killed only past them.
         child_deadline = None if deadline is None else deadline + _CHILD_CLOSE_GRACE_SECONDS
@@ -501,9 +516,12 @@ class ProcessRuntime:
         return _IDLE_EXIT_CLOSE_SECONDS + _KILL_GRACE_SECONDS if self._stopping else None
 
     def _flush_at_exit(self, timeout: float) -> None:
-        """The exit hook: close within ``timeout``, bounded; never raises."""
+        """The exit hook: close within ``timeout`` (bounded) and warn of what was left.
+
+        Never raises.
+        """
         with contextlib.suppress(Exception):
-            self.close(timeout)
+            self._close(timeout, at_exit=True)
 
     def sink_stats(self) -> dict[str, SinkStats]:
         """Each sink's figures: this process's sinks, and the child's added up over restarts."""
@@ -921,11 +939,13 @@ class ProcessRuntime:
             for token in child.tokens:
                 self._answer(token, ok=False)
             child.tokens.clear()
+            switched_off = False  # by this death: too many crashes in a row
             if reason is not None:
                 self._crashes += 1
-                if self._crashes > self.isolation.max_restarts:
-                    self._disabled = True
-            disabled, stopping = self._disabled, self._stopping
+                if self._crashes > self.isolation.max_restarts and not self._disabled:
+                    self._disabled = switched_off = True
+            ends = self._stopping or self._disabled  # no child starts after this one
+            crashes = self._crashes
             if lost:  # counted before a waiting flush wakes: its caller sees the figure
                 self._counters.add(abandoned=lost)
             if child.resets:  # what it held is counted: its figures are final, reset here
@@ -936,16 +956,18 @@ class ProcessRuntime:
             self._cond.notify_all()
         with contextlib.suppress(OSError):
             child.send.close()
-        if reason is not None:
-            tail = ""
-            if disabled:
-                tail = "; online scoring is off (too many crashes in a row)"
-            elif not stopping:
-                tail = "; a new one starts with the next retrieval"
+        if reason is None:
+            return
+        died = f"the scoring process {reason}: {lost} retrievals lost"
+        if switched_off:  # a kind of its own: logged at WARNING however many deaths came first
             self._failures.report(
-                "isolated:child-died",
-                f"the scoring process {reason}: {lost} retrievals lost{tail}",
+                "isolated:disabled",
+                f"{died}; online scoring is off ({crashes} crashes in a row, more than "
+                f"max_restarts={self.isolation.max_restarts})",
             )
+            return
+        tail = "" if ends else "; a new one starts with the next retrieval"
+        self._failures.report("isolated:child-died", f"{died}{tail}")
 
 
 def _log_levels() -> dict[str, int]:

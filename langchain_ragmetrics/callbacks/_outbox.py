@@ -172,8 +172,14 @@ class SinkOutbox:
         """Refuse new results; the thread exits once the queued entries are done."""
         self._queue.close()
 
-    def abandon(self) -> int:
-        """Drop what is still queued (counted), after a deadline passed; returns how many."""
+    def abandon(self) -> tuple[int, int]:
+        """Drop what is still queued (counted), after a deadline passed.
+
+        Returns:
+            ``(dropped, delivering)``: the results dropped here (now in ``dropped``), and
+            those the delivery thread has taken and not finished (in ``emit``, or waiting
+            for a free helper), which stay in ``pending`` until their call returns.
+        """
         with self._lock:  # taken off and counted together, as in stats()
             busy = self._queue.busy
             entries = self._queue.abandon()
@@ -184,7 +190,7 @@ class SinkOutbox:
         for entry in entries:
             if isinstance(entry.item, _Call):
                 entry.item.future.cancel()
-        return left + busy
+        return left, busy
 
     # ------------------------------------------------------------------ delivery thread
 
@@ -405,18 +411,26 @@ def flush_all(
     return unfinished
 
 
-def close_all(outboxes: Sequence[SinkOutbox], timeout: float | None, failures: FailureLog) -> bool:
+def close_all(
+    outboxes: Sequence[SinkOutbox],
+    timeout: float | None,
+    failures: FailureLog,
+    *,
+    process_ends: bool = False,
+) -> bool:
     """Deliver what is queued, close every sink and stop its thread, all within ``timeout``.
 
     A sink still busy at the deadline has its queue dropped (counted in its ``dropped``) and
-    a warning names it; its thread is left to finish the call it is stuck in.
+    a warning names it; its thread is left to finish the call it is stuck in, whose results
+    stay in ``pending`` until it returns. ``process_ends``: this process exits right after
+    (the scoring child), so the warning says those are lost, counted dropped by the parent.
 
     Returns:
         True when every sink closed in time.
     """
     deadline = deadline_after(timeout)
     unfinished = flush_all(outboxes, remaining(deadline), failures, action="close")
-    left: dict[str, int] = {}
+    left: dict[str, tuple[int, int]] = {}
     for box in outboxes:
         if box in unfinished:
             left[box.key] = box.abandon()
@@ -425,11 +439,22 @@ def close_all(outboxes: Sequence[SinkOutbox], timeout: float | None, failures: F
     for box in outboxes:
         if box.thread is not None and box not in unfinished:
             box.thread.join(remaining(deadline))
-    if any(left.values()):
-        described = ", ".join(f"{key}: {n}" for key, n in left.items() if n)
+    described = ", ".join(
+        f"{key}: {dropped} dropped, {delivering} still being delivered"
+        for key, (dropped, delivering) in left.items()
+        if dropped or delivering
+    )
+    if described:
+        fate = (
+            "are lost when the scoring process exits (then counted in dropped)"
+            if process_ends
+            else "stay in stats.sinks[...].pending until the sink's call returns"
+        )
         logger.warning(
-            "ragmetrics: sinks still busy when close gave up; results not delivered "
-            "(counted in stats.sinks[...].dropped) - %s",
+            "ragmetrics: sinks still busy when close gave up; results not delivered - %s "
+            "(dropped ones are counted in stats.sinks[...].dropped, those still being "
+            "delivered %s)",
             described,
+            fate,
         )
     return not unfinished

@@ -297,7 +297,8 @@ class RagMetricsCallbackHandler(BaseCallbackHandler):
         dropped from now on. Work still
         unfinished at the deadline is cancelled: retrievals are counted in
         ``stats.abandoned`` (and ``stats.pending_at_deadline``), undelivered results in
-        ``stats.sinks[key].dropped``, and a warning names what was left.
+        ``stats.sinks[key].dropped`` (those a sink is still delivering stay ``pending``
+        until its call returns), and warnings say how many of each were left.
 
         A second call waits, within its own ``timeout``, for the first to end and returns
         its outcome.

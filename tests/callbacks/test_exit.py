@@ -11,6 +11,7 @@ import weakref
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from langchain_openai import ChatOpenAI
 
 from langchain_ragmetrics import RagMetricsCallbackHandler
@@ -31,7 +32,7 @@ from tests._support.openai_server import JudgeServer, reply_hold
 from tests._support.rag import build_chain, corpus, make_retriever, online_handler, question
 from tests._support.rag import rag_router
 
-mode = sys.argv[2]
+mode, isolation = sys.argv[2], sys.argv[3]
 hold = mode == "hold"
 never = threading.Event()
 overrides = {{"RelevantSentences": lambda req: reply_hold(never, {{}})}} if hold else {{}}
@@ -66,7 +67,10 @@ if mode == "hung-sink":
 
 def serve():
     # The handler lives in a local variable only: nothing references it after this returns.
-    handler = online_handler(llm, metrics=metrics, sinks=sinks, exit_timeout={exit_timeout})
+    handler = online_handler(
+        llm, metrics=metrics, sinks=sinks, exit_timeout={exit_timeout}, isolation=isolation
+    )
+    print("runtime:", type(handler._background).__name__, file=sys.stderr, flush=True)
     for i in range(3):
         print(chain.invoke(question(i), config={{"callbacks": [handler]}}), flush=True)
     if mode == "hung-sink":
@@ -86,12 +90,14 @@ gc.collect()
 """
 
 
-def run_app(tmp_path: Path, mode: str, exit_timeout: float) -> subprocess.CompletedProcess[str]:
+def run_app(
+    tmp_path: Path, mode: str, exit_timeout: float, isolation: str = "thread"
+) -> subprocess.CompletedProcess[str]:
     script = tmp_path / "app.py"
     script.write_text(textwrap.dedent(APP.format(exit_timeout=exit_timeout)), encoding="utf-8")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     return subprocess.run(
-        [sys.executable, str(script), str(tmp_path / "scores.jsonl"), mode],
+        [sys.executable, str(script), str(tmp_path / "scores.jsonl"), mode, isolation],
         cwd=REPO,
         env=env,
         capture_output=True,
@@ -110,10 +116,20 @@ def test_a_dropped_handlers_results_are_delivered_at_interpreter_exit(tmp_path: 
     assert {x["score"] for x in lines} == {0.5}
 
 
-def test_the_exit_flush_is_bounded_and_reports_what_was_left(tmp_path: Path) -> None:
-    done = run_app(tmp_path, "hold", exit_timeout=0.5)
+@pytest.mark.parametrize(
+    ("isolation", "runtime"), [("thread", "ThreadRuntime"), ("auto", "ProcessRuntime")]
+)
+def test_the_exit_flush_is_bounded_and_reports_what_was_left(
+    tmp_path: Path, isolation: str, runtime: str
+) -> None:
+    """In both modes; before, the default mode (a scoring process) gave up without a word."""
+    done = run_app(tmp_path, "hold", exit_timeout=0.5, isolation=isolation)
     assert done.returncode == 0, done.stderr
-    assert "3 retrievals were still pending at interpreter exit" in done.stderr
+    assert f"runtime: {runtime}" in done.stderr
+    warned = [line for line in done.stderr.splitlines() if "retrievals were still pending" in line]
+    assert len(warned) == 1, done.stderr  # the exit's, not also the close's it runs
+    assert "3 retrievals were still pending at interpreter exit" in warned[0]
+    assert "counted in stats.abandoned" in warned[0]
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "scores.jsonl").exists()
 
@@ -125,7 +141,8 @@ def test_a_hung_sink_does_not_hold_the_exit_and_is_reported(tmp_path: Path) -> N
     lines = (tmp_path / "scores.jsonl").read_text().splitlines()
     assert len(lines) == 3
     assert "results not delivered" in done.stderr
-    assert "CallableSink: 3" in done.stderr
+    # One result inside its emit (in pending until that returns), the two queued dropped.
+    assert "CallableSink: 2 dropped, 1 still being delivered" in done.stderr
     assert "Traceback" not in done.stderr
 
 
@@ -170,3 +187,57 @@ def test_a_dropped_handler_is_collected_and_its_threads_finish(
     # The queued work was finished before the threads exited, and nothing is left to flush.
     assert len(sink.results) == 1  # type: ignore[attr-defined]
     assert not _exit.registered(background)
+
+
+class _Closing:
+    """An exit-hook target whose close waits until every other one is closing too."""
+
+    def __init__(self, exit_timeout: float, together: threading.Barrier) -> None:
+        self.exit_timeout = exit_timeout
+        self.together = together
+        self.given: float | None = None
+
+    def _flush_at_exit(self, timeout: float) -> None:
+        self.given = timeout
+        self.together.wait()  # breaks (after its hang guard) unless all close at once
+
+
+def test_handlers_are_closed_at_exit_at_once_each_within_its_own_budget(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each close adds its graces past its budget (stop the worker, close the sinks, kill a
+    child): closed one after another, three hung handlers with ``exit_timeout=2`` held the
+    exit 9 s. Closed at once, the exit takes as long as the slowest of them."""
+    together = threading.Barrier(3, timeout=30)  # a hang guard, not a measure
+    targets = [_Closing(2, together), _Closing(2, together), _Closing(5, together)]
+    monkeypatch.setattr(_exit, "_live", {id(t): t for t in targets})
+    _exit.flush_all()
+    assert [t.given for t in targets] == [2, 2, 5]
+    assert not together.broken
+
+
+class _Stuck:
+    """An exit-hook target whose close does not keep its bound (a bug: it waits for ever)."""
+
+    exit_timeout = 0.0
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def _flush_at_exit(self, timeout: float) -> None:
+        self.entered.set()
+        self.release.wait()
+
+
+def test_a_close_that_does_not_keep_its_bound_does_not_hold_the_exit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    stuck = _Stuck()
+    monkeypatch.setattr(_exit, "_live", {id(stuck): stuck})
+    monkeypatch.setattr(_exit, "_SLACK_SECONDS", 0.0)
+    try:
+        _exit.flush_all()  # returns, with the close still stuck (before: joined for ever)
+        assert stuck.entered.wait(30)  # its close did start, on a thread of its own
+    finally:
+        stuck.release.set()

@@ -14,12 +14,18 @@ from langchain_ragmetrics import (
     CallableSink,
     ContextRelevance,
     HandlerStats,
+    IDBasedContextRecall,
     InMemorySink,
     OnlineResult,
     RagMetricsCallbackHandler,
 )
 from langchain_ragmetrics.callbacks import SinkStats
+from langchain_ragmetrics.callbacks._background import ThreadRuntime
+from langchain_ragmetrics.callbacks._isolated import ProcessRuntime
+from langchain_ragmetrics.callbacks._settings import HandlerSettings
+from langchain_ragmetrics.callbacks._stats import Counters, FailureLog
 from langchain_ragmetrics.metrics import RetryPolicy
+from tests._support.captures import make_capture
 from tests._support.concurrency import wait_until
 from tests._support.openai_server import (
     JudgeServer,
@@ -32,6 +38,10 @@ from tests._support.rag import RagApp, online_handler, question, rag_app, rag_ro
 JudgeFactory = Callable[..., ChatOpenAI]
 ONE_RETRY = RetryPolicy(max_retries=1, parse_retries=1, initial_backoff=0.01, max_backoff=0.02)
 VERDICT = {"relevant_sentence_indices": [0], "reason": "held"}
+START = 120.0
+"""Generous bound for a scoring process's start on a loaded machine, plus its work."""
+WAIT_S = 30.0
+"""Generous bound for 'did not hang'."""
 
 
 def results(handler: RagMetricsCallbackHandler) -> list[OnlineResult]:
@@ -181,6 +191,90 @@ def test_close_reports_and_abandons_work_left_at_the_deadline(
         assert not thread.is_alive(), f"{thread.name} did not exit"
     assert results(handler) == []
     assert handler.close(0) is False  # again: the first close's outcome, not a bare True
+
+
+def pending_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "were still pending" in r.getMessage()]
+
+
+@pytest.mark.parametrize(
+    ("isolation", "runtime"), [("thread", ThreadRuntime), ("auto", ProcessRuntime)]
+)
+def test_a_close_that_gives_up_warns_once_of_the_retrievals_it_abandoned(
+    judge_server: JudgeServer,
+    make_judge: JudgeFactory,
+    release: threading.Event,
+    caplog: pytest.LogCaptureFixture,
+    isolation: str,
+    runtime: type,
+) -> None:
+    """In both modes, with the exit hook's wording; before, close gave up without a word
+    about retrievals (only a sink's leftovers were warned of)."""
+    app = held_app(judge_server, make_judge, release)
+    handler = online_handler(app.llm, max_concurrency=1, isolation=isolation)
+    assert isinstance(handler._background, runtime)
+    with caplog.at_level(logging.WARNING, logger="langchain_ragmetrics"):
+        for i in range(2):
+            app.chain.invoke(question(i), config={"callbacks": [handler]})
+        wait_until(
+            lambda: judge_server.count("RelevantSentences") == 1,
+            "the first judge request",
+            timeout=START,
+        )
+        assert handler.close(timeout=0.1) is False
+    assert handler.stats.abandoned == 2
+    (warning,) = pending_warnings(caplog)  # the child's close leaves it to this process
+    assert warning == (
+        "ragmetrics: 2 retrievals were still pending when close() gave up (not scored, "
+        "counted in stats.abandoned); raise its timeout or flush() before closing"
+    )
+
+
+@pytest.mark.parametrize("in_child", [False, True])
+def test_the_scoring_processs_close_leaves_the_warnings_to_the_application(
+    caplog: pytest.LogCaptureFixture, release: threading.Event, in_child: bool
+) -> None:
+    """The child's close would warn of the retrievals it abandoned, which the application's
+    process warns of (with those the child's death leaves); and a result a sink is still
+    delivering is lost when the child exits (counted dropped there), not left pending."""
+    entered = threading.Event()
+
+    def held(item: OnlineResult) -> None:
+        entered.set()
+        release.wait()
+
+    def question_from(inputs: Any) -> str:
+        if inputs["question"] == "held":
+            release.wait()  # holds its retrieval until the test ends: close abandons it
+        return str(inputs["question"])
+
+    settings = HandlerSettings(
+        metrics=[IDBasedContextRecall()],
+        sinks=[CallableSink(held)],
+        question_from=question_from,
+        name="child-close",
+    )
+    background = ThreadRuntime(
+        settings, counters=Counters(), failures=FailureLog(), in_child=in_child
+    )
+    try:
+        assert background.submit(make_capture("first", ("doc",)))
+        assert entered.wait(WAIT_S)  # its result is in the sink's emit
+        assert background.submit(make_capture("held", ("doc",)))
+        with caplog.at_level(logging.WARNING, logger="langchain_ragmetrics"):
+            assert background.close(0.1) is False
+    finally:
+        release.set()
+    (sinks,) = [r.getMessage() for r in caplog.records if "results not delivered" in r.getMessage()]
+    assert "CallableSink: 0 dropped, 1 still being delivered" in sinks
+    if in_child:
+        assert "lost when the scoring process exits" in sinks
+        assert pending_warnings(caplog) == []
+    else:
+        assert "stay in stats.sinks[...].pending" in sinks
+        assert [w.split(" (")[0] for w in pending_warnings(caplog)] == [
+            "ragmetrics: 1 retrievals were still pending when close() gave up"
+        ]
 
 
 def test_a_hook_that_never_returns_holds_its_retrieval_only(

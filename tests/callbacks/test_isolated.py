@@ -498,6 +498,44 @@ def test_a_killed_child_is_counted_and_replaced(
     assert len(deaths) == 1
 
 
+def test_scoring_turned_off_after_too_many_crashes_is_a_warning_of_its_own(
+    caplog: pytest.LogCaptureFixture,
+    release: threading.Event,
+    judge_server: JudgeServer,
+    make_judge: JudgeFactory,
+    jsonl: Path,
+) -> None:
+    """Two children killed in a row with ``max_restarts=1``: the second death turns scoring
+    off. Before, that was said under the first death's log-once kind, so only at DEBUG."""
+    app = rag_app(judge_server, make_judge)
+    judge_server.script = rag_router(RelevantSentences=lambda req: reply_hold(release, VERDICT))
+    setup = partial(isolated_setups.jsonl_setup, judge_server.base_url, str(jsonl))
+    handler = RagMetricsCallbackHandler(isolation=ProcessIsolation(setup=setup, max_restarts=1))
+    with caplog.at_level(logging.WARNING, logger="langchain_ragmetrics"):
+        for crash in (1, 2):
+            ask(app, handler, range(crash, crash + 1))
+            wait_until(
+                lambda n=crash: judge_server.count("RelevantSentences") == n,
+                "the held judge call",
+                timeout=START,
+            )
+            pid = background(handler).child_pid
+            assert pid is not None
+            os.kill(pid, signal.SIGKILL)  # before it finished anything: a crash in a row
+            wait_until(
+                lambda n=crash: handler.stats.abandoned == n, "the death noticed", timeout=START
+            )
+        ask(app, handler, range(3, 4))  # scoring is off: dropped
+        assert handler.close(CEILING)
+    stats = handler.stats
+    assert (stats.sampled, stats.abandoned, stats.dropped, stats.processed) == (3, 2, 1, 0)
+    assert background(handler).children_started == 2
+    died = [r for r in caplog.records if "the scoring process exited" in r.getMessage()]
+    assert [r.levelno for r in died] == [logging.WARNING] * 2
+    assert "a new one starts with the next retrieval" in died[0].getMessage()
+    assert "1 retrievals lost; online scoring is off (2 crashes in a row" in died[1].getMessage()
+
+
 def test_a_child_that_dies_by_itself_mid_run_is_replaced(
     judge_server: JudgeServer, make_judge: JudgeFactory, jsonl: Path, tmp_path: Path
 ) -> None:

@@ -243,6 +243,31 @@ def test_a_judge_outage_is_counted_and_never_reaches_the_app(
     assert handler.close(START)
 
 
+def test_a_reset_logs_the_judges_failures_once_again(
+    judge_server: JudgeServer,
+    make_judge: JudgeFactory,
+    caplog: pytest.LogCaptureFixture,
+    fresh_warning: None,
+) -> None:
+    """The child logs its judges' failures, once per kind: ``reset_stats()`` starts that
+    again there too, as on ``isolation="thread"``. Before, the child's log never forgot."""
+    app = rag_app(judge_server, make_judge)
+    judge_server.script = rag_router(RelevantSentences=lambda req: reply_error(400))
+    handler = RagMetricsCallbackHandler(metrics=[ContextRelevance(llm=make_judge())])
+    assert isinstance(handler._background, ProcessRuntime)
+    with caplog.at_level(logging.WARNING, logger="langchain_ragmetrics"):
+        for period in range(2):
+            for i in range(2):
+                app.chain.invoke(question(i), config={"callbacks": [handler]})
+            assert handler.flush(START)  # the child's records come before its answer
+            assert handler.stats.failed == 2, period
+            handler.reset_stats()
+        assert handler.close(START)
+    failures = [r for r in caplog.records if "context_relevance failed" in r.getMessage()]
+    assert len(failures) == 2  # once per kind, again after the reset
+    assert all(r.processName != "MainProcess" for r in failures)  # logged in the child
+
+
 def test_a_judge_that_never_answers_is_cut_off_by_close(
     judge_server: JudgeServer, make_judge: JudgeFactory, fresh_warning: None
 ) -> None:

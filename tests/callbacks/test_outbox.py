@@ -102,7 +102,9 @@ def test_a_hung_sink_holds_up_nobody_and_its_backlog_is_counted(
     assert balanced(stats)
     warnings = " ".join(r.getMessage() for r in caplog.records)
     assert "results not delivered" in warnings
-    assert "CallableSink: 4" in warnings  # what was left, by sink
+    # What was left, by sink, as the figures count it: before, "CallableSink: 4" said all
+    # four were counted dropped, while the one in emit stays pending until emit returns.
+    assert "CallableSink: 3 dropped, 1 still being delivered" in warnings
 
     release.set()  # the hung call returns: it was delivered after all
     thread = next(t for t in threading.enumerate() if t.name == f"{handler.name}-sink-0")
@@ -253,13 +255,21 @@ def test_results_of_one_key_wait_for_each_other_and_keep_their_order() -> None:
     box.stop()
 
 
-def test_a_flush_waits_for_every_result_in_flight() -> None:
-    sink = _Concurrent(4)
-    items = _results("abc")
-    gates = {item.run_id: threading.Event() for item in items}
-    sink.gates = gates
+def _held_outbox(
+    max_concurrency: int, metrics: str
+) -> tuple[_Concurrent, SinkOutbox, list[OnlineResult]]:
+    """An outbox given one result per letter, each held in ``emit`` until its gate is set."""
+    sink = _Concurrent(max_concurrency)
+    items = _results(metrics)
+    sink.gates = {item.run_id: threading.Event() for item in items}
     box = _outbox(sink)
     box.put(items)
+    return sink, box, items
+
+
+def test_a_flush_waits_for_every_result_in_flight() -> None:
+    sink, box, items = _held_outbox(4, "abc")
+    gates = sink.gates
     for item in items:
         assert sink.started.setdefault(item.run_id, threading.Event()).wait(WAIT_S)
     flushed = box.request(lambda: len(sink.delivered))
@@ -287,6 +297,39 @@ def test_a_concurrent_sink_counts_each_outcome() -> None:
     stats = box.stats()
     assert (stats.delivered, stats.errors, stats.dropped, stats.skipped) == (3, 1, 1, 1)
     box.stop()
+
+
+@pytest.mark.parametrize(
+    ("process_ends", "fate"),
+    [
+        (False, "stay in stats.sinks[...].pending until the sink's call returns"),
+        (True, "are lost when the scoring process exits (then counted in dropped)"),
+    ],
+    ids=["here", "in the scoring process"],
+)
+def test_a_close_that_gives_up_says_what_it_dropped_and_what_is_still_being_delivered(
+    caplog: pytest.LogCaptureFixture, process_ends: bool, fate: str
+) -> None:
+    """Two results in ``emit`` on helper threads, one taken and waiting for a free helper,
+    two queued: the two are dropped, the three stay pending until their calls return.
+    Before, the warning counted all five in ``dropped``, which held two."""
+    sink, box, items = _held_outbox(2, "abcde")
+    for item in items[:2]:
+        assert sink.started.setdefault(item.run_id, threading.Event()).wait(WAIT_S)
+    wait_until(lambda: box._queue.busy == 3, "the third result taken, waiting for a helper")
+    try:
+        with caplog.at_level(logging.WARNING, logger="langchain_ragmetrics"):
+            assert close_all([box], 0, FailureLog(), process_ends=process_ends) is False
+        assert box.stats() == SinkStats(dropped=2, pending=3)
+        (warning,) = [r.getMessage() for r in caplog.records]
+        assert "_Concurrent: 2 dropped, 3 still being delivered" in warning
+        assert fate in warning
+    finally:
+        for gate in sink.gates.values():
+            gate.set()
+    assert box.thread is not None
+    box.thread.join(WAIT_S)
+    assert box.stats() == SinkStats(delivered=3, dropped=2)
 
 
 @pytest.mark.parametrize("value", [0, -1, 1.5, True, "4"])

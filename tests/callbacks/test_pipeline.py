@@ -328,7 +328,8 @@ def test_a_reading_of_the_childs_figures_never_counts_a_result_that_no_sink_hold
     settings = HandlerSettings(
         metrics=[IDBasedContextRecall()], sinks=[InMemorySink()], name="reading-test"
     )
-    runtime = ThreadRuntime(settings, counters=counters, failures=FailureLog())
+    failures = FailureLog()
+    runtime = ThreadRuntime(settings, counters=counters, failures=failures)
     (box,) = runtime.outboxes
     put, entered = box.put, threading.Event()
 
@@ -338,7 +339,7 @@ def test_a_reading_of_the_childs_figures_never_counts_a_result_that_no_sink_hold
         put(items)
 
     monkeypatch.setattr(box, "put", held_put)
-    read = _child._Reading(None, counters, runtime, None)  # type: ignore[arg-type]
+    read = _child._Reading(None, counters, runtime, None, failures)  # type: ignore[arg-type]
     readings: list[Any] = []
     try:
         assert runtime.submit(make_capture("q", ("doc",)))
