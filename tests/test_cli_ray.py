@@ -1,16 +1,56 @@
-"""``ragmetrics evaluate --ray-address``: the cluster's address is tried before Ray starts."""
+"""``ragmetrics evaluate --ray``: reaching the cluster, stopping Ray, and what the user reads.
+
+Most runs here go through "a Ray without Ray" (:class:`FakeRay`): the real CLI and the real
+``evaluate_ray``, whose actor class (``_Scorer``) scores the batches in this process, in
+order, while Ray's own scheduling is replaced; a Ctrl-C, an actor's environment and Ray's
+wrapping of an actor's error are the test's to choose. One test runs a real local Ray.
+"""
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import signal
 import socket
+import subprocess
+import sys
 import threading
+import traceback
+import warnings
 from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType, SimpleNamespace
 from typing import Any
+from unittest import mock
 
 import pytest
 
+from langchain_ragmetrics._cli import ExitCode, main
 from langchain_ragmetrics._cli._ray import FETCH_THREAD, _host_port, reach, start_ray, stop_ray
+from tests._support.extras import require_extra
+from tests.test_cli import clean_env
+
+
+def _ray_or_none() -> ModuleType | None:
+    """Ray, or None without the [ray] extra (an error where CI requires the extras)."""
+    try:
+        return require_extra("ray", "ray")
+    except pytest.skip.Exception:
+        return None
+
+
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # read once, when Ray is imported
+RAY = _ray_or_none()
+needs_ray = pytest.mark.skipif(RAY is None, reason="needs the [ray] extra")
+
+# The CLI from this interpreter and tree (the shared venv's console script may be stale).
+RAGMETRICS = [
+    sys.executable,
+    "-c",
+    "import sys; from langchain_ragmetrics._cli import main; sys.exit(main())",
+]
 
 
 @pytest.fixture
@@ -281,3 +321,380 @@ def test_ray_is_shut_down_when_closing_the_iteration_fails() -> None:
     ray = _Ray()
     stop_ray(ray, Failing(), before)
     assert ray.calls == [{"shutdown": []}]
+
+
+def test_a_ctrl_c_while_ray_stops_waits_until_ray_is_shut_down() -> None:
+    """Before, a second Ctrl-C soon after the first (the user's "stop now") raised while the
+    fetch threads were waited for: Ray was never shut down and the rows already scored were
+    lost with the run; now it waits until Ray is shut down, then is raised."""
+
+    class Interrupting(_Batches):
+        def _fetch(self, last_fetch: float) -> None:
+            self.stopped.wait()  # the stop has begun: the Ctrl-C comes now, to this process
+            signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+
+    before = set(threading.enumerate())
+    batches = Interrupting()
+    ray = _Ray()
+    with pytest.raises(KeyboardInterrupt):
+        stop_ray(ray, batches, before)
+    assert ray.calls == [{"shutdown": []}]  # after the fetch thread finished
+    batches.thread.join()
+
+
+def test_ray_is_shut_down_when_a_further_ctrl_c_stops_the_wait() -> None:
+    """Only one Ctrl-C is held: the next one ends the wait for the fetch threads at once,
+    and Ray is shut down all the same."""
+
+    class Interrupted(threading.Thread):
+        def join(self, timeout: float | None = None) -> None:
+            raise KeyboardInterrupt  # a Ctrl-C that is not held
+
+    release = threading.Event()
+    before = set(threading.enumerate())
+    fetcher = Interrupted(target=release.wait, name=FETCH_THREAD, daemon=True)
+    fetcher.start()
+    ray = _Ray()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            stop_ray(ray, None, before)
+        assert ray.calls == [{"shutdown": [True]}]
+    finally:
+        release.set()
+        threading.Thread.join(fetcher)
+
+
+# --------------------------------------------------------------------------- a Ray without Ray
+
+
+def _as_ray_raises(exc: Exception) -> Exception:
+    """An actor's error as Ray raises it in the driver: a ``RayTaskError`` that is also of
+    the error's class, whose text is the actor's traceback, in colour."""
+    from ray.exceptions import RayTaskError
+
+    trace = "".join(traceback.format_exception(exc))
+    wrapped: Exception = RayTaskError(
+        "MapWorker(MapBatches(_Scorer)).submit",
+        trace,
+        exc,
+        proctitle="ray::MapWorker(MapBatches(_Scorer)).submit()",
+        pid=4242,
+        ip="127.0.0.1",
+    ).as_instanceof_cause()
+    return wrapped
+
+
+@dataclass
+class FakeRay:
+    """Ray's part of a ``--ray`` run, in this process: the real actor class scores the
+    batches one after the other, in the environment the test gives the actors."""
+
+    interrupt_after: int | None = None
+    """Ctrl-C (KeyboardInterrupt) once this many batches came back; None: no Ctrl-C."""
+    actor_env: dict[str, str | None] = field(default_factory=dict)
+    """The actors' environment, changed from this process's (None: unset)."""
+    actor_error: Exception | None = None
+    """An error every batch raises in the actor, instead of being scored."""
+    cpus: float = 2.0
+    """The cluster's CPUs."""
+    shutdowns: int = 0
+
+    def remote(self, *_args: Any, **_options: Any) -> Any:
+        """``ray.remote(...)(cls).remote(...)``: no helper actor (the actors score alone)."""
+        return lambda _cls: SimpleNamespace(remote=lambda *_a, **_k: None)
+
+    def from_items(self, rows: list[dict[str, Any]]) -> Any:
+        """``ray.data.from_items``: the rows, whose ``map_batches`` scores them here."""
+
+        def map_batches(
+            fn: Any, *, fn_constructor_kwargs: dict[str, Any], batch_size: int, **_options: Any
+        ) -> Any:
+            def iter_batches(**_how: Any) -> Iterator[Any]:
+                return self._batches(rows, fn, fn_constructor_kwargs, batch_size)
+
+            return SimpleNamespace(iter_batches=iter_batches)
+
+        return SimpleNamespace(map_batches=map_batches)
+
+    def _batches(
+        self, rows: list[dict[str, Any]], actor: Any, kwargs: dict[str, Any], size: int
+    ) -> Iterator[Any]:
+        import pyarrow as pa
+
+        with mock.patch.dict(os.environ):
+            for name, value in self.actor_env.items():
+                os.environ.pop(name, None) if value is None else os.environ.update({name: value})
+            scorer = actor(**kwargs)
+        for done, start in enumerate(range(0, len(rows), size)):
+            if done == self.interrupt_after:
+                raise KeyboardInterrupt
+            try:
+                if self.actor_error is not None:
+                    raise self.actor_error
+                out = scorer(pa.Table.from_pylist(rows[start : start + size]))
+            except Exception as exc:
+                raise _as_ray_raises(exc) from None
+            yield pa.Table.from_pydict(out)
+        if self.interrupt_after is not None:
+            raise KeyboardInterrupt
+
+    def shutdown(self) -> None:
+        self.shutdowns += 1
+
+
+@pytest.fixture
+def fake_ray(monkeypatch: pytest.MonkeyPatch) -> FakeRay:
+    """Ray's part of ``--ray`` in this process (see :class:`FakeRay`); Ray is never started."""
+    if RAY is None:
+        pytest.skip("needs the [ray] extra")
+    import ray.data
+
+    from langchain_ragmetrics._cli import _evaluate
+
+    def no_real_ray(*_args: object, **_options: object) -> None:
+        pytest.fail("a real Ray was started")
+
+    fake = FakeRay()
+    monkeypatch.setattr(_evaluate, "start_ray", lambda _ray, _address: None)
+    monkeypatch.setattr(ray, "init", no_real_ray)
+    monkeypatch.setattr(ray, "shutdown", fake.shutdown)
+    monkeypatch.setattr(ray, "is_initialized", lambda: True)
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": fake.cpus})
+    monkeypatch.setattr(ray, "remote", fake.remote)
+    monkeypatch.setattr(ray.data, "from_items", fake.from_items)
+    context = ray.data.DataContext.get_current()  # an actor's setup error sets a flag there
+    monkeypatch.setattr(
+        context, "raise_original_map_exception", context.raise_original_map_exception
+    )
+    return fake
+
+
+def _dataset(tmp_path: Path, count: int = 10) -> Path:
+    """``count`` rows that ``non_llm_context_recall`` scores, and ``context_recall`` could."""
+    path = tmp_path / "data.jsonl"
+    path.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "question": f"Who wrote paper {i}?",
+                    "contexts": [f"Einstein wrote paper {i}."],
+                    "reference_contexts": [f"Einstein wrote paper {i}."],
+                    "reference": f"Einstein wrote paper {i}.",
+                }
+            )
+            + "\n"
+            for i in range(count)
+        ),
+        encoding="utf-8",
+    )
+    return path
+
+
+def _on_ray(data: Path, *options: str, metric: str = "non_llm_context_recall") -> int:
+    """``ragmetrics evaluate data --ray`` in this process; 4 rows per batch."""
+    return main(
+        ["evaluate", str(data), "--metrics", metric, "--ray", "--no-progress",
+         "--concurrency", "1", *options]
+    )  # fmt: skip
+
+
+def _records(out: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()[1:]]
+
+
+def _not_run_as_a_local_run_writes(data: Path, metric: str) -> list[dict[str, Any]]:
+    """The records a local run writes for the rows when none of their jobs ran (the local
+    run's result keeps each row, its results None)."""
+    from langchain_ragmetrics._dataset import read_dataset
+    from langchain_ragmetrics.evaluation._result import EvaluationResult, EvaluationRow
+
+    loaded = read_dataset(data)
+    rows = [
+        EvaluationRow(
+            position=i, location=loaded.describe(i), sample=sample, results={metric: None}
+        )
+        for i, sample in enumerate(loaded.samples)
+    ]
+    result = EvaluationResult(metrics=[metric], rows=rows, source=loaded.source, interrupted=True)
+    return result.jsonl_records()
+
+
+def test_ctrl_c_on_ray_keeps_the_rows_not_run_as_a_local_run_does(
+    fake_ray: FakeRay, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before, Ctrl-C with --ray dropped the rows never scored: "Interrupted: 4 of 4 jobs
+    finished; 0 did not run." and 4 records; now, as a local run, the summary counts the
+    jobs that did not run and --out has every row, those not run as a local run writes them."""
+    data = _dataset(tmp_path)
+    out = tmp_path / "out.jsonl"
+    fake_ray.interrupt_after = 1  # 4 rows came back
+    assert _on_ray(data, "--out", str(out)) == ExitCode.INTERRUPTED
+    assert "Interrupted: 4 of 10 jobs finished; 6 did not run." in capsys.readouterr().out
+    records = _records(out)
+    metric = "non_llm_context_recall"
+    assert [r["results"][metric]["status"] for r in records] == ["scored"] * 4 + ["not_run"] * 6
+    assert records[4:] == _not_run_as_a_local_run_writes(data, metric)[4:]
+    assert fake_ray.shutdowns == 1
+
+
+@pytest.mark.parametrize(("interrupt_after", "finished"), [(1, 4), (None, 10)])
+def test_a_second_ctrl_c_while_ray_stops_keeps_what_was_scored(
+    interrupt_after: int | None,
+    finished: int,
+    fake_ray: FakeRay,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before, a Ctrl-C while Ray was stopped (a second one soon after the first, or one
+    after the last row came) ended the command with "interrupted" only: no summary, --out
+    not written; now the run is reported as interrupted with what was scored."""
+    from langchain_ragmetrics._cli import _ray
+
+    def stop_then_ctrl_c(ray: Any, *_args: object, **_options: object) -> None:
+        ray.shutdown()
+        raise KeyboardInterrupt  # as stop_ray raises a Ctrl-C that came meanwhile
+
+    monkeypatch.setattr(_ray, "stop_ray", stop_then_ctrl_c)
+    data = _dataset(tmp_path)
+    out = tmp_path / "out.jsonl"
+    fake_ray.interrupt_after = interrupt_after
+    assert _on_ray(data, "--out", str(out)) == ExitCode.INTERRUPTED
+    missing = 10 - finished
+    summary = f"Interrupted: {finished} of 10 jobs finished; {missing} did not run."
+    assert summary in capsys.readouterr().out
+    statuses = [r["results"]["non_llm_context_recall"]["status"] for r in _records(out)]
+    assert statuses == ["scored"] * finished + ["not_run"] * missing
+    assert fake_ray.shutdowns == 1
+
+
+def test_an_actor_that_cannot_build_the_judge_is_named_in_the_commands_terms(
+    fake_ray: FakeRay,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before, Ray's error was printed whole: the actor's traceback in colour, and advice in
+    evaluate_ray's terms (send_api_key=True); now the cause in one line, then what to do
+    with this command."""
+    monkeypatch.setenv("OPENAI_API_KEY", "test")  # this process has a key; the actors do not
+    fake_ray.actor_env = {"OPENAI_API_KEY": None, "OPENAI_BASE_URL": None}
+    code = _on_ray(_dataset(tmp_path), "--no-preflight", "--no-cache", metric="context_recall")
+    assert code == ExitCode.NO_API_KEY
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 2, lines
+    assert lines[0].startswith(
+        "ragmetrics: error: a Ray actor could not build its judge or metrics: JudgeConfigError: "
+    )
+    assert "OPENAI_API_KEY is not set" in lines[0]
+    assert lines[1] == (
+        "  The Ray actors read OPENAI_API_KEY from their own environment: set it on the "
+        "cluster's nodes, or add --ray-send-api-key to send this process's key with the job"
+    )
+    assert "\x1b" not in lines[0]
+
+
+def test_an_actors_error_is_named_by_itself_in_one_line(
+    fake_ray: FakeRay, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before, the error was named by Ray's wrapper, with the first line of Ray's text:
+    "RayTaskError(OSError): <colour>ray::MapWorker(...)..."; now by the actor's error."""
+    fake_ray.actor_error = OSError("No space left on device\nwhile writing the verdicts")
+    assert _on_ray(_dataset(tmp_path)) == ExitCode.ERROR
+    assert capsys.readouterr().err.splitlines() == [
+        "ragmetrics: error: the Ray run failed: OSError: No space left on device"
+    ]
+
+
+def test_too_many_workers_for_the_cluster_are_named_as_workers(
+    fake_ray: FakeRay, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before, the warning was evaluate_ray's, a RuntimeWarning telling a command-line user
+    to lower num_cpus or num_actors; now it names --workers (and only when they do not fit)."""
+    data = _dataset(tmp_path)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert _on_ray(data, "--workers", "12") == ExitCode.OK
+        assert capsys.readouterr().err.splitlines() == [
+            "ragmetrics: warning: --workers 12: 12 Ray actors of 0.25 CPU each reserve 3 of "
+            "the cluster's 2 CPUs, leaving less than one for anything else: what does not "
+            "fit waits unless the cluster scales up; lower --workers"
+        ]
+        assert _on_ray(data, "--workers", "2") == ExitCode.OK
+    assert [str(w.message) for w in caught if "num_actors" in str(w.message)] == []
+    assert "ragmetrics: warning" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("address", ["", "  "])
+def test_an_empty_ray_address_is_refused(
+    address: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before, ``--ray-address "$RAY_HEAD"`` with the variable unset ran on a local Ray
+    (here: no Ray at all, exit 0) instead of the cluster meant; now it is a usage error."""
+    data = _dataset(tmp_path, 2)
+    code = main(["evaluate", str(data), "--metrics", "non_llm_context_recall",
+                 "--ray-address", address])  # fmt: skip
+    assert code == ExitCode.USAGE
+    captured = capsys.readouterr()
+    assert "argument --ray-address: expected the Ray cluster's address, got an empty one" in (
+        captured.err
+    )
+    assert "Evaluation of" not in captured.out
+
+
+def test_ray_send_api_key_without_ray_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before, --ray-send-api-key without --ray was ignored and the run went local."""
+    data = _dataset(tmp_path, 2)
+    code = main(["evaluate", str(data), "--metrics", "non_llm_context_recall",
+                 "--ray-send-api-key"])  # fmt: skip
+    assert code == ExitCode.USAGE
+    captured = capsys.readouterr()
+    assert captured.err == (
+        "ragmetrics: error: --ray-send-api-key only applies to a Ray run: add --ray or "
+        "--ray-address\n"
+    )
+    assert captured.out == ""
+
+
+def test_the_help_says_a_sent_key_is_also_in_rays_logs(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["evaluate", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert (
+        "and written in plain text to Ray's log files on each node, logs/runtime_env_agent.log"
+        in text
+    )
+
+
+@needs_ray
+def test_on_a_real_ray_an_actor_without_a_key_is_one_error_not_a_traceback(
+    tmp_path: Path,
+) -> None:
+    """Before, the command printed Ray's traceback of the actors' error three times (over 200
+    lines, in colour), the last time as its own error; now one error, in the command's terms.
+
+    The actors get an empty OPENAI_API_KEY from the job's runtime_env (which Ray reads from
+    RAY_JOB_CONFIG_JSON_ENV_VAR, as a submitted job's driver does), while this command has
+    a key; no judge is called (--no-preflight), so none is needed."""
+    job = {"runtime_env": {"env_vars": {"OPENAI_API_KEY": ""}}}
+    proc = subprocess.run(
+        [*RAGMETRICS, "evaluate", str(_dataset(tmp_path, 2)), "--metrics", "context_recall",
+         "--ray", "--no-progress", "--no-preflight", "--no-cache"],
+        env=clean_env(OPENAI_API_KEY="test", RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0",
+                      RAY_JOB_CONFIG_JSON_ENV_VAR=json.dumps(job)),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )  # fmt: skip
+    assert proc.returncode == ExitCode.NO_API_KEY, proc.stderr
+    ours = [line for line in proc.stderr.splitlines() if line.startswith("ragmetrics:")]
+    assert len(ours) == 1, proc.stderr
+    assert ours[0].startswith("ragmetrics: error: a Ray actor could not build its judge")
+    assert "--ray-send-api-key" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "\x1b[" not in proc.stderr
+    assert "send_api_key=True" not in proc.stderr

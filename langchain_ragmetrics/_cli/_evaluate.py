@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 
     from langchain_ragmetrics._cache import VerdictCache
     from langchain_ragmetrics._dataset import LoadedDataset
+    from langchain_ragmetrics._errors import JudgeSetupError
+    from langchain_ragmetrics._schema import MetricResult
     from langchain_ragmetrics.evaluation import EvaluationResult
 
 __all__ = ["EXIT_CODES", "register"]
@@ -51,6 +53,21 @@ _OUTPUT_SUFFIXES = (".jsonl", ".csv")
 def _workers_arg(text: str) -> int | str:
     """``--workers``: ``auto`` or a whole number of at least 1."""
     return "auto" if text.strip().lower() == "auto" else positive_int(text)
+
+
+def _ray_address(text: str) -> str:
+    """``--ray-address``: the address, refused when blank.
+
+    An unset shell variable gives a blank one; taken for no address, the run would go to a
+    local Ray instead of the cluster meant.
+    """
+    if not text.strip():
+        msg = (
+            "expected the Ray cluster's address, got an empty one: give the head's host:port "
+            "(e.g. head:6379) or auto, or use --ray for a local Ray"
+        )
+        raise argparse.ArgumentTypeError(msg)
+    return text.strip()
 
 
 def register(commands: Any) -> None:
@@ -97,6 +114,7 @@ def register(commands: Any) -> None:
     )
     evaluate.add_argument(
         "--ray-address",
+        type=_ray_address,
         default=None,
         metavar="ADDR",
         help="address of the Ray cluster to run on (implies --ray): its head's host:port, "
@@ -106,8 +124,9 @@ def register(commands: Any) -> None:
         "--ray-send-api-key",
         action="store_true",
         help="with --ray, send this process's OPENAI_API_KEY to the actors in the Ray job's "
-        "runtime_env (readable by whoever can read the cluster's jobs); by default the actors "
-        "read their own OPENAI_API_KEY (a local Ray's actors have this process's)",
+        "runtime_env (readable by whoever can read the cluster's jobs, and written in plain "
+        "text to Ray's log files on each node, logs/runtime_env_agent.log); by default the "
+        "actors read their own OPENAI_API_KEY (a local Ray's actors have this process's)",
     )
     evaluate.add_argument(
         "--timeout", type=positive_float, default=None, help="seconds before a job is abandoned"
@@ -392,7 +411,11 @@ def _evaluate_command(args: argparse.Namespace) -> int:  # noqa: PLR0915 - one l
     from langchain_ragmetrics.evaluation._gates import parse_thresholds
 
     out: Path | None = args.out
-    if args.batch_api and (args.ray or args.ray_address):
+    on_ray = args.ray or args.ray_address is not None
+    if args.ray_send_api_key and not on_ray:
+        error("--ray-send-api-key only applies to a Ray run: add --ray or --ray-address")
+        return ExitCode.USAGE
+    if args.batch_api and on_ray:
         error("--batch-api and --ray are two ways to run the jobs: pick one")
         return ExitCode.USAGE
     if args.batch_api and args.workers not in (None, 1, "auto"):
@@ -470,7 +493,7 @@ def _evaluate_command(args: argparse.Namespace) -> int:  # noqa: PLR0915 - one l
         except CacheError as exc:
             error(f"{exc} (use --no-cache to run without it)")
             return ExitCode.PREFLIGHT_FAILED
-    if args.ray or args.ray_address:
+    if on_ray:
         return _evaluate_on_ray(
             args,
             data,
@@ -602,16 +625,69 @@ def _evaluate_on_ray(
         )
         error(f"cannot start or reach {where}, nothing was scored: {type(exc).__name__}: {exc}")
         return ExitCode.PREFLIGHT_FAILED
+    from time import perf_counter  # the run's wall time, for the result's elapsed_s
+
+    started = perf_counter()
     outcome = _score_on_ray(ray, args, data, metrics, language=language, cache=cache)
     if isinstance(outcome, int):
         return outcome
     scored, interrupted = outcome
     names = [m.metric_name for m in metrics]
     locations = {i + 1: data.describe(i) for i in range(len(data.samples))}
+    if interrupted:
+        scored = [*scored, *_not_run_rows(data, names, scored)]
     result = result_from_rows(
-        scored, names, source=data.source, interrupted=interrupted, locations=locations
+        scored,
+        checked,  # prepared as a local run's: the result's info names the same judge and prompts
+        source=data.source,
+        interrupted=interrupted,
+        locations=locations,
+        elapsed_s=perf_counter() - started,
     )
     return _report(result, args, thresholds)
+
+
+def _not_run_rows(
+    data: LoadedDataset, metrics: list[str], scored: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """The rows Ctrl-C left unscored, each with every metric not run, as the actors write rows.
+
+    A local run keeps such a row (its results None, "not run"), so the summary counts the
+    jobs that did not run and ``--out`` has every row; these make an interrupted ``--ray``
+    run say and write the same.
+    """
+    from langchain_ragmetrics.integrations.ray import (
+        RECORD_COLUMN,
+        ROW_COLUMN,
+        _record_of,
+        _record_text,
+    )
+
+    done = {row.get(ROW_COLUMN) for row in scored}
+    not_run: dict[str, MetricResult | None] = dict.fromkeys(metrics)
+    rows = []
+    for number, sample in enumerate(data.samples, start=1):
+        if number not in done:
+            record = _record_of(metrics, {ROW_COLUMN: number}, sample, not_run)
+            rows.append({RECORD_COLUMN: _record_text(record), ROW_COLUMN: number})
+    return rows
+
+
+def _actor_setup_failed(exc: JudgeSetupError, *, key_sent: bool) -> str:
+    """What to say when the judge cannot be built for the actors, in the command's terms.
+
+    The cause in one line (not Ray's traceback, nor advice in ``evaluate_ray``'s terms), then
+    what to do.
+    """
+    from langchain_ragmetrics._cli._ray import actor_error, first_line
+
+    message = first_line(actor_error(exc))
+    if not key_sent:
+        message += (
+            "\n  The Ray actors read OPENAI_API_KEY from their own environment: set it on the "
+            "cluster's nodes, or add --ray-send-api-key to send this process's key with the job"
+        )
+    return message
 
 
 def _score_on_ray(
@@ -626,14 +702,23 @@ def _score_on_ray(
     """The result rows of ``--ray`` and whether Ctrl-C stopped it, or the exit code of a failure.
 
     Rows are kept as they arrive, so Ctrl-C keeps what was scored (as a local run does); Ray
-    is shut down either way. An error Ray raises is named in one line, not a traceback.
+    is shut down either way, a second Ctrl-C waiting for it. An error Ray raises is named in
+    one line, not a traceback; an actor's, by the actor's error.
     """
     import json
     import os
+    import re
     import sys
     import threading
+    import warnings
 
-    from langchain_ragmetrics._cli._ray import stop_ray
+    from langchain_ragmetrics._cli._ray import (
+        actor_error,
+        first_line,
+        pool_warning,
+        quiet_setup_errors,
+        stop_ray,
+    )
     from langchain_ragmetrics.evaluation import JudgeSetupError
     from langchain_ragmetrics.integrations.ray import evaluate_ray
 
@@ -651,37 +736,46 @@ def _score_on_ray(
     scored: list[dict[str, Any]] = []
     threads_before = set(threading.enumerate())
     batches = None
+    num_actors = args.workers if isinstance(args.workers, int) else 2
     try:
-        dataset = evaluate_ray(
-            ray.data.from_items(rows),
-            metrics,
-            model=args.model,
-            base_url=args.base_url or os.environ.get("OPENAI_BASE_URL"),
-            send_api_key=args.ray_send_api_key,
-            language=language,
-            num_actors=args.workers if isinstance(args.workers, int) else 2,
-            max_concurrency=args.concurrency,
-            # small enough that results come back (and survive Ctrl-C) as the run goes, large
-            # enough that an actor's --concurrency slots stay busy
-            batch_size=4 * args.concurrency,
-            timeout=args.timeout,
-            # the Path, not its text: "./0" prints as "0", which evaluate_ray would refuse
-            cache=None if cache is None else cache.path,
-        )
-        batches = iter(dataset.iter_batches(batch_size=None, batch_format="pyarrow"))
-        for block in batches:
-            scored.extend(block.to_pylist())  # kept as they arrive: Ctrl-C keeps them
-            if not args.no_progress:
-                echo(f"Ray: {len(scored)} of {len(rows)} rows scored", sys.stderr)
-    except KeyboardInterrupt:
+        try:
+            unfit = pool_warning(ray, num_actors)
+            if unfit is not None:
+                echo(f"ragmetrics: warning: {unfit[1]}", sys.stderr)
+            with warnings.catch_warnings():
+                if unfit is not None:  # said above, in the command's terms
+                    warnings.filterwarnings("ignore", re.escape(unfit[0]), RuntimeWarning)
+                dataset = evaluate_ray(
+                    ray.data.from_items(rows),
+                    metrics,
+                    model=args.model,
+                    base_url=args.base_url or os.environ.get("OPENAI_BASE_URL"),
+                    send_api_key=args.ray_send_api_key,
+                    language=language,
+                    num_actors=num_actors,
+                    max_concurrency=args.concurrency,
+                    # small enough that results come back (and survive Ctrl-C) as the run
+                    # goes, large enough that an actor's --concurrency slots stay busy
+                    batch_size=4 * args.concurrency,
+                    timeout=args.timeout,
+                    # the Path, not its text: "./0" prints as "0", which evaluate_ray refuses
+                    cache=None if cache is None else cache.path,
+                )
+            batches = iter(dataset.iter_batches(batch_size=None, batch_format="pyarrow"))
+            with quiet_setup_errors():
+                for block in batches:
+                    scored.extend(block.to_pylist())  # kept as they arrive: Ctrl-C keeps them
+                    if not args.no_progress:
+                        echo(f"Ray: {len(scored)} of {len(rows)} rows scored", sys.stderr)
+        finally:
+            stop_ray(ray, batches, threads_before)  # a Ctrl-C meanwhile is raised after it
+    except KeyboardInterrupt:  # the first Ctrl-C, or one while Ray was stopped
         return scored, True
-    except JudgeSetupError as exc:
-        error(str(exc))
+    except JudgeSetupError as exc:  # Ray's error of an actor's JudgeSetupError is one too
+        error(_actor_setup_failed(exc, key_sent=args.ray_send_api_key))
         return ExitCode.NO_API_KEY
     except Exception as exc:  # Ray wraps an actor's error in its own kinds: named, one line
-        lines = str(exc).strip().splitlines()
-        error(f"the Ray run failed: {type(exc).__name__}: {lines[0] if lines else ''}")
+        cause = actor_error(exc)
+        error(f"the Ray run failed: {type(cause).__name__}: {first_line(cause)}")
         return ExitCode.ERROR
-    finally:
-        stop_ray(ray, batches, threads_before)
     return scored, False

@@ -5,19 +5,41 @@ own schedule. The address is tried first with one TCP connection, so a wrong hos
 reported in seconds, by its address, before Ray is started. Ray Client addresses (``ray://``)
 are refused: Ray Client is not part of the ``[ray]`` extra (``ray[client]``); the head's
 ``host:port`` (``ray start --head`` prints it) or ``auto`` on a cluster node is what works.
+
+Also here: stopping Ray after a run (Ctrl-C included), the error an actor raised out of
+Ray's wrapping, and ``evaluate_ray``'s pool warning in the command line's terms.
 """
 
 from __future__ import annotations
 
 import contextlib
+import inspect
+import logging
 import os
+import re
 import socket
+import sys
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["CONNECT_TIMEOUT", "FETCH_THREAD", "SETTLE_TIMEOUT", "reach", "start_ray", "stop_ray"]
+from langchain_ragmetrics._errors import JudgeSetupError
+from langchain_ragmetrics._interrupts import DeferredInterrupt
+
+__all__ = [
+    "CONNECT_TIMEOUT",
+    "FETCH_THREAD",
+    "SETTLE_TIMEOUT",
+    "actor_error",
+    "first_line",
+    "pool_warning",
+    "quiet_setup_errors",
+    "reach",
+    "start_ray",
+    "stop_ray",
+]
 
 CONNECT_TIMEOUT = 10.0
 """Seconds one TCP connection to the cluster's address may take before it counts as down."""
@@ -130,13 +152,103 @@ def stop_ray(
     ``timeout`` seconds in all, before Ray goes. Its other threads (the prefetcher, parked
     until the iterator is collected) never call into Ray's core once stopped and are not
     waited for.
+
+    A Ctrl-C while this runs (the user's second, after the one that stopped the run) waits
+    until Ray is shut down; a further one raises at once, and Ray is shut down all the same.
+
+    Raises:
+        KeyboardInterrupt: Ctrl-C came meanwhile; Ray is shut down.
     """
-    close = getattr(batches, "close", None)
-    if close is not None:
-        with contextlib.suppress(Exception):  # Ray failing on the way out: shut down anyway
-            close()
-    deadline = time.monotonic() + timeout
-    for thread in threading.enumerate():
-        if thread.name == FETCH_THREAD and thread not in threads_before:
-            thread.join(max(0.0, deadline - time.monotonic()))
-    ray.shutdown()
+    with DeferredInterrupt():
+        try:
+            close = getattr(batches, "close", None)
+            if close is not None:
+                with contextlib.suppress(Exception):  # Ray failing on the way out: shut down
+                    close()
+            deadline = time.monotonic() + timeout
+            for thread in threading.enumerate():
+                if thread.name == FETCH_THREAD and thread not in threads_before:
+                    thread.join(max(0.0, deadline - time.monotonic()))
+        finally:
+            ray.shutdown()
+
+
+_COLOURS = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+"""Terminal colour codes, which Ray puts in the text of its errors."""
+
+
+def actor_error(exc: BaseException) -> BaseException:
+    """The error a Ray actor raised, out of Ray's wrapping (``RayTaskError.cause``)."""
+    seen = {id(exc)}
+    cause = getattr(exc, "cause", None)
+    while isinstance(cause, BaseException) and id(cause) not in seen:
+        exc = cause
+        seen.add(id(exc))
+        cause = getattr(exc, "cause", None)
+    return exc
+
+
+def first_line(exc: BaseException) -> str:
+    """An error's text up to its first line break, without colour codes: what a user reads.
+
+    Ray's errors carry the actor's whole traceback in their text, in colour.
+    """
+    text = _COLOURS.sub("", str(exc)).strip()
+    return text.splitlines()[0] if text else ""
+
+
+def _not_named_here(record: logging.LogRecord) -> bool:
+    """A logging filter: False for a record of a JudgeSetupError, which the command names.
+
+    Ray's error wrapping an actor's JudgeSetupError is one too. The error is the record's,
+    else the one being handled where it was logged.
+    """
+    error = record.exc_info[1] if record.exc_info else sys.exc_info()[1]
+    return not isinstance(error, JudgeSetupError)
+
+
+@contextlib.contextmanager
+def quiet_setup_errors() -> Iterator[None]:
+    """Keep the traceback of an actor's JudgeSetupError off Ray Data's console, meanwhile.
+
+    Ray Data prints the actor's error twice, with Ray's traceback (200 lines), before it
+    raises it; the command names it in one line, with what to do. Ray Data's log file
+    still has it all.
+    """
+    handlers = [
+        handler
+        for handler in logging.getLogger("ray.data").handlers
+        if isinstance(handler, logging.StreamHandler)
+        and not isinstance(handler, logging.FileHandler)
+    ]
+    for handler in handlers:
+        handler.addFilter(_not_named_here)
+    try:
+        yield
+    finally:
+        for handler in handlers:
+            handler.removeFilter(_not_named_here)
+
+
+def pool_warning(ray: Any, workers: int) -> tuple[str, str] | None:
+    """``evaluate_ray``'s warning that ``workers`` actors fill the cluster, and the CLI's.
+
+    None when they fit; else the warning's text and the same in the command line's terms.
+    The fit is ``evaluate_ray``'s own check, with its actors' CPUs; its warning names
+    ``num_actors`` and ``num_cpus``, which a command-line user cannot set.
+    """
+    from langchain_ragmetrics.integrations.ray import _check_pool_fits, evaluate_ray
+
+    cpus = float(inspect.signature(evaluate_ray).parameters["num_cpus"].default)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _check_pool_fits(ray, num_actors=workers, num_cpus=cpus)
+    if not caught:
+        return None
+    total = float(ray.cluster_resources().get("CPU", 0))
+    said = (
+        f"--workers {workers}: {workers} Ray actors of {cpus:g} CPU each reserve "
+        f"{workers * cpus:g} of the cluster's {total:g} CPUs, leaving less than one for "
+        "anything else: what does not fit waits unless the cluster scales up; lower --workers"
+    )
+    return str(caught[-1].message), said

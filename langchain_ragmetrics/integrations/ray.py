@@ -16,11 +16,13 @@ missing, ``metadata`` may be JSON text. A text field (question, answer, referenc
 of a context list, under any name ``evaluate()`` accepts) that Arrow typed as a number, a
 boolean, a date or a time, as ``ray.data.read_csv`` does with a column of years, is text
 again: a number as the file wrote it (but for its form: ``1.50`` reads as ``1.5``), a
-boolean as ``True`` / ``False``.
+boolean as ``True`` / ``False``. A None under a key of a mapping cell (``metadata``) is left
+out: Arrow fills a struct's missing keys with None, so it cannot be told from a missing key.
 
 The global rate limit is one token bucket in a small limiter actor: every judge request
 reserves its turn there (one round trip, no polling), so the limit holds across the pool from
-the first request, also when an actor is restarted.
+the first request, also when an actor is restarted. Ray restarts the limiter if it dies; it
+starts full, so one request may go early after its restart.
 
 If an actor dies, Ray restarts it and re-runs the batch it held; a batch's rows are output
 only when the whole batch returns, so a retried batch is not counted twice. A small ledger
@@ -47,7 +49,7 @@ import threading
 import time
 import uuid
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from langchain_core.rate_limiters import BaseRateLimiter
@@ -57,10 +59,11 @@ from langchain_ragmetrics._errors import JudgeSetupError, RowProblem, RowRef
 from langchain_ragmetrics._options import number_above_zero, number_at_least_zero, whole_number
 from langchain_ragmetrics._plain import plain_json, text_of
 from langchain_ragmetrics._schema import _ALIASES, MetricResult, RagSample
-from langchain_ragmetrics.evaluation._model import SAMPLE_FIELDS, json_text
-from langchain_ragmetrics.evaluation._recipe import JudgeRecipe, ScoringRecipe
+from langchain_ragmetrics.evaluation._model import SAMPLE_FIELDS, RunInfo, json_text
+from langchain_ragmetrics.evaluation._recipe import JudgeRecipe, ScoringRecipe, _RecipeError
 from langchain_ragmetrics.evaluation._result import EvaluationResult, EvaluationRow, column_names
 from langchain_ragmetrics.evaluation._run import prepare_metrics
+from langchain_ragmetrics.evaluation._saved import run_info
 from langchain_ragmetrics.metrics import BaseRagMetric, JudgedMetric
 from langchain_ragmetrics.metrics._judge import DEFAULT_JUDGE_MODEL, DEFAULT_JUDGE_TIMEOUT
 
@@ -88,6 +91,12 @@ _TEXT_COLUMNS = frozenset(SAMPLE_FIELDS) | frozenset(
 but ``metadata``, under their own names and their RAGAS names."""
 LEDGER_TIMEOUT_S = 60.0
 """Seconds an actor waits for the ledger before it scores a batch without it."""
+RESERVE_WAIT_S = 1.0
+"""Seconds one rate-limiter call waits for the bucket's answer (then the engine checks the
+job's deadline and calls again)."""
+TURN_GRACE_S = 1.0
+"""Seconds after its turn a reserved turn is still taken: an owner waiting for it asks every
+50 ms, so one older was given up, and taking it would let a request out of turn."""
 
 
 def _import_ray() -> Any:
@@ -147,6 +156,26 @@ def _cells(row: Mapping[str, Any]) -> tuple[dict[str, Any], list[RowProblem]]:
     """A Ray row's cells cleaned as a CSV or DataFrame row's are (one definition)."""
     cells = ((k, _typed_as_text(k, v)) for k, v in row.items() if k != ROW_COLUMN)
     return _cells_to_record(SOURCE, _REF, cells)
+
+
+def _without_nulls(value: Any, within: frozenset[int] = frozenset()) -> Any:
+    """``value`` with every None under a mapping's key left out, at any depth.
+
+    Arrow gives a row every column of the dataset and a struct (``metadata``) every key of
+    its column, missing ones as None, so a None there cannot be told from a missing key.
+    Items of a list are kept (``[None, "x"]`` is an invalid list, named as such); a value
+    with nothing to leave out is returned as it is (a list that holds itself too).
+    """
+    if id(value) in within or not isinstance(value, (dict, list)):
+        return value
+    inner = within | {id(value)}
+    if isinstance(value, list):
+        items = [_without_nulls(item, inner) for item in value]
+        same = all(new is old for new, old in zip(items, value, strict=True))
+        return value if same else items
+    cleaned = {k: _without_nulls(v, inner) for k, v in value.items() if v is not None}
+    same = len(cleaned) == len(value) and all(cleaned[k] is value[k] for k in cleaned)
+    return value if same else cleaned
 
 
 def _read_row(row: Mapping[str, Any]) -> RagSample:
@@ -335,6 +364,8 @@ class _SharedBucket:
 
     Holds one token, as the local engine's bucket does (``make_rate_limiter``), so the first
     request goes at once and each next one ``60 / per_minute`` seconds after the one before.
+    Turns are kept on the monotonic clock (one process holds them all), so a step of the wall
+    clock delays no request.
     """
 
     def __init__(self, per_minute: float) -> None:
@@ -343,7 +374,7 @@ class _SharedBucket:
 
     def reserve(self) -> float:
         """Seconds the caller waits before its request (its turn is taken now)."""
-        now = time.time()
+        now = time.monotonic()
         turn = max(now, self.next_free)
         self.next_free = turn + self.interval
         return turn - now
@@ -354,24 +385,52 @@ class _RemoteRateLimiter(BaseRateLimiter):
 
     ``acquire(blocking=False)`` reserves a turn once per thread (or asyncio task) and
     answers True when it has come, so the engine's polling never asks the bucket twice for
-    one request.
+    one request. A reservation the bucket has not answered yet (it is being restarted) is
+    waited for across calls, so the engine's own checks (the job's deadline) keep running.
+    A turn its owner gave up (its job passed its deadline while it waited) is kept for the
+    owner's next request, unless it came over :data:`TURN_GRACE_S` ago (it would let that
+    request out of turn) or its owner is a finished asyncio task; then it is dropped.
     """
 
     def __init__(self, bucket: Any) -> None:
         self.bucket = bucket
-        self._turns: dict[object, float] = {}
+        self._turns: dict[object, Any] = {}
+        """Per owner: its turn (``time.monotonic()``), or the bucket's answer to come."""
         self._lock = threading.Lock()
+
+    def _forget_abandoned(self) -> None:
+        """Drop the turns no owner will take (called with the lock held)."""
+        import asyncio
+
+        now = time.monotonic()
+        for owner, turn in list(self._turns.items()):
+            past = isinstance(turn, float) and turn + TURN_GRACE_S < now
+            if past or (isinstance(owner, asyncio.Task) and owner.done()):
+                del self._turns[owner]
 
     def _ready(self, owner: object) -> bool:
         import ray
 
         with self._lock:
+            self._forget_abandoned()
             turn = self._turns.get(owner)
         if turn is None:
-            turn = time.monotonic() + float(ray.get(self.bucket.reserve.remote()))
+            turn = self.bucket.reserve.remote()
+        if not isinstance(turn, float):
+            answered, _ = ray.wait([turn], timeout=RESERVE_WAIT_S)
+            if not answered:  # the bucket is being restarted: asked again on the next call
+                with self._lock:
+                    self._turns[owner] = turn
+                return False
+            try:
+                turn = time.monotonic() + float(ray.get(turn))
+            except Exception:
+                with self._lock:
+                    self._turns.pop(owner, None)
+                raise
+        if time.monotonic() < turn:
             with self._lock:
                 self._turns[owner] = turn
-        if time.monotonic() < turn:
             return False
         with self._lock:
             self._turns.pop(owner, None)
@@ -492,7 +551,7 @@ class _Scorer:
             # is a JudgeSetupError in the caller too).
             ray.data.DataContext.get_current().raise_original_map_exception = True
             raise JudgeSetupError(msg)
-        rows = [{k: v for k, v in r.items() if v is not None} for r in batch.to_pylist()]
+        rows = [_without_nulls(r) for r in batch.to_pylist()]
         key = _content_key(rows)
         attempt, died = self._begin(key)
         if died == 0:
@@ -562,6 +621,30 @@ class _Scorer:
         return [r for r in records if r is not None]
 
 
+def _metric_list(
+    metrics: BaseRagMetric | str | Iterable[BaseRagMetric | str],
+) -> list[BaseRagMetric | str]:
+    """The metrics as a list: a bare name or metric is one metric (a name is not its letters).
+
+    Raises:
+        TypeError: ``metrics``, or one of its items, is neither a metric name nor a metric.
+    """
+    if isinstance(metrics, (str, BaseRagMetric)):
+        return [metrics]
+    if not isinstance(metrics, Iterable):
+        msg = f"`metrics` must be metric names or metric objects, got {type(metrics).__name__}"
+        raise TypeError(msg)
+    items = list(metrics)
+    for index, item in enumerate(items):
+        if not isinstance(item, (str, BaseRagMetric)):
+            msg = (
+                f"`metrics[{index}]` must be a metric name or a metric object, got "
+                f"{type(item).__name__}"
+            )
+            raise TypeError(msg)
+    return items
+
+
 def _check_judges(recipe: ScoringRecipe) -> None:
     """Build the judges here, as ``evaluate()`` does, so a missing key is named up front.
 
@@ -579,6 +662,33 @@ def _check_judges(recipe: ScoringRecipe) -> None:
             "the actors)."
         )
         raise JudgeSetupError(msg) from exc
+
+
+def _check_no_own_keys(recipe: ScoringRecipe) -> None:
+    """Refuse a metric whose judge holds its own key while no key is sent to the actors.
+
+    The recipe leaves the key out, so the actors' judge would read the variable of their own
+    environment instead: another key, maybe another account billed. A key equal to this
+    process's variable of that name came from it (``ChatOpenAI`` reads ``OPENAI_API_KEY``) and
+    is not the judge's own: the actors read theirs, as for the default judge.
+
+    Raises:
+        ValueError: A metric's judge holds its own key; the message names the metric.
+    """
+    for index, (metric, judge) in enumerate(zip(recipe.metrics, recipe.judges, strict=True)):
+        if judge is None:
+            continue
+        names = recipe.judge_recipes[judge].secret_names()
+        own = sorted(name for name, value in names.items() if os.environ.get(name) != value)
+        if own:
+            msg = (
+                f"`metrics[{index}]` ({metric.metric_name}): its judge holds its own key "
+                f"({', '.join(own)}), which is not sent to the Ray actors: they would use the "
+                f"{own[0]} of their own environment instead. Pass send_api_key=True (CLI: "
+                "--ray-send-api-key) to send it, or build the judge without a key to use the "
+                "nodes' environment"
+            )
+            raise ValueError(msg)
 
 
 def _check_pool_fits(ray: Any, *, num_actors: int, num_cpus: float) -> None:
@@ -605,7 +715,7 @@ def _check_pool_fits(ray: Any, *, num_actors: int, num_cpus: float) -> None:
 
 def evaluate_ray(
     ds: ray.data.Dataset,
-    metrics: Sequence[BaseRagMetric | str],
+    metrics: BaseRagMetric | str | Iterable[BaseRagMetric | str],
     *,
     model: str = DEFAULT_JUDGE_MODEL,
     base_url: str | None = None,
@@ -627,13 +737,17 @@ def evaluate_ray(
     Args:
         ds: Rows with the columns :func:`~langchain_ragmetrics.evaluate` reads (RAGAS names
             accepted; cells cleaned as a CSV file's are; a text field Arrow typed as a
-            number, boolean, date or time is text again); an optional ``row`` column numbers
-            the rows (errors and locations name it; without it, a row is named by its question).
+            number, boolean, date or time is text again; a None under a key of ``metadata``
+            is left out, as Arrow fills missing keys with None); an optional ``row`` column
+            numbers the rows (errors and locations name it; without it, a row is named by its
+            question and its output ``row`` is None: Ray Data has no row order to number them
+            by without an ordered pass over the whole dataset).
             For a CSV's exact text, read its text columns as strings: ``read_csv(path,
             convert_options=pyarrow.csv.ConvertOptions(column_types={"reference":
             pyarrow.string(), ...}))``.
         metrics: Metric names (``"context_recall"``) or metric objects (a metric's own judge
-            must be LangChain-serializable, e.g. ``ChatOpenAI``: it is rebuilt in each actor).
+            must be LangChain-serializable, e.g. ``ChatOpenAI``: it is rebuilt in each actor;
+            its own key is sent only with ``send_api_key=True``); a bare name is one metric.
         model: Judge model for the LLM-judged metrics that have no judge.
         base_url: OpenAI-compatible endpoint of that judge (default ``$OPENAI_BASE_URL`` on
             the actors).
@@ -641,13 +755,16 @@ def evaluate_ray(
         send_api_key: Send the key (``api_key``, else this process's ``OPENAI_API_KEY``, and
             the keys of metrics' own judges) to the actors as environment variables of the
             job's Ray ``runtime_env``, where whoever can read the cluster's job metadata can read
-            it. Default: no key leaves this process; the actors read their own environment.
+            it; Ray also writes it in plain text to each node's log files
+            (``runtime_env_agent.log`` in the session's ``logs`` directory). Default: no key
+            leaves this process; the actors read their own environment.
         judge_timeout: Seconds per judge HTTP request.
         language: Default language of rows that do not set one.
         num_actors: Size of the actor pool (fixed).
         max_concurrency: Judge calls at work at once in each actor.
         rate_limit_per_minute: Judge requests per minute for the whole pool, retries included
-            (one shared bucket: it holds from the first request).
+            (one shared bucket: it holds from the first request; restarted if it dies, it
+            starts full, so one request may go early then).
         timeout: Seconds before one job is abandoned (it becomes a failed result).
         batch_size: Rows per batch handed to an actor.
         cache: Path of a verdict cache file every actor can reach (same machine or a shared
@@ -661,13 +778,16 @@ def evaluate_ray(
     Returns:
         A dataset with the columns ``record`` (the line ``EvaluationResult.to_jsonl`` writes
         for the row, as JSON text: sample fields, ``location`` and ``results`` per metric),
-        ``row``, and per metric ``<metric>`` (the score, NaN when failed or skipped) and
-        ``<metric>_status`` (scored, failed or skipped). :func:`result_from_rows` turns it into
-        an :class:`~langchain_ragmetrics.EvaluationResult`.
+        ``row`` (the input's, else None, here and in ``record``), and per metric ``<metric>``
+        (the score, NaN when failed or skipped) and ``<metric>_status`` (scored, failed or
+        skipped). :func:`result_from_rows` turns it into an
+        :class:`~langchain_ragmetrics.EvaluationResult` (its rows numbered 1, 2, ...).
 
     Raises:
-        ValueError: An option is invalid (named), or ``api_key`` is given without
-            ``send_api_key=True``.
+        TypeError: ``metrics`` holds something that is neither a name nor a metric.
+        ValueError: An option is invalid (named); ``api_key`` is given, or a metric's judge
+            holds its own key (named), without ``send_api_key=True``; a metric or its judge
+            cannot be rebuilt in an actor (named, with what to do).
         JudgeSetupError: With ``send_api_key=True``, a judge cannot be built here (no key).
             Without it, the actors' own failure to build one is raised by name on the first
             batch.
@@ -696,24 +816,39 @@ def evaluate_ray(
             "actors run"
         )
         raise ValueError(msg)
-    prepared = prepare_metrics(metrics, language=language, cache=cache)
+    prepared = prepare_metrics(_metric_list(metrics), language=language, cache=cache)
     key = (api_key or os.environ.get("OPENAI_API_KEY")) if send_api_key else None
     judge = JudgeRecipe(model=model, base_url=base_url, api_key=key, timeout=judge_timeout)
-    full = ScoringRecipe(
-        prepared, max_concurrency=max_concurrency, timeout=timeout, default_judge=judge
-    )
+    try:
+        full = ScoringRecipe(
+            prepared, max_concurrency=max_concurrency, timeout=timeout, default_judge=judge
+        )
+    except _RecipeError as exc:  # its advice is for evaluate(workers=...)
+        msg = (
+            f"{exc.reason}; each Ray actor rebuilds the metrics and their judges: define "
+            "custom metric classes at the top level of a module (or of the script you run), "
+            "give a metric's own judge as a LangChain-serializable chat model such as "
+            "ChatOpenAI without its own client, rate limiter or callbacks, or score in this "
+            "process with evaluate()"
+        )
+        raise ValueError(msg) from exc
     if send_api_key:
         _check_judges(full)
+    else:
+        _check_no_own_keys(full)
     secrets = full.secret_names() if send_api_key else {}
     recipe = full.without_secrets()
     ray = _import_ray()
     _check_pool_fits(ray, num_actors=num_actors, num_cpus=num_cpus)
-    # The ledger is restarted if it dies (losing its state: a death in flight then goes
-    # unnoticed once), and a call it had not answered is sent again.
-    ledger = ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1)(_Ledger).remote()
+    # The ledger and the bucket are restarted if they die, and a call they had not answered
+    # is sent again. The ledger loses its state (a death in flight then goes unnoticed once);
+    # the bucket starts full, so its first request after a restart goes at once, maybe less
+    # than one interval after the one before (one request early per restart).
+    restarted = ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1)
+    ledger = restarted(_Ledger).remote()
     bucket = None
     if rate_limit_per_minute is not None:
-        bucket = ray.remote(num_cpus=0)(_SharedBucket).remote(rate_limit_per_minute)
+        bucket = restarted(_SharedBucket).remote(rate_limit_per_minute)
     return ds.map_batches(
         _Scorer,
         fn_constructor_kwargs={
@@ -743,23 +878,59 @@ def _sample_of(record: dict[str, Any]) -> RagSample:
         return RagSample(question=str(record.get("question") or ""), metadata={"row": text})
 
 
+def _as_metric(name: str) -> BaseRagMetric | str:
+    """The registry's metric of ``name``, as :func:`evaluate_ray` builds it; else the name.
+
+    A name the registry does not know stays a name: a custom metric's, or a repeat's ``_2``
+    column.
+    """
+    from langchain_ragmetrics.evaluation._registry import UnknownMetricError, metric_from_name
+
+    try:
+        return metric_from_name(name)
+    except UnknownMetricError:
+        return name
+
+
 def result_from_rows(
     rows: Sequence[dict[str, Any]],
-    metrics: Sequence[str],
+    metrics: BaseRagMetric | str | Iterable[BaseRagMetric | str],
     *,
     source: str = "ray",
     interrupted: bool = False,
     locations: Mapping[int, str] | None = None,
+    elapsed_s: float = 0.0,
+    info: RunInfo | None = None,
 ) -> EvaluationResult:
     """An :class:`EvaluationResult` from the rows :func:`evaluate_ray` produced.
 
-    Rows are sorted by ``row`` when it is set (Ray returns them in no set order); the result
-    has the usual summary, gates and exports. ``interrupted``: the rows are those scored
-    before the run was stopped. ``locations``: where each ``row`` number came from (a
-    file's row and line), in place of the location the actor wrote.
+    Rows are sorted by ``row`` when it is set (Ray returns them in no set order), and
+    numbered 1, 2, ... in that order; the result has the usual summary, gates and exports.
+
+    Args:
+        rows: The output rows of :func:`evaluate_ray` (``take_all()``, or batches' rows).
+        metrics: What was given to :func:`evaluate_ray`: metric objects or names (a bare name
+            is one metric), or the output's metric columns; repeats get the ``_2`` columns
+            :func:`evaluate_ray` wrote.
+        source: The dataset's name in the result.
+        interrupted: The rows are those scored before the run was stopped.
+        locations: Where each ``row`` number came from (a file's row and line), in place of
+            the location the actor wrote.
+        elapsed_s: Wall time of the run, in seconds (the caller timed it).
+        info: The run's metadata; None: made here as :func:`~langchain_ragmetrics.evaluate`
+            makes it, from ``metrics`` (a name stands for the registry's metric with its
+            defaults; a name the registry does not know has no entry in ``info.metrics``)
+            and the rows' samples.
+
+    Raises:
+        TypeError: ``metrics`` holds something that is neither a name nor a metric.
+        ValueError: ``elapsed_s`` is not a number of at least 0.
     """
     from langchain_ragmetrics.evaluation._saved import _result_from_json
 
+    items = [_as_metric(m) if isinstance(m, str) else m for m in _metric_list(metrics)]
+    columns = column_names([m if isinstance(m, str) else m.metric_name for m in items])
+    elapsed = number_at_least_zero("elapsed_s", elapsed_s)
     ordered = sorted(rows, key=lambda r: (r.get(ROW_COLUMN) is None, r.get(ROW_COLUMN) or 0))
     out = []
     for position, row in enumerate(ordered):
@@ -774,7 +945,18 @@ def result_from_rows(
                 position=position,
                 location=location,
                 sample=_sample_of(record),
-                results={name: _result_from_json(results.get(name), name) for name in metrics},
+                results={name: _result_from_json(results.get(name), name) for name in columns},
             )
         )
-    return EvaluationResult(metrics=list(metrics), rows=out, source=source, interrupted=interrupted)
+    if info is None:  # a name the registry does not know has no entry in info.metrics
+        known = [(c, m) for c, m in zip(columns, items, strict=True) if not isinstance(m, str)]
+        samples = [row.sample for row in out]
+        info = run_info([c for c, _ in known], [m for _, m in known], samples)
+    return EvaluationResult(
+        metrics=columns,
+        rows=out,
+        source=source,
+        elapsed_s=elapsed,
+        interrupted=interrupted,
+        info=info,
+    )

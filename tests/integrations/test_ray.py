@@ -11,7 +11,9 @@ imported, so the local Ray, its workers and the CLI's Ray listen on 127.0.0.1 on
 
 from __future__ import annotations
 
+import asyncio
 import csv
+import gc
 import importlib
 import json
 import math
@@ -24,6 +26,7 @@ import subprocess
 import sys
 import threading
 import warnings
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,6 +35,7 @@ import pytest
 
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # read once, when Ray is imported
 
+from tests._support.clock import HandClock
 from tests._support.lexical_judge import lexical_judge
 from tests._support.openai_server import JudgeRequest, JudgeServer, reply_error
 from tests.test_cli import clean_env
@@ -45,8 +49,14 @@ from langchain_openai import ChatOpenAI
 
 from langchain_ragmetrics import evaluate
 from langchain_ragmetrics._errors import JudgeSetupError
-from langchain_ragmetrics.integrations.ray import _SharedBucket, evaluate_ray, result_from_rows
-from langchain_ragmetrics.metrics import ContextPrecision
+from langchain_ragmetrics.integrations import ray as ray_module
+from langchain_ragmetrics.integrations.ray import (
+    _RemoteRateLimiter,
+    _SharedBucket,
+    evaluate_ray,
+    result_from_rows,
+)
+from langchain_ragmetrics.metrics import ContextPrecision, ContextRecall, NonLLMContextRecall
 from langchain_ragmetrics.metrics._judge import make_judge
 from tests._support.ray_poison import POISON, ClosedProxy, CrashOnRow
 
@@ -372,7 +382,8 @@ def test_ctrl_c_on_ray_keeps_what_was_scored(
     local_ray: str, judge: JudgeServer, tmp_path: Path
 ) -> None:
     """Before, Ctrl-C threw away every row already scored on Ray; now, as in a local run,
-    --out gets them, marked interrupted, and the exit code is 130.
+    --out gets them, marked interrupted, the rows not scored yet as not run, and the exit
+    code is 130.
 
     The judge answers 36 requests (one per row) and holds the rest. The 40 rows are 5 batches
     of 8, and Ray may have all 5 in flight at once (each actor takes several batches ahead),
@@ -427,8 +438,10 @@ def test_ctrl_c_on_ray_keeps_what_was_scored(
     assert proc.returncode == 130, "".join(seen)
     header, *records = [json.loads(x) for x in out.read_text().splitlines()]
     assert header["ragmetrics_run"]["interrupted"] is True
-    assert 8 <= len(records) < 40
-    assert all(r["results"]["context_recall"]["status"] == "scored" for r in records)
+    assert len(records) == 40  # every row, those not scored yet as not run (as a local run)
+    statuses = [r["results"]["context_recall"]["status"] for r in records]
+    assert 8 <= statuses.count("scored") < 40
+    assert set(statuses) == {"scored", "not_run"}
     assert all(r["location"].startswith(f"{data}, row ") for r in records)
 
 
@@ -530,12 +543,16 @@ class _Recorder:
         return self
 
 
-def test_no_live_client_and_no_key_cross_by_default(local_ray: str) -> None:
+def test_no_live_client_and_no_key_cross_by_default(
+    local_ray: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Before, the driver's key was pickled into every actor's recipe (Ray's object store);
     now the recipe holds none unless the caller opts in, and the actors read their own
-    OPENAI_API_KEY."""
+    OPENAI_API_KEY. (A metric's judge holds this process's key, read from its environment:
+    its own key is refused, see the test below.)"""
     secret = "sk-test-not-for-the-object-store"
-    own_judge = ChatOpenAI(model="own-judge", base_url="http://127.0.0.1:9/v1", api_key=secret)
+    monkeypatch.setenv("OPENAI_API_KEY", secret)
+    own_judge = ChatOpenAI(model="own-judge", base_url="http://127.0.0.1:9/v1")
     recorder = _Recorder()
     evaluate_ray(
         recorder,  # type: ignore[arg-type]
@@ -878,24 +895,27 @@ def test_identical_batches_at_once_are_not_taken_for_a_dead_actors_retry(
     assert [r["context_recall_status"] for r in out] == ["scored", "scored"], errors
 
 
-def test_a_ledger_that_dies_is_restarted_and_the_run_goes_on(
-    local_ray: str, judge: JudgeServer
-) -> None:
-    """Before, the ledger actor had no restarts: killed (out of memory, say) mid-run, the next
-    call to it raised ActorDiedError out of a batch and the whole dataset failed. Now Ray
-    restarts it and the rows come out."""
+def kill_helper_mid_run(
+    judge: JudgeServer, helper: str, count: int, **options: Any
+) -> tuple[list[dict[str, Any]], Any, int]:
+    """Score ``count`` rows, SIGKILL the ``helper`` actor ("ledger", "bucket") once a request
+    reached the judge (all held until then), and return the rows, the helper and its old pid.
+
+    Fails when the run raised or did not end.
+    """
     release, held = hold_until_released(judge)
     judge.reset()
     scored = evaluate_ray(
-        ray.data.from_items(rows(8)),
+        ray.data.from_items(rows(count)),
         ["context_recall"],
         model="judge-model",
         base_url=judge.base_url,
         batch_size=4,
         max_concurrency=4,
+        **options,
     )
-    ledger = scored._logical_plan.dag.fn_constructor_kwargs["ledger"]
-    pid = ray.get(ledger.__ray_call__.remote(lambda self: os.getpid()))
+    actor = scored._logical_plan.dag.fn_constructor_kwargs[helper]
+    pid = ray.get(actor.__ray_call__.remote(lambda self: os.getpid()))
     box: dict[str, Any] = {}
 
     def run() -> None:
@@ -908,14 +928,25 @@ def test_a_ledger_that_dies_is_restarted_and_the_run_goes_on(
     thread.start()
     try:
         assert held.acquire(timeout=100), "no actor reached the judge"
-        os.kill(pid, signal.SIGKILL)  # while a batch is at work: its finish() finds it dead
+        os.kill(pid, signal.SIGKILL)  # while a batch is at work
     finally:
         release.set()
         thread.join(100)
     assert not thread.is_alive()
     assert "error" not in box, box.get("error")
-    assert sorted(r["row"] for r in box["rows"]) == list(range(1, 9))
-    assert all(r["context_recall_status"] == "scored" for r in box["rows"])
+    return box["rows"], actor, pid
+
+
+def test_a_ledger_that_dies_is_restarted_and_the_run_goes_on(
+    local_ray: str, judge: JudgeServer
+) -> None:
+    """Before, the ledger actor had no restarts: killed (out of memory, say) mid-run, the next
+    call to it raised ActorDiedError out of a batch and the whole dataset failed. Now Ray
+    restarts it and the rows come out. (Killed while a batch is at work: its finish() finds
+    it dead.)"""
+    out, _, _ = kill_helper_mid_run(judge, "ledger", 8)
+    assert sorted(r["row"] for r in out) == list(range(1, 9))
+    assert all(r["context_recall_status"] == "scored" for r in out)
 
 
 def test_without_its_ledger_a_batch_is_scored_unprotected_with_one_warning(
@@ -1026,3 +1057,246 @@ def test_a_row_that_cannot_be_read_has_the_fields_of_a_scored_row(local_ray: str
     assert (failed["question"], failed["contexts"], failed["language"]) == ("q1", ["c"], "zz")
     assert failed["source"] == "s"
     assert failed["location"] == "ray dataset, row 2"
+
+
+def test_a_rate_limiter_that_dies_is_restarted_and_the_run_goes_on(
+    local_ray: str, judge: JudgeServer
+) -> None:
+    """Before, the pool's rate-limit actor had no restarts: killed mid-run (out of memory,
+    say), every request after it failed with ActorDiedError, and so did every row left (8 of
+    16). Now Ray restarts it, a request waits for it, and every row is scored.
+
+    The judge holds the first batches' requests until the bucket is dead: each actor's next
+    batch (batch_size 4, 16 rows, 2 actors) reserves its turns after the kill."""
+    out, bucket, pid = kill_helper_mid_run(judge, "bucket", 16, rate_limit_per_minute=600)
+    errors = [json.loads(r["record"])["results"]["context_recall"].get("error") for r in out]
+    assert sorted(r["row"] for r in out) == list(range(1, 17))
+    assert [r["context_recall_status"] for r in out] == ["scored"] * 16, errors
+    assert ray.get(bucket.__ray_call__.remote(lambda self: os.getpid())) != pid  # restarted
+
+
+class _SteppedClock:
+    """Stands in for the ``time`` module: a wall clock a test steps, a monotonic one apart."""
+
+    def __init__(self) -> None:
+        self.wall = 1_800_000_000.0
+        self.steady = 1000.0
+
+    def time(self) -> float:
+        return self.wall
+
+    def monotonic(self) -> float:
+        return self.steady
+
+
+def test_the_shared_bucket_is_not_delayed_by_a_step_of_the_wall_clock(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before, the bucket kept its turns on the wall clock: set back an hour (an NTP step),
+    the next request waited an hour. Turns are now on the monotonic clock."""
+    clock = _SteppedClock()
+    monkeypatch.setattr(ray_module, "time", clock)
+    bucket = _SharedBucket(per_minute=60)
+    assert bucket.reserve() == 0
+    clock.wall -= 3600
+    assert bucket.reserve() == 1.0
+
+
+class _FakeBucket:
+    """Stands in for the bucket actor: each reservation waits ``wait`` seconds; counted."""
+
+    def __init__(self, wait: float) -> None:
+        self.wait = wait
+        self.calls = 0
+        self.reserve = self
+
+    def remote(self) -> Any:
+        self.calls += 1
+        return ray.put(self.wait)
+
+
+def test_a_turn_given_up_does_not_let_a_later_request_out_of_turn(
+    local_ray: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before, a thread whose job passed its deadline while it waited for its turn kept that
+    turn: its next request, a minute later, found it long past and went at once, beside the
+    request whose turn it was. Now a turn not taken soon after it came is dropped and the
+    request reserves a new one; a turn asked for as it comes is taken."""
+    clock = HandClock()
+    monkeypatch.setattr(ray_module, "time", clock)
+    bucket = _FakeBucket(wait=10.0)
+    limiter = _RemoteRateLimiter(bucket)
+    assert limiter.acquire(blocking=False) is False  # its turn is in 10 s
+    clock.now += 10.0
+    assert limiter.acquire(blocking=False) is True  # the waiter's next poll: its turn
+    assert bucket.calls == 1
+    assert limiter.acquire(blocking=False) is False  # the next request: a turn in 10 s
+    clock.now += 60.0  # its job gave up at its deadline; the thread's next request comes
+    assert limiter.acquire(blocking=False) is False  # a new turn, not the old one
+    assert bucket.calls == 3
+
+
+def test_a_finished_tasks_turn_is_not_kept(local_ray: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before, an asyncio task whose job passed its deadline while it waited kept its turn,
+    and the limiter the task itself, for the life of the actor; now both go."""
+    monkeypatch.setattr(ray_module, "time", HandClock())
+    limiter = _RemoteRateLimiter(_FakeBucket(wait=10.0))
+    gone: list[weakref.ref[asyncio.Task[bool]]] = []
+
+    async def waits_once() -> bool:
+        return await limiter.aacquire(blocking=False)  # then its job gives up
+
+    async def tasks() -> None:
+        for _ in range(3):
+            task = asyncio.ensure_future(waits_once())
+            gone.append(weakref.ref(task))
+            assert await task is False
+
+    asyncio.run(tasks())
+    assert limiter.acquire(blocking=False) is False  # another request
+    gc.collect()
+    assert [ref() for ref in gone] == [None, None, None]
+
+
+def test_a_metrics_own_judge_key_is_not_replaced_by_the_actors(
+    local_ray: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before, a metric whose judge held its own key was scored with the actors'
+    OPENAI_API_KEY instead, without a word (another account billed). Now that is refused by
+    the metric's name unless the key is sent; sent, it is the key the actors use."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-env-account-a")
+    own = ChatOpenAI(model="own", base_url="http://127.0.0.1:9/v1", api_key="sk-own-account-b")
+    metrics = ["context_precision", ContextRecall(llm=own)]
+    with pytest.raises(ValueError, match=r"`metrics\[1\]` \(context_recall\): its judge holds "
+                       r"its own key \(OPENAI_API_KEY\).*send_api_key=True"):  # fmt: skip
+        evaluate_ray(_Recorder(), metrics)  # type: ignore[arg-type]
+    recorder = _Recorder()
+    evaluate_ray(recorder, [ContextRecall(llm=own)], send_api_key=True)  # type: ignore[arg-type]
+    assert recorder.calls[0]["runtime_env"] == {"env_vars": {"OPENAI_API_KEY": "sk-own-account-b"}}
+
+
+def test_a_metric_that_cannot_reach_the_actors_gets_advice_for_ray(local_ray: str) -> None:
+    """Before, the error advised ``workers=1``, an option evaluate_ray does not have; now
+    it gives the reason and what to do on Ray."""
+    from langchain_core.language_models.fake_chat_models import FakeListChatModel
+
+    class LocalMetric(NonLLMContextRecall):  # defined in a function: stdlib pickle refuses it
+        pass
+
+    for metric, reason in (
+        (LocalMetric(), "Can't pickle local object"),
+        (ContextRecall(llm=FakeListChatModel(responses=["x"])), "FakeListChatModel cannot be"),
+    ):
+        with pytest.raises(ValueError, match="score in this process with evaluate") as caught:
+            evaluate_ray(_Recorder(), [metric])  # type: ignore[arg-type]
+        assert reason in str(caught.value)
+        assert "workers" not in str(caught.value)
+        assert type(caught.value) is ValueError
+
+
+def test_metadata_read_by_arrow_has_only_its_own_keys(local_ray: str, tmp_path: Path) -> None:
+    """Before, Arrow gave each row's metadata the keys of every other row's, as None (an
+    Arrow struct has every key of its column): ``{"source": "wiki", "id": None, ...}``
+    where evaluate(path) read ``{"source": "wiki"}``. Now a None under a key is left out,
+    nested ones too."""
+    path = tmp_path / "data.jsonl"
+    data = [
+        {"question": "q1", "contexts": ["c"], "reference_contexts": ["c"],
+         "metadata": {"source": "wiki", "links": [{"url": "u1"}]}},
+        {"question": "q2", "contexts": ["c"], "reference_contexts": ["c"],
+         "metadata": {"id": "s-2", "tags": ["x"], "links": [{"title": "t2"}]}},
+    ]  # fmt: skip
+    path.write_text("\n".join(json.dumps(r) for r in data), encoding="utf-8")
+    local = evaluate(path, ["non_llm_context_recall"], show_progress=False, workers=1)
+    out = evaluate_ray(ray.data.read_json(str(path)), ["non_llm_context_recall"]).take_all()
+    records = {r["question"]: r for r in (json.loads(x["record"]) for x in out)}
+    for expected in local.jsonl_records():  # the fields but location, results and row
+        got = records[expected["question"]]
+        fields = set(expected) - {"location", "results", "row"}
+        assert set(got) - {"location", "results", "row"} == fields
+        assert {k: got[k] for k in fields} == {k: expected[k] for k in fields}
+    assert records["q1"]["links"] == [{"url": "u1"}]
+    result = result_from_rows(out, ["non_llm_context_recall"])
+    assert [r.sample.metadata for r in result.rows] == [r.sample.metadata for r in local.rows]
+
+
+def _output_row(number: int, score: float) -> dict[str, Any]:
+    """One output row of evaluate_ray, as its actors write it (context_recall scored)."""
+    record = {
+        "row": number,
+        "question": f"q{number}",
+        "contexts": ["c"],
+        "reference": "c",
+        "location": f"ray dataset, row {number}",
+        "results": {
+            "context_recall": {"status": "scored", "metric": "context_recall", "score": score}
+        },
+    }
+    return {"record": json.dumps(record), "row": number, "context_recall": score,
+            "context_recall_status": "scored"}  # fmt: skip
+
+
+def test_result_from_rows_takes_the_metrics_evaluate_ray_takes() -> None:
+    """Before, a bare name was taken letter by letter (metrics c, o, n, t, e, ...) and a
+    metric object raised "unhashable type"; now both are what evaluate_ray takes them for,
+    and anything else is a TypeError naming it."""
+    rows_out = [_output_row(2, 0.5), _output_row(1, 1.0)]
+    for metrics in ("context_recall", ["context_recall"], ContextRecall(), [ContextRecall()]):
+        result = result_from_rows(rows_out, metrics)
+        assert result.metrics == ["context_recall"], metrics
+        results = [r.results["context_recall"] for r in result.rows]
+        assert [r.score if r else None for r in results] == [1.0, 0.5]
+    with pytest.raises(TypeError, match=r"`metrics\[1\]` must be a metric name or a metric "
+                       r"object, got int"):  # fmt: skip
+        result_from_rows(rows_out, ["context_recall", 3])  # type: ignore[list-item]
+
+
+def test_result_from_rows_keeps_the_run_time_and_info() -> None:
+    """Before, a result made of Ray's rows had no info (version, data fingerprint, per metric
+    class and prompt hash) and took 0 s; now it has the info a local run writes and the time
+    it is given."""
+    from langchain_ragmetrics.evaluation import RunInfo
+    from langchain_ragmetrics.evaluation._saved import dataset_fingerprint, metric_info
+
+    rows_out = [_output_row(1, 1.0), _output_row(2, 0.5)]
+    result = result_from_rows(rows_out, ["context_recall"], elapsed_s=12.5)
+    assert result.elapsed_s == 12.5
+    assert result.info is not None
+    assert result.info.dataset_fingerprint == dataset_fingerprint(r.sample for r in result.rows)
+    assert result.info.metrics == {"context_recall": metric_info(ContextRecall())}
+    given = result.info.model_copy(update={"dataset_fingerprint": "given"})
+    assert result_from_rows(rows_out, ["context_recall"], info=given).info == given
+    assert isinstance(given, RunInfo)
+    with pytest.raises(ValueError, match="`elapsed_s` must be a number of at least 0"):
+        result_from_rows(rows_out, ["context_recall"], elapsed_s=-1)
+
+
+def test_the_cli_on_ray_writes_the_run_info_and_time_as_a_local_run(
+    local_ray: str, judge: JudgeServer, tmp_path: Path
+) -> None:
+    """Before, --ray wrote ``"elapsed_s": 0.0, "info": null`` in the results' header and
+    said "... jobs in 0.00 s"; now the header has the run's time and the info a local run
+    writes (the judge, the prompts' hash, the data's fingerprint)."""
+    judge.script = lexical_judge()
+    data = tmp_path / "data.jsonl"
+    data.write_text(
+        "\n".join(json.dumps({k: v for k, v in r.items() if k != "row"}) for r in rows(4)),
+        encoding="utf-8",
+    )
+    local = run_cli(data, judge, "--workers", "1", out=tmp_path / "local.jsonl")
+    on_ray = run_cli(data, judge, "--ray-address", local_ray, out=tmp_path / "ray.jsonl")
+    assert on_ray.returncode == local.returncode == 0, on_ray.stderr
+
+    def header(name: str) -> dict[str, Any]:
+        line = (tmp_path / name).read_text(encoding="utf-8").splitlines()[0]
+        run: dict[str, Any] = json.loads(line)["ragmetrics_run"]
+        return run
+
+    ray_run, local_run = header("ray.jsonl"), header("local.jsonl")
+    assert ray_run["elapsed_s"] > 0
+    assert " jobs in 0.00 s" not in on_ray.stdout
+    assert ray_run["info"] is not None
+    for run in (ray_run, local_run):
+        run["info"].pop("created_at")
+    assert ray_run["info"] == local_run["info"]
+    assert ray_run["info"]["metrics"]["context_recall"]["prompt_hash"]
