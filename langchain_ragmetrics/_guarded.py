@@ -85,7 +85,8 @@ LOCAL_ERRORS = (UnicodeError, TypeError)
 serialise): the server never saw it and a retry fails the same way, so they are "rejected",
 never retried nor counted against the breaker."""
 
-_RETRIED_STATUSES = frozenset({404, 408, 409, 425, 429})
+_TOO_MANY_REQUESTS = 429
+_RETRIED_STATUSES = frozenset({404, 408, 409, 425, _TOO_MANY_REQUESTS})
 _REFUSED_STATUSES = frozenset({401, 403, 405, 410, 415})
 """A key or permission no retry can fix (401, 403), or a route that does not take what we send
 (405 method, 410 gone, 415 media type: a wrong base path or server version): every request
@@ -219,7 +220,7 @@ class GuardedRequests:
                 waits as usual but counts nothing, and raises a failure at once when the
                 breaker tripped on it (whatever the cool-down, as a request that opens it).
             landed: For a request that must not be stored twice: after a try that may have
-                reached the server (no answer, 5xx, a lost reply), this looks for what it
+                been stored (no answer, 5xx, a lost reply; not a 429), this looks for what it
                 stored and returns it, or None; only then is the request sent again. It runs
                 under the same bounds and retries as the request. A try that got no answer
                 and still runs is waited for first (each wait a try of its own): a look
@@ -273,7 +274,8 @@ class GuardedRequests:
                 opened = self.breaker.tripped if tells_breaker else self.failed()
                 if kind == "refused" or opened or failures >= self.max_retries:
                     raise
-                uncertain = True
+                # A 429 is the server declining the request: no later try needs to look for it.
+                uncertain = uncertain or http_status(exc) != _TOO_MANY_REQUESTS
                 wait = _jitter(self.delay(failures))
                 asked = None if retry_after is None else retry_after(exc)
                 if asked is not None:

@@ -131,7 +131,11 @@ def _mlflow_link() -> Reading | None:
 
 
 def _openinference_link(run_id: UUID) -> Reading | None:
-    """The span OpenInference's LangChain instrumentation opened for ``run_id``."""
+    """The span OpenInference's LangChain instrumentation opened for ``run_id``.
+
+    None for a span its sampler dropped: its context is valid, but it is never exported, so
+    no annotation could land on it (the sinks skip such a retrieval).
+    """
     module = sys.modules["openinference.instrumentation.langchain"]
     try:
         instrumentor = module.LangChainInstrumentor()
@@ -141,7 +145,7 @@ def _openinference_link(run_id: UUID) -> Reading | None:
         if span is None:
             return None
         context = span.get_span_context()
-        if not context.is_valid:
+        if not context.is_valid or not context.trace_flags.sampled:
             return None
         return f"{context.trace_id:032x}", f"{context.span_id:016x}", None
     except Exception:

@@ -194,6 +194,21 @@ def test_a_rejected_request_is_not_looked_for() -> None:
     guard.close()
 
 
+def test_a_429_is_sent_again_without_looking_unless_an_earlier_try_may_be_stored() -> None:
+    """A 429 is a request the server declined: before, every retry after one looked first
+    (a GET per retry to MLflow, and one more request toward the rate limit)."""
+    looks: list[int] = []
+    request, tries = _failing(_HttpError(429), _HttpError(429))
+    guard = _guard(max_retries=3)
+    assert guard.call(request, classify=_classify, landed=lambda: looks.append(1)) == "ok"
+    assert (len(tries), len(looks)) == (3, 0)
+    # a 5xx first may have been stored: the tries after it look, 429 or not
+    request, tries = _failing(_HttpError(503), _HttpError(429))
+    assert guard.call(request, classify=_classify, landed=lambda: looks.append(1)) == "ok"
+    assert (len(tries), len(looks)) == (3, 2)
+    guard.close()
+
+
 # ------------------------------------------------------------------ each kind of failure
 
 

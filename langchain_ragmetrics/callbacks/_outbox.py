@@ -23,6 +23,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Literal
 
+from langchain_ragmetrics._guarded import http_status
 from langchain_ragmetrics._options import whole_number
 from langchain_ragmetrics._queue import BoundedQueue, Entry, deadline_after, remaining
 from langchain_ragmetrics._retrieval import OnlineResult
@@ -33,6 +34,7 @@ from langchain_ragmetrics.callbacks.sinks import BaseSink, SinkSkipError, SinkUn
 __all__ = [
     "SinkOutbox",
     "close_all",
+    "failure_kind",
     "flush_all",
     "outboxes_for",
     "sink_concurrency",
@@ -41,6 +43,22 @@ __all__ = [
 
 _ALONE: Hashable = object()
 """The order key of results whose sink could not give one: they go one at a time."""
+
+
+def failure_kind(exc: BaseException) -> str:
+    """A sink failure's kind for the log-once: class, HTTP status and error code if any.
+
+    A 401 after a 500 (a key revoked during an outage) is news: both may be raised as the
+    same class (``MlflowException``, ``HTTPError``).
+    """
+    parts = [type(exc).__name__]
+    status = http_status(exc)
+    if status is not None:
+        parts.append(str(status))
+    code = getattr(exc, "error_code", None)  # MLflow's (RESOURCE_DOES_NOT_EXIST ...)
+    if isinstance(code, str) and code:
+        parts.append(code)
+    return ":".join(parts)
 
 
 def sink_concurrency(sink: BaseSink) -> int:
@@ -308,7 +326,7 @@ class SinkOutbox:
             return "dropped"  # the sink logs its own state changes (breaker, disabled)
         except BaseException as exc:  # CancelledError, SystemExit too: this thread lives on
             self._failures.report(
-                f"sink:{self.key}:emit:{type(exc).__name__}",
+                f"sink:{self.key}:emit:{failure_kind(exc)}",
                 f"sink {self.key} failed to emit: {exc!r}",
                 exc,
             )

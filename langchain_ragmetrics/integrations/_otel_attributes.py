@@ -5,7 +5,6 @@ Plain functions of an :class:`OnlineResult`, so they need no OpenTelemetry impor
 
 from __future__ import annotations
 
-import math
 import re
 
 from langchain_ragmetrics._retrieval import OnlineResult
@@ -43,17 +42,13 @@ def error_type(error: str | None) -> str:
     return head if _IDENTIFIER.fullmatch(head) else _OTHER
 
 
-def _failed(result: MetricResult) -> bool:
-    return result.failed or (result.score is not None and math.isnan(result.score))
-
-
 def score_label(result: MetricResult, pass_threshold: float | None) -> str | None:
     """``skipped`` (not assessed), ``pass``/``fail`` against a threshold, or None."""
-    if _failed(result):
+    if result.failed:
         return None
-    if result.score is None:
+    if result.skipped:  # no score, or NaN: as MetricResult and the sink's counters say
         return "skipped"
-    if pass_threshold is None:
+    if pass_threshold is None or result.score is None:
         return None
     return "pass" if result.score >= pass_threshold else "fail"
 
@@ -71,13 +66,13 @@ def event_attributes(item: OnlineResult, label: str | None) -> dict[str, str | f
     """The attributes of one ``gen_ai.evaluation.result`` event."""
     result = item.result
     attributes: dict[str, str | float] = {"gen_ai.evaluation.name": result.metric}
-    if _failed(result):
+    if result.failed:
         attributes["error.type"] = error_type(result.error)
         if result.error:
             attributes["gen_ai.evaluation.explanation"] = result.error
     else:
-        if result.score is not None:
-            attributes["gen_ai.evaluation.score.value"] = float(result.score)
+        if result.finite_score is not None:
+            attributes["gen_ai.evaluation.score.value"] = float(result.finite_score)
         if result.reason:
             attributes["gen_ai.evaluation.explanation"] = result.reason
     if label is not None:

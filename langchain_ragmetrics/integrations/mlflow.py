@@ -22,12 +22,14 @@ import functools
 import inspect
 import json
 import logging
+import math
 import re
 import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
+from uuid import UUID
 
 from typing_extensions import override
 
@@ -78,6 +80,8 @@ sink waits for one: the time for the client to give up by itself and free its th
 _REMEMBERED_ERRORS = 10_000
 _DELIVERY_KEY = "ragmetrics.delivery_id"
 """Metadata key of the id one ``emit`` gives its assessment: a retry looks for it first."""
+_ErrorKey = tuple[str, str | None, UUID, str]
+"""(trace, span, retrieval run id, metric) of an error a later score may override."""
 
 
 def _error_code(exc: Exception) -> str | None:
@@ -272,15 +276,27 @@ def _answered(exc: MlflowException, response: requests.Response) -> MlflowExcept
     return error
 
 
-def _create_assessment(store: Any, trace_id: str, feedback: Feedback, timeout: float) -> Any:
-    """What ``store.create_assessment`` sends and returns, in one request of the sink's."""
-    from mlflow.entities import Assessment
+def _assessment_body(trace_id: str, feedback: Feedback) -> Any:
+    """The JSON body of ``store.create_assessment``'s request, built before any try.
+
+    Building it is local (a value protobuf's JSON cannot hold, text it cannot encode):
+    should it fail, the error is raised once from ``emit``, never retried nor counted by
+    the breaker as a failure of the server.
+    """
     from mlflow.protos.service_pb2 import CreateAssessment
-    from mlflow.utils.proto_json_utils import message_to_json, parse_dict
-    from mlflow.utils.rest_utils import _V3_TRACE_REST_API_PATH_PREFIX
+    from mlflow.utils.proto_json_utils import message_to_json
 
     feedback.trace_id = trace_id
-    body = json.loads(message_to_json(CreateAssessment(assessment=feedback.to_proto())))
+    return json.loads(message_to_json(CreateAssessment(assessment=feedback.to_proto())))
+
+
+def _create_assessment(store: Any, trace_id: str, body: Any, timeout: float) -> Any:
+    """What ``store.create_assessment`` sends (``body``) and returns, in one request."""
+    from mlflow.entities import Assessment
+    from mlflow.protos.service_pb2 import CreateAssessment
+    from mlflow.utils.proto_json_utils import parse_dict
+    from mlflow.utils.rest_utils import _V3_TRACE_REST_API_PATH_PREFIX
+
     endpoint = f"{_V3_TRACE_REST_API_PATH_PREFIX}/{trace_id}/assessments"
     answer = _request(store, "POST", endpoint, body, timeout)
     created = CreateAssessment.Response()
@@ -303,6 +319,29 @@ def _trace_info(store: Any, trace_id: str, timeout: float) -> Any:
     return TraceInfo.from_proto(found.trace.trace_info)
 
 
+def _failure(result: MetricResult) -> tuple[str, str] | None:
+    """The error code and message a result is logged with, or None for a score.
+
+    A score that is not finite (a custom metric's bug: ``inf``) is no number MLflow's JSON
+    can carry, so it is logged as an error too rather than fail on every try.
+    """
+    if result.failed:
+        return error_type(result.error), result.error or "failed"
+    score = result.score
+    if score is not None and not math.isfinite(score):
+        return "ValueError", f"ValueError: the metric gave a score of {score!r}, not a finite one"
+    return None
+
+
+def _error_key(item: OnlineResult, trace_id: str, span_id: str | None) -> _ErrorKey:
+    """Whose error a later score overrides: the same retrieval (its run) and metric.
+
+    The run id tells apart two retrievals of one trace that have no span (the score then
+    goes on the trace alone): one's score must not mark the other's error invalid.
+    """
+    return (trace_id, span_id, item.run_id, item.result.metric)
+
+
 def _escaped(result: MetricResult) -> MetricResult:
     """The result with its texts (reason, error, judge) made UTF-8 safe."""
     fields = {
@@ -318,14 +357,15 @@ class MlflowSink(BaseSink):
     reason, ``source`` = ``LLM_JUDGE`` with the judge model's name, ``span_id`` = the
     retriever's span, and ``metadata`` with the retriever, its LangChain run id, judge usage
     and, when they fit in ``max_details_chars``, the verdict details as JSON. A failed
-    result is logged as an assessment error (``AssessmentError`` with a short error code);
-    a later success for the same trace, span and metric overrides it (MLflow then marks the
-    error invalid).
+    result is logged as an assessment error (``AssessmentError`` with a short error code),
+    and so is a score that is not finite (``inf``: no JSON number holds it); a later success
+    for the same retrieval and metric overrides it (MLflow then marks the error invalid).
 
     A retrieval that no MLflow trace recorded (autologging off, or turned on after the
-    chain started) is skipped for this sink, counted in ``stats.sinks["MlflowSink"].skipped``
-    with one warning: a result is never attached to another request's trace. Results with
-    nothing to assess (no score, no error) are skipped too.
+    chain started, or a request MLflow's trace sampling left out) is skipped for this sink,
+    counted in ``stats.sinks["MlflowSink"].skipped`` with one warning: a result is never
+    attached to another request's trace. Results with nothing to assess (no score, no
+    error) are skipped too.
 
     Delivery keeps the online guarantees, and retrying is the sink's alone. To an MLflow
     tracking server (an http(s) tracking URI) the sink sends its requests itself, through
@@ -347,7 +387,7 @@ class MlflowSink(BaseSink):
     assessment with an id (metadata ``ragmetrics.delivery_id``), and after a try that may
     have been stored (no answer, a 5xx, a reply lost on the way back) the sink reads the
     trace and looks for that id before sending again. Up to ``max_concurrency`` results are
-    sent at once (each is a round trip); results for the same trace, span and metric go one
+    sent at once (each is a round trip); results for the same retrieval and metric go one
     after another, so a score always follows its error. ``close()`` starts no request and
     waits (within its timeout) for those still out, which end by their own timeout.
 
@@ -379,9 +419,13 @@ class MlflowSink(BaseSink):
         max_details_chars: int = 4_000,
         max_concurrency: int = 8,
     ) -> None:
-        try:
-            import mlflow.entities  # noqa: F401
-        except ImportError as exc:  # pragma: no cover - exercised only without the extra
+        try:  # MLflow 2 has mlflow.entities, without the assessment classes
+            from mlflow.entities import (  # noqa: F401
+                AssessmentError,
+                AssessmentSource,
+                Feedback,
+            )
+        except ImportError as exc:
             raise ImportError(_MISSING_EXTRA) from exc
         self.request_timeout = number_above_zero("request_timeout", request_timeout)
         self.max_details_chars = whole_number("max_details_chars", max_details_chars, minimum=0)
@@ -398,7 +442,7 @@ class MlflowSink(BaseSink):
         )
         self._lock = threading.Lock()
         self._failures = FailureLog()
-        self._errors: OrderedDict[tuple[str, str | None, str], str] = OrderedDict()
+        self._errors: OrderedDict[_ErrorKey, str] = OrderedDict()
 
     @override
     def after_fork(self) -> None:
@@ -424,13 +468,12 @@ class MlflowSink(BaseSink):
         metadata: dict[str, str] = escape_unencodable(self._metadata(item))
         if delivery_id is not None:
             metadata[_DELIVERY_KEY] = delivery_id
-        if result.failed:
+        failure = _failure(result)
+        if failure is not None:
+            code, message = failure
             return Feedback(
                 name=result.metric,
-                error=AssessmentError(
-                    error_code=error_type(result.error),
-                    error_message=result.error or "failed",
-                ),
+                error=AssessmentError(error_code=code, error_message=message),
                 source=source,
                 metadata=metadata,
                 span_id=span_id,
@@ -455,27 +498,31 @@ class MlflowSink(BaseSink):
         if link is None:
             self._failures.report(
                 "no-link",
-                "MlflowSink: a retrieval has no MLflow trace (call mlflow.langchain.autolog() "
-                "before the chain runs; for ainvoke/abatch, autolog(run_tracer_inline=True); "
-                "a chain's batch() is never linked); such results are skipped for MLflow and "
-                "counted in stats.sinks['MlflowSink'].skipped",
+                "MlflowSink: a retrieval has no MLflow trace (autologging off: call "
+                "mlflow.langchain.autolog() before the chain runs; or MLflow's trace sampling, "
+                "MLFLOW_TRACE_SAMPLING_RATIO, left its request out; for ainvoke/abatch, "
+                "autolog(run_tracer_inline=True); a chain's batch() is never linked); such "
+                "results are skipped for MLflow and counted in stats.sinks['MlflowSink'].skipped",
             )
             msg = "no MLflow trace recorded this retrieval"
             raise SinkSkipError(msg)
         trace_id, span_id = link
-        key = (trace_id, span_id, result.metric)
+        key = _error_key(item, trace_id, span_id)
+        failed = _failure(result) is not None
         with self._lock:
-            replaces = None if result.failed else self._errors.get(key)
+            replaces = None if failed else self._errors.get(key)
         delivery_id = uuid.uuid4().hex
         feedback = self.feedback(item, overrides=replaces, delivery_id=delivery_id)
+        # Built here, not in the retried request: a local error is no failure of the server.
+        body = _assessment_body(trace_id, feedback) if _can_send_itself() else None
         logged = self.delivery.call(
-            lambda: self._log(trace_id, feedback),
+            lambda: self._log(trace_id, feedback, body),
             classify=_classify,
             landed=lambda: self._find(trace_id, delivery_id),
             retry_after=retry_after,
         )
         with self._lock:
-            if result.failed:
+            if failed:
                 self._errors[key] = str(logged.assessment_id)
                 while len(self._errors) > _REMEMBERED_ERRORS:
                     self._errors.popitem(last=False)
@@ -484,9 +531,9 @@ class MlflowSink(BaseSink):
 
     @override
     def order_key(self, item: OnlineResult) -> Hashable | None:
-        """(trace, span, metric): an error and the score that overrides it stay in order."""
+        """The retrieval and metric: an error and the score that overrides it stay in order."""
         link = item.links.get(MLFLOW)
-        return None if link is None else (*link, item.result.metric)
+        return None if link is None else _error_key(item, *link)
 
     @override
     def close(self, timeout: float | None = None) -> None:
@@ -498,14 +545,18 @@ class MlflowSink(BaseSink):
         bound = self.request_timeout + _GRACE_S
         self.delivery.close(bound if timeout is None else max(0.0, min(timeout, bound)))
 
-    def _log(self, trace_id: str, feedback: Feedback) -> Any:
-        """Store ``feedback``: one request of the sink's, or ``mlflow.log_assessment``."""
-        store = _rest_store()
+    def _log(self, trace_id: str, feedback: Feedback, body: Any) -> Any:
+        """Store ``feedback``: one request of the sink's, or ``mlflow.log_assessment``.
+
+        ``body`` is the request's JSON, built before the first try (None: this MLflow lacks
+        the pieces of the sink's own requests).
+        """
+        store = None if body is None else _rest_store()
         if store is None:
             import mlflow
 
             return mlflow.log_assessment(trace_id=trace_id, assessment=feedback)
-        return _create_assessment(store, trace_id, feedback, self.request_timeout)
+        return _create_assessment(store, trace_id, body, self.request_timeout)
 
     def _find(self, trace_id: str, delivery_id: str) -> Any:
         """The assessment an earlier try of this delivery stored, or None."""

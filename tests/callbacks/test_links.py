@@ -48,7 +48,10 @@ class _Span:
         self.span_id = span_id
 
     def get_span_context(self) -> Any:
-        return types.SimpleNamespace(trace_id=7, span_id=self.span_id, is_valid=True)
+        flags = types.SimpleNamespace(sampled=True)
+        return types.SimpleNamespace(
+            trace_id=7, span_id=self.span_id, is_valid=True, trace_flags=flags
+        )
 
 
 def test_a_tracer_whose_span_exists_only_at_start_still_links(
@@ -71,3 +74,26 @@ def test_a_tracer_whose_span_exists_only_at_start_still_links(
     assert finished is not None
     (capture,) = finished.captures
     assert capture.links == {"openinference": (f"{7:032x}", f"{0xAB:016x}")}
+
+
+def test_a_span_the_sampler_dropped_gives_no_link(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dropped span's context is valid but it is never exported: before, it was linked and
+    the Phoenix sink retried "not found" for ``not_found_wait``, then counted an error."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON
+
+    run_id = uuid.uuid4()
+    spans: dict[uuid.UUID, Any] = {}
+    instrumentor = types.SimpleNamespace(is_instrumented_by_opentelemetry=True, get_span=spans.get)
+    module = types.ModuleType("openinference.instrumentation.langchain")
+    module.LangChainInstrumentor = lambda: instrumentor  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "openinference.instrumentation.langchain", module)
+    links = {}
+    for name, sampler in (("dropped", ALWAYS_OFF), ("kept", ALWAYS_ON)):
+        span = TracerProvider(sampler=sampler).get_tracer("t").start_span("retriever")
+        assert span.get_span_context().is_valid
+        spans[run_id] = span
+        links[name] = trace_links(run_id).get("openinference")
+        span.end()
+    assert links["dropped"] is None
+    assert links["kept"] is not None

@@ -477,3 +477,52 @@ def test_a_reset_leaves_the_results_queued_before_it_out_of_the_sinks_figures(
     assert box.thread is not None
     box.thread.join(30)
     assert box.stats() == expected
+
+
+class _HttpError(Exception):
+    """An SDK's one error class for every answer: the status on ``response``, maybe a code."""
+
+    def __init__(self, status: int, error_code: str | None = None) -> None:
+        super().__init__(f"HTTP {status}")
+        self.response = type("Response", (), {"status_code": status})()
+        self.error_code = error_code
+
+
+class _Failing(BaseSink):
+    """``emit`` raises the next of ``errors`` (one per result)."""
+
+    def __init__(self, errors: list[Exception]) -> None:
+        self.errors = errors
+
+    def emit(self, item: OnlineResult) -> None:
+        raise self.errors.pop(0)
+
+
+def test_a_new_failure_of_a_sink_is_warned_about_though_of_the_same_class(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A 500 then a 401 (a key revoked during an outage): before, the log-once kind was the
+    class alone, and the 401 was logged at DEBUG only."""
+    sink = _Failing(
+        [
+            _HttpError(500),
+            _HttpError(500),
+            _HttpError(401),
+            _HttpError(401, "UNAUTHENTICATED"),
+            _HttpError(401, "UNAUTHENTICATED"),
+        ]
+    )
+    box = _outbox(sink)
+    with caplog.at_level(logging.DEBUG, logger="langchain_ragmetrics"):
+        box.put(_results("abcde"))
+        _flushed(box)
+    box.stop()
+    assert box.stats().errors == 5
+    levels = [r.levelno for r in caplog.records if "failed to emit" in r.getMessage()]
+    assert levels == [
+        logging.WARNING,  # the 500
+        logging.DEBUG,  # the same 500 again
+        logging.WARNING,  # the 401
+        logging.WARNING,  # a 401 with an error code
+        logging.DEBUG,
+    ]

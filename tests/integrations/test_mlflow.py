@@ -6,6 +6,7 @@ import logging
 import math
 import os
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -31,6 +32,7 @@ from langchain_ragmetrics import (  # noqa: E402
     RagMetricsCallbackHandler,
     RagSample,
 )
+from langchain_ragmetrics._errors import SinkSkipError  # noqa: E402
 from langchain_ragmetrics.callbacks import ProcessIsolation  # noqa: E402
 from langchain_ragmetrics.integrations.mlflow import _DELIVERY_KEY, MlflowSink  # noqa: E402
 from tests._support.mlflow_setup import (  # noqa: E402
@@ -196,6 +198,98 @@ def test_a_failed_result_is_an_error_that_a_later_success_overrides(
     assert stored[error.assessment_id].valid is False
 
 
+def _stored_span(name: str) -> tuple[str, str]:
+    """A trace with one span, stored on the server: its trace and span ids."""
+    with mlflow.start_span(name) as span:
+        trace_id, span_id = span.trace_id, span.span_id
+    mlflow.flush_trace_async_logging(terminate=False)
+    return trace_id, span_id
+
+
+def _on_trace(item: OnlineResult, trace_id: str, span_id: str | None) -> OnlineResult:
+    return item.model_copy(update={"links": {"mlflow": (trace_id, span_id)}})
+
+
+def test_a_score_overrides_only_the_error_of_its_own_retrieval_on_a_trace_without_span(
+    tracking: str,
+) -> None:
+    """Two retrievals of one trace linked without a span (the documented fallback): before,
+    the second's score overrode the first's error, and MLflow marked a real failure invalid."""
+    trace_id, _ = _stored_span("request")
+    primary = _on_trace(linked_item("mlflow", trace_id, "0" * 16), trace_id, None)
+    primary = _result(primary, score=math.nan, error="TimeoutError: judge timed out")
+    secondary = _on_trace(linked_item("mlflow", trace_id, "0" * 16), trace_id, None)
+    sink = MlflowSink(backoff=0.01)
+    try:
+        sink.emit(primary)
+        sink.emit(secondary)
+    finally:
+        sink.close()
+    by_run = {a.metadata["ragmetrics.run_id"]: a for a in assessments(trace_id)}
+    error, score = by_run[str(primary.run_id)], by_run[str(secondary.run_id)]
+    assert error.error.error_code == "TimeoutError"
+    assert error.valid is not False  # still a failure on the trace
+    assert score.value == 0.5
+    assert score.overrides is None
+    assert sink.order_key(primary) != sink.order_key(secondary)
+
+
+def test_a_score_that_is_not_finite_is_logged_as_an_error_and_opens_no_breaker(
+    tracking: str,
+) -> None:
+    """``inf`` from a buggy custom metric: before, encoding it failed inside every try, each
+    counted as a server failure, and the breaker dropped the good results after it."""
+    trace_id, span_id = _stored_span("request")
+    good = linked_item("mlflow", trace_id, span_id)
+    infinite = _result(good, score=math.inf)
+    sink = MlflowSink(backoff=0.01, max_retries=0, failure_threshold=1, cooldown=60)
+    try:
+        stats = deliver(sink, [infinite, infinite, good])
+    finally:
+        sink.close()
+    assert (stats.delivered, stats.errors, stats.dropped) == (3, 0, 0)
+    assert not sink.delivery.breaker.is_open
+    stored = assessments(trace_id)
+    errors = [a for a in stored if a.error is not None]
+    assert len(errors) == 2
+    assert {a.error.error_code for a in errors} == {"ValueError"}
+    assert all("inf" in a.error.error_message for a in errors)
+    (score,) = [a for a in stored if a.value is not None]
+    assert score.value == 0.5
+
+
+def test_a_body_that_cannot_be_encoded_is_no_server_failure(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Building the request's JSON fails locally: raised once from ``emit``, nothing sent,
+    nothing counted by the breaker (before, each try was counted as a server failure)."""
+    import mlflow.utils.proto_json_utils as proto_json_utils
+
+    def unencodable(message: Any) -> str:
+        raise ValueError("Out of range float values are not JSON compliant")
+
+    with StatusServer(500, {"error": "down"}) as server, _tracking_to(server.url, monkeypatch):
+        monkeypatch.setattr(proto_json_utils, "message_to_json", unencodable)
+        sink = MlflowSink(backoff=0.01, max_retries=2, failure_threshold=1, cooldown=60)
+        try:
+            with pytest.raises(ValueError, match="not JSON compliant"):
+                sink.emit(_linked_item())
+        finally:
+            sink.close()
+        assert server.requests == []
+    assert not sink.delivery.breaker.is_open
+
+
+def test_mlflow_2_is_refused_when_the_sink_is_built(monkeypatch: pytest.MonkeyPatch) -> None:
+    """MLflow 2 has ``mlflow.entities`` without the assessment classes: before, the sink was
+    built and every result then failed with an ImportError."""
+    import types
+
+    monkeypatch.setitem(sys.modules, "mlflow.entities", types.ModuleType("mlflow.entities"))
+    with pytest.raises(ImportError, match="needs MLflow 3"):
+        MlflowSink()
+
+
 def _exported_item(
     judge_server: JudgeServer, make_judge: JudgeFactory, i: int
 ) -> tuple[OnlineResult, str]:
@@ -303,11 +397,11 @@ def test_a_retry_sends_again_when_the_first_try_was_not_stored(
     original = sink._log
     tries: list[str] = []
 
-    def refused_once(trace: str, feedback: Any) -> Any:
+    def refused_once(trace: str, *args: Any) -> Any:
         tries.append(trace)
         if len(tries) == 1:
             raise ConnectionRefusedError("refused")  # never reached the server
-        return original(trace, feedback)
+        return original(trace, *args)
 
     sink._log = refused_once  # type: ignore[method-assign]
     sink.emit(item)
@@ -336,6 +430,22 @@ def test_without_an_mlflow_trace_results_are_skipped_with_one_warning(
     assert len(warnings) == 1
 
 
+def test_the_warning_for_a_retrieval_without_trace_names_trace_sampling_too(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """With autologging on, MLflow's trace sampling leaves requests untraced: before, the
+    warning only said to call ``mlflow.langchain.autolog()``, which was already done."""
+    item = linked_item("mlflow", "tr-" + "0" * 32, "0" * 16).model_copy(update={"links": {}})
+    with (
+        caplog.at_level(logging.WARNING, logger="langchain_ragmetrics"),
+        pytest.raises(SinkSkipError, match="no MLflow trace"),
+    ):
+        MlflowSink().emit(item)
+    (warning,) = [r.getMessage() for r in caplog.records if "no MLflow trace" in r.getMessage()]
+    assert "MLFLOW_TRACE_SAMPLING_RATIO" in warning
+    assert "mlflow.langchain.autolog()" in warning
+
+
 def test_a_trace_not_stored_yet_is_retried_then_counted(tracking: str) -> None:
     """MLflow answers RESOURCE_DOES_NOT_EXIST: retried with backoff, without opening the breaker."""
     sink = MlflowSink(not_found_wait=1.0, backoff=0.1, failure_threshold=1)
@@ -352,9 +462,9 @@ def test_a_trace_not_stored_yet_is_retried_then_counted(tracking: str) -> None:
     calls: list[float] = []
     original = sink._log
 
-    def counted(trace_id: str, feedback: Any) -> Any:
+    def counted(trace_id: str, *args: Any) -> Any:
         calls.append(time.monotonic())
-        return original(trace_id, feedback)
+        return original(trace_id, *args)
 
     sink._log = counted  # type: ignore[method-assign]
     with pytest.raises(mlflow.exceptions.MlflowException, match="not found"):
@@ -606,16 +716,18 @@ def test_a_server_error_or_429_is_retried_whatever_its_body(
     status: int, payload: object, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Retried by the sink alone (MLflow is told to retry 4 times: not for these requests),
-    each retry looking first whether the try was stored (a 5xx may come after MLflow took
-    it); every try counts toward the breaker."""
+    each retry after a 5xx looking first whether the try was stored (a 5xx may come after
+    MLflow took it; a 429 never does, so it is sent again at once: before, a look came
+    first); every try counts toward the breaker."""
     with StatusServer(status, payload) as server, _tracking_to(server.url, monkeypatch):
         sink = MlflowSink(max_retries=2, backoff=0.01, failure_threshold=5, cooldown=60)
         try:
             with pytest.raises(Exception, match=str(status)):
                 sink.emit(_linked_item())
-            # the try, then two retries; each looks for the try first, and the look meets
-            # the same answer
-            assert [method for method, _ in server.requests] == ["POST", "GET", "GET"]
+            # the try, then two retries; after a 5xx each looks for the try first, and the
+            # look meets the same answer
+            expected = ["POST"] * 3 if status == 429 else ["POST", "GET", "GET"]
+            assert [method for method, _ in server.requests] == expected
             assert not sink.delivery.breaker.is_open  # 3 failures of the 5
             with pytest.raises(Exception, match=r"\b(HTTP|error code) \d{3}"):
                 sink.emit(_linked_item())

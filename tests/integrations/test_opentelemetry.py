@@ -41,6 +41,7 @@ from tests._support.rag import (
     rag_app,
     rag_router,
 )
+from tests._support.sink_checks import linked_item
 
 JudgeFactory = Callable[..., ChatOpenAI]
 
@@ -229,6 +230,33 @@ def test_failed_results_carry_error_type_and_count(
     (failed,) = otel.points("ragmetrics.evaluation.failed")
     assert failed.value == 3
     assert otel.points("ragmetrics.evaluation.score") == []
+
+
+@pytest.mark.parametrize("events", ["logs", "span"])
+def test_a_nan_score_without_an_error_is_skipped_not_failed(otel: Otel, events: str) -> None:
+    """A NaN score with no error is "skipped" (MetricResult, the handler's stats and the
+    sink's counter say so): before, its event carried ``error.type`` and its span ERROR."""
+    from opentelemetry.trace import StatusCode
+
+    item = linked_item("none", "t", "s")
+    item = item.model_copy(update={"result": item.result.model_copy(update={"score": math.nan})})
+    assert item.result.skipped
+    otel.sink(events=events, pass_threshold=0.5).emit(item)
+    if events == "logs":
+        (event,) = otel.events()
+        attributes = event.attributes
+        assert event.severity_number.name == "INFO"
+    else:
+        (span,) = otel.spans.get_finished_spans()
+        (event,) = span.events
+        attributes = event.attributes
+        assert span.status.status_code is StatusCode.UNSET
+    assert "error.type" not in attributes
+    assert "gen_ai.evaluation.score.value" not in attributes
+    assert attributes["gen_ai.evaluation.score.label"] == "skipped"
+    (skipped,) = otel.points("ragmetrics.evaluation.skipped")
+    assert skipped.value == 1
+    assert otel.points("ragmetrics.evaluation.failed") == []
 
 
 def test_pass_threshold_labels(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import socket
@@ -42,7 +43,7 @@ from tests._support.phoenix_setup import (  # noqa: E402
 )
 from tests._support.proxy import LossyProxy  # noqa: E402
 from tests._support.rag import online_handler, question, rag_app  # noqa: E402
-from tests._support.servers import ServerProcess  # noqa: E402
+from tests._support.servers import ServerProcess, free_port  # noqa: E402
 from tests._support.sink_checks import (  # noqa: E402
     HoldUntil,
     deliver,
@@ -201,11 +202,18 @@ def _item(span_id: str) -> OnlineResult:
 
 
 def test_a_span_not_stored_yet_is_retried_then_counted(phoenix_server: ServerProcess) -> None:
+    """When the wait runs out the error names the span, the wait and Phoenix's answer:
+    before, it was httpx's "Client error '404 Not Found' for url ...", read as a wrong URL."""
     sink = PhoenixSink(
         endpoint=phoenix_server.url, not_found_wait=1.0, backoff=0.1, failure_threshold=1
     )
-    with pytest.raises(httpx.HTTPStatusError, match="404"):
-        sink.emit(_item(f"{uuid.uuid4().int & (2**64 - 1):016x}"))
+    span_id = f"{uuid.uuid4().int & (2**64 - 1):016x}"
+    with pytest.raises(LookupError, match="not_found_wait=1 s") as raised:
+        sink.emit(_item(span_id))
+    message = str(raised.value)
+    assert f"no span {span_id}" in message
+    assert f"Spans with IDs {span_id} do not exist" in message  # Phoenix's own words
+    assert phoenix_server.url in message
     assert not sink.delivery.breaker.is_open  # Phoenix answered: it is up
     sink.close()
 
@@ -287,7 +295,7 @@ def test_a_server_that_never_answers_costs_one_bounded_wait() -> None:
         url = f"http://127.0.0.1:{silent.getsockname()[1]}"
         sink = PhoenixSink(endpoint=url, request_timeout=1, max_retries=0, failure_threshold=1)
         started = time.monotonic()
-        with pytest.raises(TimeoutError):
+        with pytest.raises(TimeoutError, match=f"no answer from {url}"):
             sink.emit(_item("00000000000000ab"))
         with pytest.raises(Exception, match="circuit open"):
             sink.emit(_item("00000000000000ab"))
@@ -437,17 +445,24 @@ def test_judge_runs_are_not_spans_in_phoenix(
 @pytest.mark.parametrize(
     ("detail", "breaker_opens"),
     [
-        ("Not Found", True),  # a proxy's or a wrong route's 404: no span named
-        ("Spans with IDs 00000000000000ff do not exist.", False),  # Phoenix: not stored yet
+        ({"detail": "Not Found"}, True),  # a proxy's or a wrong route's 404: no span named
+        # a gateway's JSON echoing the path, an HTML page with a <span>: "span" is no proof
+        ({"error": "Not Found", "path": "/v1/span_annotations"}, True),
+        ("<html><body><span>Page not found</span></body></html>", True),
+        ({"detail": "Span annotations are not found"}, True),  # not Phoenix's words
+        # Phoenix's own answer (plain text; JSON's "detail" too): not stored yet
+        ("Spans with IDs 00000000000000ff do not exist.", False),
+        ({"detail": "Spans with IDs 00000000000000ff do not exist."}, False),
     ],
 )
 def test_a_404_that_names_no_span_fails_at_once_and_opens_the_breaker(
-    detail: str, breaker_opens: bool
+    detail: object, breaker_opens: bool
 ) -> None:
-    """A 404 that names no span (a wrong base path behind a proxy) is not "span not stored
-    yet": before, each result was retried for ``not_found_wait`` and the breaker never
-    opened, so the outbox filled while every request failed."""
-    with StatusServer(404, {"detail": detail}) as server:
+    """A 404 that is not Phoenix's "Spans with IDs ... do not exist" (a wrong base path
+    behind a proxy) is not "span not stored yet": before, each result was retried for
+    ``not_found_wait`` and the breaker never opened, so the outbox filled while every
+    request failed; a body that merely held the word "span" was taken for Phoenix's."""
+    with StatusServer(404, detail) as server:
         sink = PhoenixSink(
             endpoint=server.url,
             not_found_wait=0.2,
@@ -466,3 +481,133 @@ def test_a_404_that_names_no_span_fails_at_once_and_opens_the_breaker(
     else:  # each "not stored yet" retried for its 0.2 s
         assert (stats.errors, stats.dropped) == (5, 0)
         assert posts > 5
+
+
+def test_a_retrieval_whose_trace_the_sampler_dropped_is_skipped(
+    phoenix_server: ServerProcess,
+    judge_server: JudgeServer,
+    make_judge: JudgeFactory,
+) -> None:
+    """A sampler that keeps nothing: the spans are never exported. Before, each result was
+    linked to its dropped span, retried "not found" for ``not_found_wait`` and counted an
+    error; a retrieval OpenInference did not trace is skipped."""
+    from openinference.instrumentation.langchain import LangChainInstrumentor
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+
+    provider = TracerProvider(sampler=ALWAYS_OFF)
+    instrumentor = LangChainInstrumentor()
+    instrumentor.instrument(tracer_provider=provider)
+    try:
+        app = rag_app(judge_server, make_judge, max_retries=2)
+        memory = InMemorySink()
+        sink = PhoenixSink(endpoint=phoenix_server.url, not_found_wait=0.5, backoff=0.05)
+        handler = online_handler(app.llm, sinks=[memory, sink])
+        with handler:
+            for i in range(2):
+                app.chain.invoke(question(40 + i), config={"callbacks": [handler]})
+            assert handler.flush(timeout=60)
+    finally:
+        instrumentor.uninstrument()
+        provider.shutdown()
+    figures = handler.stats.sinks["PhoenixSink"]
+    assert (figures.skipped, figures.delivered, figures.errors) == (2, 0, 0)
+    assert [item.links.get("openinference") for item in memory.results] == [None, None]
+
+
+@pytest.mark.parametrize("status", [429, 503])
+def test_a_retry_waits_at_least_the_retry_after_phoenix_asked_for(
+    status: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before, the retry came after ``backoff`` alone (0.01 s), whatever Retry-After said.
+    The waits are recorded, not slept: nothing here depends on the clock."""
+    with StatusServer(status, {"detail": "slow down"}, {"Retry-After": "5"}) as server:
+        sink = PhoenixSink(endpoint=server.url, backoff=0.01, max_retries=1)
+        waits: list[float] = []
+        monkeypatch.setattr(sink.delivery, "_pause", lambda seconds, _cause: waits.append(seconds))
+        try:
+            with pytest.raises(httpx.HTTPStatusError, match=str(status)):
+                sink.emit(_item("00000000000000ab"))
+        finally:
+            sink.close()
+        assert len(server.requests) == 2
+    assert len(waits) == 1
+    assert waits[0] >= 5
+
+
+def test_an_infinite_score_is_an_error_annotation_and_never_trips_the_breaker(
+    phoenix_server: ServerProcess,
+    instrumented: Any,
+    judge_server: JudgeServer,
+    make_judge: JudgeFactory,
+) -> None:
+    """A custom metric's ``inf``: before, building the request raised "Out of range float
+    values are not JSON compliant", counted as a server failure, so two of them opened the
+    breaker and the good results after them were dropped."""
+    from langchain_ragmetrics.integrations.phoenix import _classify
+
+    item = one_scored_item(rag_app(judge_server, make_judge, max_retries=2), 6)
+    span_id = item.links["openinference"][1]
+    assert span_id is not None
+    infinite = item.model_copy(
+        update={"result": item.result.model_copy(update={"score": math.inf})}
+    )
+    sink = PhoenixSink(
+        endpoint=phoenix_server.url, max_retries=0, failure_threshold=2, max_concurrency=1
+    )
+    stats = deliver(sink, [infinite, infinite])
+    sink.close()
+    assert (stats.delivered, stats.errors, stats.dropped) == (2, 0, 0)
+    assert not sink.delivery.breaker.is_open
+    (annotation,) = annotations(phoenix_server.url, span_id)
+    assert annotation["result"]["label"] == "error"
+    assert annotation["result"]["score"] is None
+    assert "not a finite number (inf)" in annotation["result"]["explanation"]
+    assert annotation["metadata"]["error_type"] == "ValueError"
+    # an encoding error of the client's own is the request's fault, not the server's
+    assert _classify(ValueError("Out of range float values are not JSON compliant")) == "rejected"
+    assert _classify(json.JSONDecodeError("Expecting value", "<html>", 0)) == "failed"
+
+
+def test_an_unreachable_endpoint_is_named_in_the_error_and_the_breaker_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Before: "ConnectError('[Errno 111] Connection refused')" and "PhoenixSink: 1 failed
+    requests in a row", neither saying where. The URL's credentials are never shown."""
+    where = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    endpoint = where.replace("http://", "http://user:s3cret@")
+    sink = PhoenixSink(endpoint=endpoint, max_retries=0, failure_threshold=1, cooldown=60)
+    with caplog.at_level(logging.WARNING, logger="langchain_ragmetrics"):
+        with pytest.raises(ConnectionError, match=f"could not reach {where}") as raised:
+            sink.emit(_item("00000000000000ab"))
+        sink.close()
+    (warning,) = [r.getMessage() for r in caplog.records if "in a row" in r.getMessage()]
+    assert where in warning
+    assert "s3cret" not in str(raised.value) + warning
+
+
+def test_request_timeout_is_the_http_timeout_of_the_client_the_sink_builds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before, Phoenix's client kept its own 30 s read timeout: ``request_timeout=60`` failed
+    at 30 s, and the default 10 s left a request holding its thread for up to 30 s."""
+    monkeypatch.setenv("PHOENIX_CLIENT_HEADERS", "x-team=rag")
+    for timeout in (60, 2.5):
+        http = PhoenixSink(endpoint="http://127.0.0.1:9", request_timeout=timeout).client._client
+        assert http.timeout == httpx.Timeout(timeout)
+        assert http.headers["x-team"] == "rag"  # Phoenix's own environment still applies
+
+
+@pytest.mark.parametrize("answer", [{"data": []}, {"data": [{}]}])
+def test_an_answer_without_the_annotation_id_is_not_a_delivery(answer: object) -> None:
+    """A 200 without the stored annotation's id (a catch-all gateway, another service):
+    before, counted as delivered though nothing was stored."""
+    with StatusServer(200, answer) as server:
+        sink = PhoenixSink(endpoint=server.url, max_retries=0, max_concurrency=1)
+        try:
+            stats = deliver(sink, [_item("00000000000000ab")])
+            with pytest.raises(RuntimeError, match=f"{server.url} answered 200 without the"):
+                sink.emit(_item("00000000000000ab"))
+        finally:
+            sink.close()
+    assert (stats.delivered, stats.errors) == (0, 1)
