@@ -13,7 +13,6 @@ Ray's wrapping, and ``evaluate_ray``'s pool warning in the command line's terms.
 from __future__ import annotations
 
 import contextlib
-import inspect
 import logging
 import os
 import re
@@ -237,9 +236,9 @@ def pool_warning(ray: Any, workers: int) -> tuple[str, str] | None:
     The fit is ``evaluate_ray``'s own check, with its actors' CPUs; its warning names
     ``num_actors`` and ``num_cpus``, which a command-line user cannot set.
     """
-    from langchain_ragmetrics.integrations.ray import _check_pool_fits, evaluate_ray
+    from langchain_ragmetrics.integrations.ray import ACTOR_CPUS, _check_pool_fits
 
-    cpus = float(inspect.signature(evaluate_ray).parameters["num_cpus"].default)
+    cpus = ACTOR_CPUS
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         _check_pool_fits(ray, num_actors=workers, num_cpus=cpus)

@@ -89,6 +89,9 @@ _TEXT_COLUMNS = frozenset(SAMPLE_FIELDS) | frozenset(
 )
 """Input columns ``evaluate()`` reads as text (a list column: its items): the sample's fields
 but ``metadata``, under their own names and their RAGAS names."""
+ACTOR_CPUS = 0.25
+"""CPUs each scoring actor reserves by default (``evaluate_ray``'s ``num_cpus``): judge calls
+wait on the network, so four actors share a core."""
 LEDGER_TIMEOUT_S = 60.0
 """Seconds an actor waits for the ledger before it scores a batch without it."""
 RESERVE_WAIT_S = 1.0
@@ -729,7 +732,7 @@ def evaluate_ray(
     timeout: float | None = None,
     batch_size: int = 64,
     cache: str | os.PathLike[str] | None = None,
-    num_cpus: float = 0.25,
+    num_cpus: float = ACTOR_CPUS,
     max_retries: int = 3,
 ) -> ray.data.Dataset:
     """Score a Ray dataset of samples; returns a (lazy) dataset with one result row per input row.
